@@ -1,0 +1,33 @@
+//! The command line: argument definitions (clap) and dispatch. Exit codes: 0 success, 1 an
+//! input was invalid, 2 usage error.
+
+mod input;
+mod silp;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "silpgate", version, about = "Carries SILP payloads inside NLIP envelopes between AI agents")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compile, decode, validate and hash SILP payloads.
+    #[command(subcommand)]
+    Silp(silp::SilpCommand),
+}
+
+/// Exit status for an invalid input.
+pub const EXIT_INVALID: u8 = 1;
+/// Exit status for a usage error (clap uses the same).
+pub const EXIT_USAGE: u8 = 2;
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Silp(command) => silp::run(command),
+    }
+}

@@ -1,0 +1,246 @@
+//! `silpgate silp ...`: the codec on the command line, for people and for other tools.
+
+use super::input::{self, InputError};
+use super::{EXIT_INVALID, EXIT_USAGE};
+use crate::silp::validate::{self, ValidateOptions};
+use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, ReqIdMode, SilpError, schema};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Subcommand)]
+pub enum SilpCommand {
+    /// IR JSON in, surface text out.
+    Compile {
+        #[command(flatten)]
+        common: Common,
+        /// Compile without enforcing the verb whitelist.
+        #[arg(long)]
+        no_whitelist: bool,
+    },
+    /// Surface text in, canonical compact IR JSON out.
+    Decode {
+        #[command(flatten)]
+        common: Common,
+        /// Length of the derived meta.req_id in hex characters (4..=8).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(4..=8))]
+        req_id_len: u8,
+        /// Reproduce a reference implementation's behaviour (req_id derivation).
+        #[arg(long, value_enum)]
+        compat: Option<Compat>,
+        /// Do not strip invisible characters or map look-alike identifiers.
+        #[arg(long)]
+        no_sanitize: bool,
+    },
+    /// Check an IR against the schema and the validator rules.
+    Validate {
+        /// Do not enforce the verb whitelist.
+        #[arg(long)]
+        no_whitelist: bool,
+        /// Input file; stdin when absent or '-'.
+        file: Option<PathBuf>,
+    },
+    /// Print sha256:<hex> of the canonical compact IR.
+    Hash {
+        /// Input file; stdin when absent or '-'.
+        file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Frontend: code, json, natural or nl_json.
+    #[arg(long, short)]
+    frontend: String,
+    /// One JSON value per input line, one {"ok":..} or {"error":..} per output line.
+    #[arg(long)]
+    lines: bool,
+    /// Refuse inputs (or lines) larger than this many bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_input_bytes: usize,
+    /// Input file; stdin when absent or '-'.
+    file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Compat {
+    /// The SILP reference implementation: 4-hex req_id over the text it hashes.
+    Reference,
+}
+
+pub fn run(command: SilpCommand) -> ExitCode {
+    match command {
+        SilpCommand::Compile { common, no_whitelist } => {
+            let rules = ValidateOptions { enforce_whitelist: !no_whitelist };
+            with_frontend(&common, |frontend| {
+                let each = |text: &str| compile_one(text, frontend, rules);
+                drive(&common, each, |out| Value::String(out))
+            })
+        }
+        SilpCommand::Decode { common, req_id_len, compat, no_sanitize } => {
+            let options = DecodeOptions {
+                sanitize: !no_sanitize,
+                req_id: match compat {
+                    Some(Compat::Reference) => ReqIdMode::Reference,
+                    None => ReqIdMode::Hash { len: usize::from(req_id_len) },
+                },
+                max_input_bytes: common.max_input_bytes,
+            };
+            with_frontend(&common, |frontend| {
+                if !frontend.is_lossless() {
+                    let err = silp::decode("", frontend, &options).expect_err("baselines do not decode");
+                    eprintln!("{}", err.render(""));
+                    return ExitCode::from(EXIT_USAGE);
+                }
+                drive(&common, |text| decode_one(text, frontend, &options), |ir: String| {
+                    serde_json::from_str(&ir).expect("compact IR is JSON")
+                })
+            })
+        }
+        SilpCommand::Validate { no_whitelist, file } => {
+            let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
+            let report = match silp::parse_json(&text) {
+                Ok(value) => validate::validate_value(&value, ValidateOptions { enforce_whitelist: !no_whitelist }),
+                Err(e) => validate::Report { valid: false, errors: vec![e.message], warnings: vec![] },
+            };
+            println!("{}", serde_json::to_string(&report).expect("report serialises"));
+            if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INVALID) }
+        }
+        SilpCommand::Hash { file } => {
+            let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
+            match silp::parse_json(&text).and_then(|v| schema::parse_ir(&v)) {
+                Ok(ir) => {
+                    println!("{}", ir.ir_hash());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{}", e.render(&text));
+                    ExitCode::from(EXIT_INVALID)
+                }
+            }
+        }
+    }
+}
+
+fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitCode {
+    match common.frontend.parse::<Frontend>() {
+        Ok(frontend) => f(frontend),
+        Err(e) => {
+            eprintln!("{}", e.render(""));
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// What one input produced: the output, warnings for stderr, or an error.
+type Outcome = Result<(String, Vec<String>), SilpError>;
+
+fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions) -> Outcome {
+    let value = silp::parse_json(text)?;
+    let ir = schema::parse_ir(&value)?;
+    let report = validate::validate(&ir, rules);
+    if !report.valid {
+        return Err(SilpError::new(ErrorCode::DecodeFailed, format!("IR is not valid: {}", report.errors.join("; "))));
+    }
+    Ok((silp::compile(&ir, frontend), report.warnings))
+}
+
+fn decode_one(text: &str, frontend: Frontend, options: &DecodeOptions) -> Outcome {
+    let decoded = silp::decode(text, frontend, options)?;
+    let notices = decoded.notices.iter().map(ToString::to_string).collect();
+    Ok((decoded.ir.to_compact_json(), notices))
+}
+
+/// Runs `each` over the whole input or over every line, writing results as the command
+/// contract says.
+fn drive(common: &Common, each: impl Fn(&str) -> Outcome, ok_value: impl Fn(String) -> Value) -> ExitCode {
+    let mut reader = match input::open(common.file.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot open input: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    if !common.lines {
+        let text = match input::read_all(&mut *reader, common.max_input_bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        };
+        let text = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+        return match each(text) {
+            Ok((out, warnings)) => {
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}", e.render(text));
+                ExitCode::from(EXIT_INVALID)
+            }
+        };
+    }
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    while let Some(line) = input::next_line(&mut *reader, common.max_input_bytes) {
+        let result = match line {
+            Ok(line) => one_line(&line, &each, &ok_value),
+            Err(InputError::Io(e)) => {
+                eprintln!("error: cannot read input: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+            Err(e) => error_line(ErrorCode::InvalidSyntax, &e.to_string()),
+        };
+        if writeln!(out, "{result}").is_err() {
+            return ExitCode::from(EXIT_INVALID);
+        }
+    }
+    if out.flush().is_err() {
+        return ExitCode::from(EXIT_INVALID);
+    }
+    ExitCode::SUCCESS
+}
+
+/// One `--lines` line: compile takes an IR object, decode a JSON string holding the text.
+fn one_line(line: &str, each: &impl Fn(&str) -> Outcome, ok_value: &impl Fn(String) -> Value) -> Value {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => return error_line(ErrorCode::InvalidSyntax, &format!("line is not JSON: {e}")),
+    };
+    let text = match &value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match each(&text) {
+        Ok((out, _)) => json!({ "ok": ok_value(out) }),
+        Err(e) => error_line(e.code, &e.message),
+    }
+}
+
+fn error_line(code: ErrorCode, message: &str) -> Value {
+    json!({ "error": { "code": code.as_str(), "message": message } })
+}
+
+fn read_document(file: Option<PathBuf>, limit: usize) -> Option<String> {
+    let mut reader = match input::open(file.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot open input: {e}");
+            return None;
+        }
+    };
+    match input::read_all(&mut *reader, limit) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("error: {e}");
+            None
+        }
+    }
+}
+

@@ -1,0 +1,326 @@
+//! The SILP intermediate representation (draft §3): Rust types, conversion from a
+//! schema-checked JSON value, the canonical compact JSON and the `ir_hash` built on it.
+//!
+//! The root is strict; `Entity`, `Constraint`, `Alternative` and `Meta` keep unknown fields in
+//! `extra`, in the order they arrived, and carry them through every lossless round trip.
+
+use super::json_text::{self, FloatStyle, Style};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// Unknown fields of an extensible IR object, in arrival order.
+pub type Extras = Map<String, Value>;
+
+/// The IR version this crate speaks.
+pub const SILP_VERSION: &str = "v1";
+/// The default `version` field.
+pub const IR_VERSION: &str = "ir-v0.1";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ir {
+    pub silp: String,
+    pub version: String,
+    /// The primary action code, `!VERB`.
+    pub intent: String,
+    pub entities: Vec<Entity>,
+    pub constraints: Vec<Constraint>,
+    pub alternatives: Vec<Alternative>,
+    pub meta: Meta,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entity {
+    pub id: String,
+    pub value: String,
+    /// `None` or the intent: an argument of the primary action; anything else: a secondary action.
+    pub action: Option<String>,
+    pub extra: Extras,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constraint {
+    pub kind: String,
+    pub value: String,
+    pub time: Option<String>,
+    /// Unknown fields; `subject` and `operator` live here, as in the draft.
+    pub extra: Extras,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Alternative {
+    pub action: String,
+    pub target: Option<String>,
+    pub location: Option<String>,
+    pub extra: Extras,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Meta {
+    pub priority: i64,
+    pub confidence: f64,
+    pub seq: Vec<String>,
+    pub out: String,
+    pub next_agent: Option<String>,
+    pub req_id: String,
+    pub session_id: Option<String>,
+    pub extra: Extras,
+}
+
+impl Meta {
+    /// The meta of a freshly decoded IR: every default, and the given request id.
+    pub fn with_req_id(req_id: String) -> Self {
+        Meta {
+            priority: 0,
+            confidence: 1.0,
+            seq: Vec::new(),
+            out: "natural".to_owned(),
+            next_agent: None,
+            req_id,
+            session_id: None,
+            extra: Extras::new(),
+        }
+    }
+}
+
+impl Entity {
+    /// An argument of the primary action (action absent or equal to the intent).
+    pub fn is_primary(&self, intent: &str) -> bool {
+        self.action.as_deref().is_none_or(|a| a == intent)
+    }
+}
+
+impl Constraint {
+    pub fn new(kind: impl Into<String>, value: impl Into<String>) -> Self {
+        Constraint { kind: kind.into(), value: value.into(), time: None, extra: Extras::new() }
+    }
+
+    /// The `subject` extra, when it is a string.
+    pub fn subject(&self) -> Option<&str> {
+        self.extra.get("subject").and_then(Value::as_str)
+    }
+
+    /// The `operator` extra, when it is a string.
+    pub fn operator(&self) -> Option<&str> {
+        self.extra.get("operator").and_then(Value::as_str)
+    }
+}
+
+/// True for an action code as the draft's schema writes it: `^![A-Z][A-Z_]*$`.
+pub fn is_action_code(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 2
+        && b[0] == b'!'
+        && b[1].is_ascii_uppercase()
+        && b[2..].iter().all(|c| c.is_ascii_uppercase() || *c == b'_')
+}
+
+/// The code frontend's function name for an action code: `!CANCEL` -> `cancel`.
+pub fn function_name(action: &str) -> String {
+    action.strip_prefix('!').unwrap_or(action).to_ascii_lowercase()
+}
+
+impl Ir {
+    /// Builds the IR from a JSON value that already passed the schema ([`super::schema`]), so
+    /// every field has its schema type. Absent defaults are filled in as the reference does.
+    pub fn from_schema_valid(value: &Value) -> Ir {
+        let root = value.as_object().expect("schema: root is an object");
+        let meta = root.get("meta").and_then(Value::as_object).expect("schema: meta is required");
+        Ir {
+            silp: str_or(root.get("silp"), SILP_VERSION),
+            version: str_or(root.get("version"), IR_VERSION),
+            intent: str_or(root.get("intent"), ""),
+            entities: objects(root.get("entities")).map(entity_from).collect(),
+            constraints: objects(root.get("constraints")).map(constraint_from).collect(),
+            alternatives: objects(root.get("alternatives")).map(alternative_from).collect(),
+            meta: meta_from(meta),
+        }
+    }
+
+    /// The canonical compact JSON: pydantic's `model_dump_json(exclude_none=True)` byte for byte
+    /// (declared fields in declaration order with defaults, then extras; nulls dropped).
+    pub fn to_compact_json(&self) -> String {
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"silp\":");
+        json_text::write_str(&mut out, &self.silp);
+        out.push_str(",\"version\":");
+        json_text::write_str(&mut out, &self.version);
+        out.push_str(",\"intent\":");
+        json_text::write_str(&mut out, &self.intent);
+        out.push_str(",\"entities\":");
+        write_list(&mut out, &self.entities, |out, e| e.write_json(out, Style::CANONICAL));
+        out.push_str(",\"constraints\":");
+        write_list(&mut out, &self.constraints, |out, c| c.write_json(out, Style::CANONICAL));
+        out.push_str(",\"alternatives\":");
+        write_list(&mut out, &self.alternatives, |out, a| a.write_json(out, Style::CANONICAL));
+        out.push_str(",\"meta\":");
+        self.meta.write_json(&mut out);
+        out.push('}');
+        out
+    }
+
+    /// `"sha256:" + hex(sha256(compact JSON))`, the reference's `CompileLock.ir_hash`.
+    pub fn ir_hash(&self) -> String {
+        format!("sha256:{}", sha256_hex(self.to_compact_json().as_bytes()))
+    }
+
+    /// The canonical compact JSON parsed back into a value, for comparisons and output.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.to_compact_json()).expect("compact JSON is valid JSON")
+    }
+}
+
+impl Entity {
+    /// `{"id":..,"value":..[,"action":..],extras}`.
+    pub fn write_json(&self, out: &mut String, style: Style) {
+        out.push_str("{\"id\":");
+        json_text::write_text(out, &self.id, style);
+        out.push_str(",\"value\":");
+        json_text::write_text(out, &self.value, style);
+        write_opt(out, "action", self.action.as_deref(), style);
+        json_text::write_extras(out, &self.extra, style);
+        out.push('}');
+    }
+}
+
+impl Constraint {
+    /// `{"type":..,"value":..[,"time":..],extras}`.
+    pub fn write_json(&self, out: &mut String, style: Style) {
+        out.push_str("{\"type\":");
+        json_text::write_text(out, &self.kind, style);
+        out.push_str(",\"value\":");
+        json_text::write_text(out, &self.value, style);
+        write_opt(out, "time", self.time.as_deref(), style);
+        json_text::write_extras(out, &self.extra, style);
+        out.push('}');
+    }
+}
+
+impl Alternative {
+    /// `{"action":..[,"target":..][,"location":..],extras}`.
+    pub fn write_json(&self, out: &mut String, style: Style) {
+        out.push_str("{\"action\":");
+        json_text::write_text(out, &self.action, style);
+        write_opt(out, "target", self.target.as_deref(), style);
+        write_opt(out, "location", self.location.as_deref(), style);
+        json_text::write_extras(out, &self.extra, style);
+        out.push('}');
+    }
+}
+
+impl Meta {
+    fn write_json(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = write!(out, "{{\"priority\":{},\"confidence\":", self.priority);
+        json_text::write_float(out, self.confidence, FloatStyle::Pydantic);
+        out.push_str(",\"seq\":");
+        write_list(out, &self.seq, |out, s| json_text::write_str(out, s));
+        out.push_str(",\"out\":");
+        json_text::write_str(out, &self.out);
+        write_opt(out, "next_agent", self.next_agent.as_deref(), Style::CANONICAL);
+        out.push_str(",\"req_id\":");
+        json_text::write_str(out, &self.req_id);
+        write_opt(out, "session_id", self.session_id.as_deref(), Style::CANONICAL);
+        json_text::write_extras(out, &self.extra, Style::CANONICAL);
+        out.push('}');
+    }
+}
+
+/// Lower-case hex of the SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for b in digest.iter() {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
+    }
+    hex
+}
+
+fn write_opt(out: &mut String, key: &str, value: Option<&str>, style: Style) {
+    if let Some(v) = value {
+        out.push_str(",\"");
+        out.push_str(key);
+        out.push_str("\":");
+        json_text::write_text(out, v, style);
+    }
+}
+
+fn write_list<T>(out: &mut String, items: &[T], mut write: impl FnMut(&mut String, &T)) {
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write(out, item);
+    }
+    out.push(']');
+}
+
+fn str_or(v: Option<&Value>, default: &str) -> String {
+    v.and_then(Value::as_str).unwrap_or(default).to_owned()
+}
+
+fn opt_str(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str).map(str::to_owned)
+}
+
+fn objects(v: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
+    v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_object)
+}
+
+/// The fields of `obj` that are not `declared`, in arrival order.
+fn extras_of(obj: &Map<String, Value>, declared: &[&str]) -> Extras {
+    obj.iter()
+        .filter(|(k, _)| !declared.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn entity_from(obj: &Map<String, Value>) -> Entity {
+    Entity {
+        id: str_or(obj.get("id"), ""),
+        value: str_or(obj.get("value"), ""),
+        action: opt_str(obj.get("action")),
+        extra: extras_of(obj, &["id", "value", "action"]),
+    }
+}
+
+fn constraint_from(obj: &Map<String, Value>) -> Constraint {
+    Constraint {
+        kind: str_or(obj.get("type"), ""),
+        value: str_or(obj.get("value"), ""),
+        time: opt_str(obj.get("time")),
+        extra: extras_of(obj, &["type", "value", "time"]),
+    }
+}
+
+fn alternative_from(obj: &Map<String, Value>) -> Alternative {
+    Alternative {
+        action: str_or(obj.get("action"), ""),
+        target: opt_str(obj.get("target")),
+        location: opt_str(obj.get("location")),
+        extra: extras_of(obj, &["action", "target", "location"]),
+    }
+}
+
+fn meta_from(obj: &Map<String, Value>) -> Meta {
+    // The schema says integer; JSON Schema counts 2.0 as an integer, and so does pydantic.
+    let priority = obj.get("priority").and_then(|p| p.as_i64().or_else(|| p.as_f64().map(|f| f as i64)));
+    Meta {
+        priority: priority.unwrap_or(0),
+        confidence: obj.get("confidence").and_then(Value::as_f64).unwrap_or(1.0),
+        seq: obj
+            .get("seq")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default(),
+        out: str_or(obj.get("out"), "natural"),
+        next_agent: opt_str(obj.get("next_agent")),
+        req_id: str_or(obj.get("req_id"), ""),
+        session_id: opt_str(obj.get("session_id")),
+        extra: extras_of(
+            obj,
+            &["priority", "confidence", "seq", "out", "next_agent", "req_id", "session_id"],
+        ),
+    }
+}

@@ -1,0 +1,32 @@
+//! `meta.req_id` of a decoded IR: a prefix of the SHA-256 of the payload text.
+//!
+//! The draft says implementations MUST default to 8 hex characters; the reference uses 4 and
+//! hashes slightly different text (see [`ReqIdMode::Reference`]).
+
+use super::ir::sha256_hex;
+
+/// How a decoded IR's request id is derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReqIdMode {
+    /// The first `len` (4..=8) hex characters of the SHA-256 of the whole payload, trimmed.
+    Hash { len: usize },
+    /// Exactly the reference's: 4 hex characters; the code frontend hashes the trimmed text
+    /// without its else branch, the json frontend the raw text.
+    Reference,
+}
+
+impl Default for ReqIdMode {
+    fn default() -> Self {
+        ReqIdMode::Hash { len: 8 }
+    }
+}
+
+/// Accepted lengths for [`ReqIdMode::Hash`].
+pub const LENGTHS: std::ops::RangeInclusive<usize> = 4..=8;
+
+/// The first `len` hex characters of the SHA-256 of `text`.
+pub fn req_id(text: &str, len: usize) -> String {
+    let mut hex = sha256_hex(text.as_bytes());
+    hex.truncate(len.clamp(*LENGTHS.start(), *LENGTHS.end()));
+    hex
+}

@@ -1,0 +1,141 @@
+//! The IR validator: the schema, then the reference's eight rules with their names, order and
+//! message texts (errors: whitelist, duplicate_entity_id, operator_validity; warnings: the rest).
+
+use super::ir::Ir;
+use super::schema;
+use super::whitelist;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashSet;
+
+/// Validator settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidateOptions {
+    /// Reject verbs outside the whitelist (default: on).
+    pub enforce_whitelist: bool,
+}
+
+impl Default for ValidateOptions {
+    fn default() -> Self {
+        ValidateOptions { enforce_whitelist: true }
+    }
+}
+
+/// The result of validating one IR.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Report {
+    pub valid: bool,
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// The operators `operator_validity` accepts.
+pub const VALID_OPERATORS: [&str; 6] = ["!=", "<", "<=", "==", ">", ">="];
+const SEQ_KEYWORDS: [&str; 4] = ["reason_first", "reason_last", "parallel", "sequential"];
+
+/// Validates an IR given as JSON: schema first (stopping there on failure, as the reference
+/// stops at its model check), then the rules.
+pub fn validate_value(value: &Value, options: ValidateOptions) -> Report {
+    let violations = schema::violations(value);
+    if !violations.is_empty() {
+        return Report { valid: false, errors: violations.iter().map(ToString::to_string).collect(), warnings: vec![] };
+    }
+    let ir = Ir::from_schema_valid(value);
+    if let Err(e) = schema::check_version(&ir) {
+        return Report { valid: false, errors: vec![format!("silp: {}", e.message)], warnings: vec![] };
+    }
+    validate(&ir, options)
+}
+
+/// Runs the eight rules on a schema-valid IR.
+pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+
+    if options.enforce_whitelist {
+        check_verb(&mut errors, "intent", &ir.intent);
+        for e in &ir.entities {
+            if let Some(action) = &e.action {
+                check_verb(&mut errors, &format!("entity[{}].action", e.id), action);
+            }
+        }
+        for a in &ir.alternatives {
+            check_verb(&mut errors, "alternative.action", &a.action);
+        }
+    }
+
+    let mut seen = HashSet::new();
+    for e in &ir.entities {
+        if !seen.insert(e.id.as_str()) {
+            errors.push(format!(
+                "duplicate entity id '{}' — would cause ambiguous keyword arguments in code frontend",
+                e.id
+            ));
+        }
+    }
+
+    for c in &ir.constraints {
+        if let Some(op) = c.extra.get("operator").filter(|v| !v.is_null()) {
+            let op_text = op.as_str().map_or_else(|| op.to_string(), str::to_owned);
+            if !VALID_OPERATORS.contains(&op_text.as_str()) {
+                errors.push(format!(
+                    "constraint type='{}': invalid operator '{}'. Must be one of: {}",
+                    c.kind,
+                    op_text,
+                    VALID_OPERATORS.join(", ")
+                ));
+            }
+        }
+    }
+
+    for c in &ir.constraints {
+        if c.kind.starts_with('!') && c.value.to_lowercase() == "true" {
+            warnings.push(format!(
+                "constraint type='{}' with value='{}' creates a double-negative; consider value='false' for the base type",
+                c.kind, c.value
+            ));
+        }
+    }
+
+    for (i, a) in ir.alternatives.iter().enumerate() {
+        if let Some(loc) = a.location.as_deref().filter(|l| !l.is_empty()) {
+            if a.target.as_deref().is_none_or(str::is_empty) {
+                warnings.push(format!("alternative[{i}] has location='{loc}' but no target — usually a mistake"));
+            }
+        }
+    }
+
+    for e in &ir.entities {
+        if let Some(action) = e.action.as_deref().filter(|a| !a.is_empty() && *a != ir.intent) {
+            warnings.push(format!(
+                "entity[{}] has secondary action {} (differs from intent {})",
+                e.id, action, ir.intent
+            ));
+        }
+    }
+
+    let known: HashSet<&str> = ir.entities.iter().map(|e| e.id.as_str()).chain(SEQ_KEYWORDS).collect();
+    for item in &ir.meta.seq {
+        if !known.contains(item.as_str()) {
+            warnings.push(format!("meta.seq contains '{item}' which is not a known entity ID or keyword"));
+        }
+    }
+
+    if ir.entities.is_empty() {
+        warnings.push("IR has no entities — most real tasks have at least one argument".to_owned());
+    }
+
+    Report { valid: errors.is_empty(), errors, warnings }
+}
+
+fn check_verb(errors: &mut Vec<String>, label: &str, code: &str) {
+    let verb = code.strip_prefix('!').unwrap_or(code);
+    if whitelist::is_approved(verb) {
+        return;
+    }
+    let mut message = format!("{label}: verb '{verb}' not in whitelist.");
+    if let Some(replacement) = whitelist::replacement(verb) {
+        message.push_str(&format!(" Use !{replacement} instead."));
+    }
+    errors.push(message);
+}
