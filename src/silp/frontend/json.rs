@@ -147,7 +147,9 @@ pub fn read(document: Value, notices: &mut Vec<Notice>) -> Result<Parsed, SilpEr
                 scalar => vec![scalar],
             };
             for (i, v) in values.into_iter().enumerate() {
-                let value = scalar_text(v, &format!("{key}[{i}]"))?;
+                let Value::String(value) = v else {
+                    return Err(failed(format!("{key}[{i}]: secondary action values must be strings, found {}", kind_of(&v))));
+                };
                 entities.push(Entity { id: key.clone(), value, action: Some(action.clone()), extra: Extras::new() });
             }
         } else {
