@@ -14,7 +14,11 @@ use silpgate::silp::{self, DecodeOptions, ErrorCode, Frontend, ReqIdMode, schema
 /// IR vectors where silpgate's output differs from the reference's because the reference's
 /// output does not decode back to the same IR (docs/silp.md, "Deviations").
 const COMPILE_DEVIATIONS: &[(&str, Frontend, &str)] = &[
-    ("tests/test_phase1/duplicate_entity_id", Frontend::Json, "two entities share the id 'act'; flat slots keep only the last"),
+    (
+        "tests/test_phase1/duplicate_entity_id",
+        Frontend::Json,
+        "two entities share the id 'act'; flat slots keep only the last",
+    ),
     ("probe/value_with_unbalanced_paren", Frontend::Code, "')' inside a value ends the call"),
     ("probe/value_with_leading_space", Frontend::Code, "surrounding spaces are trimmed when read"),
     ("probe/value_with_equals", Frontend::Code, "'a=b' reads as a keyword argument"),
@@ -24,19 +28,47 @@ const COMPILE_DEVIATIONS: &[(&str, Frontend, &str)] = &[
     ("probe/constraint_type_with_dash", Frontend::Code, "'error-rate' is not a name"),
     ("probe/alt_target_with_at", Frontend::Code, "'@' inside a target starts the location"),
     ("probe/alt_target_with_comma", Frontend::Code, "',' inside a target splits it"),
-    ("probe/entity_id_collides_with_constraints_slot", Frontend::Json, "an id 'constraints' takes the constraints slot"),
-    ("probe/entity_id_starts_with_action_", Frontend::Json, "an id 'action_email' reads as a secondary action"),
+    (
+        "probe/entity_id_collides_with_constraints_slot",
+        Frontend::Json,
+        "an id 'constraints' takes the constraints slot",
+    ),
+    (
+        "probe/entity_id_starts_with_action_",
+        Frontend::Json,
+        "an id 'action_email' reads as a secondary action",
+    ),
     ("probe/duplicate_primary_ids", Frontend::Json, "two entities share the id 'act'"),
     ("probe/entity_extra_field", Frontend::Json, "flat slots cannot carry an entity's extra fields"),
     // Decode vectors carry the reference's compile of the decoded IR as well.
     ("draft/4.1_nested_constraints", Frontend::Json, "three positional arguments share the id 'act'"),
     ("paper/case8_tool_invocation", Frontend::Json, "four positional arguments share the id 'act'"),
     ("paper/case9_multi_turn", Frontend::Json, "three positional arguments share the id 'act'"),
-    ("paper/case7_conditional_branching", Frontend::Code, "the misread value 'ticket) else escalate(manager' has an unbalanced ')'"),
-    ("malformed/code_zero_width_in_value", Frontend::Code, "a raw U+200B is invisible and stripped when read; written as \\u200b"),
-    ("malformed/code_zero_width_in_value", Frontend::Json, "a raw U+200B is invisible and stripped when read; written as \\u200b"),
-    ("malformed/code_semicolon_no_space", Frontend::Code, "the misread value 'flight);email(x' has an unbalanced ')'"),
-    ("malformed/code_newline_separated", Frontend::Code, "the misread value holds a newline and an unbalanced ')'"),
+    (
+        "paper/case7_conditional_branching",
+        Frontend::Code,
+        "the misread value 'ticket) else escalate(manager' has an unbalanced ')'",
+    ),
+    (
+        "malformed/code_zero_width_in_value",
+        Frontend::Code,
+        "a raw U+200B is invisible and stripped when read; written as \\u200b",
+    ),
+    (
+        "malformed/code_zero_width_in_value",
+        Frontend::Json,
+        "a raw U+200B is invisible and stripped when read; written as \\u200b",
+    ),
+    (
+        "malformed/code_semicolon_no_space",
+        Frontend::Code,
+        "the misread value 'flight);email(x' has an unbalanced ')'",
+    ),
+    (
+        "malformed/code_newline_separated",
+        Frontend::Code,
+        "the misread value holds a newline and an unbalanced ')'",
+    ),
     ("malformed/json_list_primary_value", Frontend::Code, "the misread value \"['a', 'b']\" has a comma"),
 ];
 
@@ -96,7 +128,12 @@ fn compile_output_is_byte_identical_except_documented_deviations() {
     let mut failures = Vec::new();
     for v in vectors().iter().filter(|v| v.get("json_text").is_some()) {
         let Ok(ir) = schema::parse_ir(&v["ir"]) else { continue };
-        for (frontend, key) in [(Frontend::Code, "code"), (Frontend::Json, "json_text"), (Frontend::Natural, "natural"), (Frontend::NlJson, "nl_json")] {
+        for (frontend, key) in [
+            (Frontend::Code, "code"),
+            (Frontend::Json, "json_text"),
+            (Frontend::Natural, "natural"),
+            (Frontend::NlJson, "nl_json"),
+        ] {
             let ours = silp::compile(&ir, frontend);
             let theirs = v[key].as_str().expect("compiled text");
             let deviation = COMPILE_DEVIATIONS.iter().any(|(n, f, _)| *n == name(v) && *f == frontend);
@@ -107,7 +144,10 @@ fn compile_output_is_byte_identical_except_documented_deviations() {
                 // The deviation is only allowed where the reference's text loses something.
                 let back = silp::decode(theirs, frontend, &DecodeOptions::default());
                 if back.is_ok_and(|d| equivalent(&ir, &d.ir, strictness(frontend))) {
-                    failures.push(format!("{}: {key} deviates although the reference text {theirs:?} round-trips", name(v)));
+                    failures.push(format!(
+                        "{}: {key} deviates although the reference text {theirs:?} round-trips",
+                        name(v)
+                    ));
                 }
             } else if ours != theirs {
                 failures.push(format!("{}: {key}\n  reference: {theirs}\n  silpgate:  {ours}", name(v)));
@@ -123,7 +163,12 @@ fn canonical_json_and_ir_hash_match_the_reference() {
     for v in vectors().iter().filter(|v| v.get("ir_sha256").is_some() && !schema_deviation(v)) {
         let ir = schema::parse_ir(&v["ir"]).unwrap_or_else(|e| panic!("{}: {e}", name(v)));
         if Some(ir.to_compact_json().as_str()) != v["compact_json"].as_str() {
-            failures.push(format!("{}: compact JSON\n  reference: {}\n  silpgate:  {}", name(v), v["compact_json"], ir.to_compact_json()));
+            failures.push(format!(
+                "{}: compact JSON\n  reference: {}\n  silpgate:  {}",
+                name(v),
+                v["compact_json"],
+                ir.to_compact_json()
+            ));
         }
         if Some(ir.ir_hash().as_str()) != v["ir_sha256"].as_str() {
             failures.push(format!("{}: ir_hash {} != {}", name(v), ir.ir_hash(), v["ir_sha256"]));
@@ -172,13 +217,21 @@ fn validator_reports_the_reference_rules_and_messages() {
 fn reference_text_decodes_to_the_reference_ir_with_operator_and_subject_kept() {
     let mut failures = Vec::new();
     for v in vectors().iter().filter(|v| v.get("json_text").is_some() && !schema_deviation(v)) {
-        for (frontend, text_key, decoded_key) in [(Frontend::Code, "code", "code_decoded"), (Frontend::Json, "json_text", "json_decoded")] {
-            let (Some(text), Some(expected)) = (v[text_key].as_str(), v[decoded_key].get("ir")) else { continue };
+        for (frontend, text_key, decoded_key) in
+            [(Frontend::Code, "code", "code_decoded"), (Frontend::Json, "json_text", "json_decoded")]
+        {
+            let (Some(text), Some(expected)) = (v[text_key].as_str(), v[decoded_key].get("ir")) else {
+                continue;
+            };
             let deviation = COMPILE_DEVIATIONS.iter().any(|(n, f, _)| *n == name(v) && *f == frontend);
             match silp::decode(text, frontend, &reference()) {
                 Ok(d) if &d.ir.to_value() == expected => {}
                 Ok(_) | Err(_) if deviation => {}
-                Ok(d) => failures.push(format!("{}: {decoded_key}\n  reference: {expected}\n  silpgate:  {}", name(v), d.ir.to_compact_json())),
+                Ok(d) => failures.push(format!(
+                    "{}: {decoded_key}\n  reference: {expected}\n  silpgate:  {}",
+                    name(v),
+                    d.ir.to_compact_json()
+                )),
                 Err(e) => failures.push(format!("{}: {decoded_key}: {e}", name(v))),
             }
         }
@@ -198,7 +251,12 @@ fn reference_outputs_the_reference_cannot_decode_decode_here() {
         let text = v["code"].as_str().expect("code text");
         match silp::decode(text, Frontend::Code, &DecodeOptions::default()) {
             Ok(d) if equivalent(&ir, &d.ir, Strictness::Semantic) => {}
-            Ok(d) => failures.push(format!("{}: {text}\n  want {}\n  got  {}", name(v), comparable(&ir, Strictness::Semantic), comparable(&d.ir, Strictness::Semantic))),
+            Ok(d) => failures.push(format!(
+                "{}: {text}\n  want {}\n  got  {}",
+                name(v),
+                comparable(&ir, Strictness::Semantic),
+                comparable(&d.ir, Strictness::Semantic)
+            )),
             Err(e) => failures.push(format!("{}: {text}: {e}", name(v))),
         }
     }
@@ -214,7 +272,12 @@ fn every_vector_ir_round_trips_through_both_lossless_frontends() {
             let text = silp::compile(&ir, frontend);
             match silp::decode(&text, frontend, &DecodeOptions::default()) {
                 Ok(d) if equivalent(&ir, &d.ir, strictness(frontend)) => {}
-                Ok(d) => failures.push(format!("{} via {frontend}: {text}\n  want {}\n  got  {}", name(v), comparable(&ir, strictness(frontend)), comparable(&d.ir, strictness(frontend)))),
+                Ok(d) => failures.push(format!(
+                    "{} via {frontend}: {text}\n  want {}\n  got  {}",
+                    name(v),
+                    comparable(&ir, strictness(frontend)),
+                    comparable(&d.ir, strictness(frontend))
+                )),
                 Err(e) => failures.push(format!("{} via {frontend}: {text}: {e}", name(v))),
             }
         }
@@ -226,7 +289,8 @@ fn every_vector_ir_round_trips_through_both_lossless_frontends() {
 fn decode_vectors_match_the_reference_except_documented_deviations() {
     let mut failures = Vec::new();
     for v in vectors().iter().filter(|v| v.get("decode_input").is_some()) {
-        let frontend: Frontend = v["decode_frontend"].as_str().expect("frontend").parse().expect("known frontend");
+        let frontend: Frontend =
+            v["decode_frontend"].as_str().expect("frontend").parse().expect("known frontend");
         let input = v["decode_input"].as_str().expect("input");
         let ours = silp::decode(input, frontend, &reference());
         if let Some((_, expected)) = DECODE_DEVIATIONS.iter().find(|(n, _)| *n == name(v)) {
@@ -248,10 +312,16 @@ fn decode_vectors_match_the_reference_except_documented_deviations() {
                     _ => ErrorCode::DecodeFailed,
                 };
                 if e.code != expected_code {
-                    failures.push(format!("{}: error code {} (expected {expected_code}): {e}", name(v), e.code));
+                    failures.push(format!(
+                        "{}: error code {} (expected {expected_code}): {e}",
+                        name(v),
+                        e.code
+                    ));
                 }
             }
-            (expected, ours) => failures.push(format!("{}:\n  reference: {expected:?}\n  silpgate:  {ours:?}", name(v))),
+            (expected, ours) => {
+                failures.push(format!("{}:\n  reference: {expected:?}\n  silpgate:  {ours:?}", name(v)))
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "silpgate", version, about = "Carries SILP payloads inside NLIP envelopes between AI agents")]
+#[command(
+    name = "silpgate",
+    version,
+    about = "Carries SILP payloads inside NLIP envelopes between AI agents"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -76,7 +76,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
             let rules = ValidateOptions { enforce_whitelist: !no_whitelist };
             with_frontend(&common, |frontend| {
                 let each = |text: &str| compile_one(text, frontend, rules);
-                drive(&common, each, |out| Value::String(out))
+                drive(&common, each, Value::String)
             })
         }
         SilpCommand::Decode { common, req_id_len, compat, no_sanitize } => {
@@ -94,15 +94,19 @@ pub fn run(command: SilpCommand) -> ExitCode {
                     eprintln!("{}", err.render(""));
                     return ExitCode::from(EXIT_USAGE);
                 }
-                drive(&common, |text| decode_one(text, frontend, &options), |ir: String| {
-                    serde_json::from_str(&ir).expect("compact IR is JSON")
-                })
+                drive(
+                    &common,
+                    |text| decode_one(text, frontend, &options),
+                    |ir: String| serde_json::from_str(&ir).expect("compact IR is JSON"),
+                )
             })
         }
         SilpCommand::Validate { no_whitelist, file } => {
             let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
             let report = match silp::parse_json(&text) {
-                Ok(value) => validate::validate_value(&value, ValidateOptions { enforce_whitelist: !no_whitelist }),
+                Ok(value) => {
+                    validate::validate_value(&value, ValidateOptions { enforce_whitelist: !no_whitelist })
+                }
                 Err(e) => validate::Report { valid: false, errors: vec![e.message], warnings: vec![] },
             };
             println!("{}", serde_json::to_string(&report).expect("report serialises"));
@@ -142,7 +146,10 @@ fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions) -> Outcom
     let ir = schema::parse_ir(&value)?;
     let report = validate::validate(&ir, rules);
     if !report.valid {
-        return Err(SilpError::new(ErrorCode::DecodeFailed, format!("IR is not valid: {}", report.errors.join("; "))));
+        return Err(SilpError::new(
+            ErrorCode::DecodeFailed,
+            format!("IR is not valid: {}", report.errors.join("; ")),
+        ));
     }
     Ok((silp::compile(&ir, frontend), report.warnings))
 }
@@ -243,4 +250,3 @@ fn read_document(file: Option<PathBuf>, limit: usize) -> Option<String> {
         }
     }
 }
-

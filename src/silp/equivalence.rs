@@ -34,7 +34,8 @@ pub fn comparable(ir: &Ir, strictness: Strictness) -> Value {
         .constraints
         .iter()
         .map(|c| {
-            let mut v = json!([c.kind, c.value, c.time, field(&c.extra, "subject"), field(&c.extra, "operator")]);
+            let mut v =
+                json!([c.kind, c.value, c.time, field(&c.extra, "subject"), field(&c.extra, "operator")]);
             if extras {
                 v.as_array_mut().expect("array").push(non_null(&c.extra));
             }

@@ -270,10 +270,7 @@ fn objects(v: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
 
 /// The fields of `obj` that are not `declared`, in arrival order.
 fn extras_of(obj: &Map<String, Value>, declared: &[&str]) -> Extras {
-    obj.iter()
-        .filter(|(k, _)| !declared.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+    obj.iter().filter(|(k, _)| !declared.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 fn entity_from(obj: &Map<String, Value>) -> Entity {

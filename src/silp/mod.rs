@@ -26,7 +26,7 @@ pub use ir::Ir;
 pub use req_id::ReqIdMode;
 pub use sanitize::Notice;
 
-use ir::{Meta, SILP_VERSION, IR_VERSION};
+use ir::{IR_VERSION, Meta, SILP_VERSION};
 
 /// Decoder settings.
 #[derive(Debug, Clone, Copy)]
@@ -109,7 +109,9 @@ pub fn decode(text: &str, frontend: Frontend, options: &DecodeOptions) -> Result
         Frontend::Natural | Frontend::NlJson => {
             return Err(SilpError::new(
                 ErrorCode::UnsupportedFrontend,
-                format!("frontend '{frontend}' is a compile-only baseline and cannot be decoded; use code or json"),
+                format!(
+                    "frontend '{frontend}' is a compile-only baseline and cannot be decoded; use code or json"
+                ),
             ));
         }
     };
@@ -133,7 +135,15 @@ fn assemble(
     alternatives: Vec<ir::Alternative>,
     meta: Meta,
 ) -> Ir {
-    Ir { silp: SILP_VERSION.to_owned(), version: IR_VERSION.to_owned(), intent, entities, constraints, alternatives, meta }
+    Ir {
+        silp: SILP_VERSION.to_owned(),
+        version: IR_VERSION.to_owned(),
+        intent,
+        entities,
+        constraints,
+        alternatives,
+        meta,
+    }
 }
 
 /// Parses a JSON document; a syntax error becomes `invalid_syntax` with the byte span of the
@@ -141,7 +151,10 @@ fn assemble(
 pub fn parse_json(text: &str) -> Result<serde_json::Value, SilpError> {
     serde_json::from_str(text).map_err(|e| {
         let at = offset_of(text, e.line(), e.column());
-        SilpError::syntax(at..(at + 1).min(text.len()).max(at), format!("invalid JSON: {}", json_error_text(&e)))
+        SilpError::syntax(
+            at..(at + 1).min(text.len()).max(at),
+            format!("invalid JSON: {}", json_error_text(&e)),
+        )
     })
 }
 

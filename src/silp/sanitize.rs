@@ -32,7 +32,10 @@ impl fmt::Display for Notice {
                 write!(f, "stripped invisible character U+{:04X} at byte {offset}", *ch as u32)
             }
             Notice::HomoglyphMapped { from, to, offset } => {
-                write!(f, "identifier '{from}' at byte {offset} contains look-alike characters; read as '{to}'")
+                write!(
+                    f,
+                    "identifier '{from}' at byte {offset} contains look-alike characters; read as '{to}'"
+                )
             }
         }
     }

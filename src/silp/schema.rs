@@ -34,17 +34,17 @@ fn validator() -> &'static jsonschema::Validator {
 pub fn violations(value: &Value) -> Vec<Violation> {
     validator()
         .iter_errors(value)
-        .map(|e| Violation {
-            path: dotted_path(e.instance_path().as_str()),
-            message: e.to_string(),
-        })
+        .map(|e| Violation { path: dotted_path(e.instance_path().as_str()), message: e.to_string() })
         .collect()
 }
 
 /// Checks `value` against the schema and the supported version, then builds the IR.
 pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
     if let Some(first) = violations(value).into_iter().next() {
-        return Err(SilpError::new(ErrorCode::DecodeFailed, format!("IR does not match the SILP schema at {first}")));
+        return Err(SilpError::new(
+            ErrorCode::DecodeFailed,
+            format!("IR does not match the SILP schema at {first}"),
+        ));
     }
     let ir = Ir::from_schema_valid(value);
     check_version(&ir)?;
@@ -88,7 +88,9 @@ mod tests {
 
     #[test]
     fn violations_name_the_json_path() {
-        let v = violations(&json!({"intent": "!CANCEL", "entities": [{"id": 5, "value": "x"}], "meta": {"req_id": "ab"}}));
+        let v = violations(
+            &json!({"intent": "!CANCEL", "entities": [{"id": 5, "value": "x"}], "meta": {"req_id": "ab"}}),
+        );
         let paths: Vec<_> = v.iter().map(|v| v.path.as_str()).collect();
         assert!(paths.contains(&"entities[0].id"), "{v:?}");
         assert!(paths.contains(&"meta.req_id"), "{v:?}");
@@ -103,7 +105,8 @@ mod tests {
 
     #[test]
     fn other_versions_are_unsupported() {
-        let err = parse_ir(&json!({"silp": "v2", "intent": "!CANCEL", "meta": {"req_id": "abcd"}})).unwrap_err();
+        let err =
+            parse_ir(&json!({"silp": "v2", "intent": "!CANCEL", "meta": {"req_id": "abcd"}})).unwrap_err();
         assert_eq!(err.code, ErrorCode::UnsupportedVersion);
     }
 }

@@ -38,7 +38,11 @@ const SEQ_KEYWORDS: [&str; 4] = ["reason_first", "reason_last", "parallel", "seq
 pub fn validate_value(value: &Value, options: ValidateOptions) -> Report {
     let violations = schema::violations(value);
     if !violations.is_empty() {
-        return Report { valid: false, errors: violations.iter().map(ToString::to_string).collect(), warnings: vec![] };
+        return Report {
+            valid: false,
+            errors: violations.iter().map(ToString::to_string).collect(),
+            warnings: vec![],
+        };
     }
     let ir = Ir::from_schema_valid(value);
     if let Err(e) = schema::check_version(&ir) {
@@ -98,10 +102,10 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
     }
 
     for (i, a) in ir.alternatives.iter().enumerate() {
-        if let Some(loc) = a.location.as_deref().filter(|l| !l.is_empty()) {
-            if a.target.as_deref().is_none_or(str::is_empty) {
-                warnings.push(format!("alternative[{i}] has location='{loc}' but no target — usually a mistake"));
-            }
+        if let Some(loc) = a.location.as_deref().filter(|l| !l.is_empty())
+            && a.target.as_deref().is_none_or(str::is_empty)
+        {
+            warnings.push(format!("alternative[{i}] has location='{loc}' but no target — usually a mistake"));
         }
     }
 

@@ -3,8 +3,19 @@
 
 /// Approved verbs, in the reference registry's order.
 pub const APPROVED: [&str; 13] = [
-    "CANCEL", "START", "EMAIL", "FETCH", "PROCESS", "TRANSLATE", "BOOK", "ROUTE", "SEARCH",
-    "UPDATE", "SUGGEST", "SWITCH", "NOTIFY",
+    "CANCEL",
+    "START",
+    "EMAIL",
+    "FETCH",
+    "PROCESS",
+    "TRANSLATE",
+    "BOOK",
+    "ROUTE",
+    "SEARCH",
+    "UPDATE",
+    "SUGGEST",
+    "SWITCH",
+    "NOTIFY",
 ];
 
 /// Excluded verbs and the replacement named in the validator's hint. `RAISE` is itself not

@@ -70,7 +70,10 @@ fn needs_explicit_entities(ir: &Ir) -> bool {
             return true;
         }
         if e.is_primary(&ir.intent) {
-            if RESERVED_SLOTS.contains(&e.id.as_str()) || e.id.starts_with(ACTION_PREFIX) || primary_ids.contains(&e.id.as_str()) {
+            if RESERVED_SLOTS.contains(&e.id.as_str())
+                || e.id.starts_with(ACTION_PREFIX)
+                || primary_ids.contains(&e.id.as_str())
+            {
                 return true;
             }
             primary_ids.push(&e.id);
@@ -99,7 +102,9 @@ fn write_flat_entities(out: &mut String, ir: &Ir) {
         out.push_str(",\"action_");
         out.extend(action.strip_prefix('!').unwrap_or(action).chars().map(|c| c.to_ascii_lowercase()));
         out.push_str("\":[");
-        let members = ir.entities[i..].iter().filter(|s| !s.is_primary(&ir.intent) && s.action.as_deref() == Some(action));
+        let members = ir.entities[i..]
+            .iter()
+            .filter(|s| !s.is_primary(&ir.intent) && s.action.as_deref() == Some(action));
         for (j, member) in members.enumerate() {
             if j > 0 {
                 out.push(',');
@@ -125,11 +130,16 @@ pub fn read(document: Value, notices: &mut Vec<Notice>) -> Result<Parsed, SilpEr
     };
     let intent = match map.shift_remove("intent") {
         Some(Value::String(s)) => action_code(&s, "intent", notices)?,
-        Some(other) => return Err(failed(format!("'intent' must be a string such as \"!CANCEL\", found {}", kind_of(&other)))),
+        Some(other) => {
+            return Err(failed(format!(
+                "'intent' must be a string such as \"!CANCEL\", found {}",
+                kind_of(&other)
+            )));
+        }
         None => return Err(failed("missing 'intent': a json payload needs \"intent\": \"!VERB\"")),
     };
     let constraints = match map.shift_remove("constraints") {
-        Some(v) => list_of(v, "constraints", |obj, path| constraint_from(obj, path))?,
+        Some(v) => list_of(v, "constraints", constraint_from)?,
         None => Vec::new(),
     };
     let alternatives = match map.shift_remove("alternatives") {
@@ -148,9 +158,17 @@ pub fn read(document: Value, notices: &mut Vec<Notice>) -> Result<Parsed, SilpEr
             };
             for (i, v) in values.into_iter().enumerate() {
                 let Value::String(value) = v else {
-                    return Err(failed(format!("{key}[{i}]: secondary action values must be strings, found {}", kind_of(&v))));
+                    return Err(failed(format!(
+                        "{key}[{i}]: secondary action values must be strings, found {}",
+                        kind_of(&v)
+                    )));
                 };
-                entities.push(Entity { id: key.clone(), value, action: Some(action.clone()), extra: Extras::new() });
+                entities.push(Entity {
+                    id: key.clone(),
+                    value,
+                    action: Some(action.clone()),
+                    extra: Extras::new(),
+                });
             }
         } else {
             let value = scalar_text(value, &key)?;
@@ -187,7 +205,9 @@ fn action_code(raw: &str, path: &str, notices: &mut Vec<Notice>) -> Result<Strin
     if is_action_code(&code) {
         return Ok(code);
     }
-    Err(failed(format!("{path}: invalid action code '{raw}': must be '!' followed by upper-case letters and underscores")))
+    Err(failed(format!(
+        "{path}: invalid action code '{raw}': must be '!' followed by upper-case letters and underscores"
+    )))
 }
 
 /// A slot value as text. Numbers and booleans are taken as their JSON spelling; null, arrays
@@ -197,7 +217,10 @@ fn scalar_text(v: Value, path: &str) -> Result<String, SilpError> {
         Value::String(s) => Ok(s),
         Value::Number(n) => Ok(n.to_string()),
         Value::Bool(b) => Ok(b.to_string()),
-        other => Err(failed(format!("{path}: a value must be a string, number or boolean, found {}", kind_of(&other)))),
+        other => Err(failed(format!(
+            "{path}: a value must be a string, number or boolean, found {}",
+            kind_of(&other)
+        ))),
     }
 }
 
@@ -243,7 +266,11 @@ fn constraint_from(mut obj: Map<String, Value>, path: &str) -> Result<Constraint
     Ok(Constraint { kind, value, time, extra: obj })
 }
 
-fn alternative_from(mut obj: Map<String, Value>, path: &str, notices: &mut Vec<Notice>) -> Result<Alternative, SilpError> {
+fn alternative_from(
+    mut obj: Map<String, Value>,
+    path: &str,
+    notices: &mut Vec<Notice>,
+) -> Result<Alternative, SilpError> {
     let action = take_string(&mut obj, "action", path)?;
     let action = action_code(&action, &format!("{path}.action"), notices)?;
     let target = take_optional(&mut obj, "target", path)?;
@@ -251,7 +278,11 @@ fn alternative_from(mut obj: Map<String, Value>, path: &str, notices: &mut Vec<N
     Ok(Alternative { action, target, location, extra: obj })
 }
 
-fn entity_from(mut obj: Map<String, Value>, path: &str, notices: &mut Vec<Notice>) -> Result<Entity, SilpError> {
+fn entity_from(
+    mut obj: Map<String, Value>,
+    path: &str,
+    notices: &mut Vec<Notice>,
+) -> Result<Entity, SilpError> {
     let id = take_string(&mut obj, "id", path)?;
     let value = take_string(&mut obj, "value", path)?;
     let action = match take_optional(&mut obj, "action", path)? {

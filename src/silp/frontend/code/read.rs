@@ -54,7 +54,10 @@ impl Parser<'_, '_> {
     fn payload(&mut self) -> Result<Parsed, SilpError> {
         self.skip_ws();
         if self.at_end() {
-            return Err(SilpError::syntax(0..self.src.len(), "empty payload: expected a function call such as 'cancel(flight)'"));
+            return Err(SilpError::syntax(
+                0..self.src.len(),
+                "empty payload: expected a function call such as 'cancel(flight)'",
+            ));
         }
         let mut constraints = Vec::new();
         if self.keyword_then_space("if") {
@@ -158,7 +161,10 @@ impl Parser<'_, '_> {
             _ if flag_allowed => Ok(Constraint::new(kind, "")),
             _ => Err(SilpError::syntax(
                 start..self.word_end(),
-                format!("cannot parse constraint '{}': expected '(' or a comparison operator after '{kind}'", self.word_preview(start)),
+                format!(
+                    "cannot parse constraint '{}': expected '(' or a comparison operator after '{kind}'",
+                    self.word_preview(start)
+                ),
             )),
         }
     }
@@ -220,8 +226,20 @@ impl Parser<'_, '_> {
             let mut c = Constraint::new(kind.clone(), "true");
             match args.len() {
                 1 => c.time = args.pop(),
-                0 => return Err(SilpError::syntax(span, format!("cannot parse constraint '{text}': '!{name}()' needs a time inside the parentheses, or none at all"))),
-                _ => return Err(SilpError::syntax(span, format!("cannot parse constraint '{text}': a negation takes one argument, the time"))),
+                0 => {
+                    return Err(SilpError::syntax(
+                        span,
+                        format!(
+                            "cannot parse constraint '{text}': '!{name}()' needs a time inside the parentheses, or none at all"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err(SilpError::syntax(
+                        span,
+                        format!("cannot parse constraint '{text}': a negation takes one argument, the time"),
+                    ));
+                }
             }
             return Ok(c);
         }
@@ -242,7 +260,14 @@ impl Parser<'_, '_> {
                 let value = args.pop().unwrap_or_default();
                 (args.pop(), value, time)
             }
-            n => return Err(SilpError::syntax(span, format!("cannot parse constraint '{text}': {n} arguments; expected at most subject, value and time"))),
+            n => {
+                return Err(SilpError::syntax(
+                    span,
+                    format!(
+                        "cannot parse constraint '{text}': {n} arguments; expected at most subject, value and time"
+                    ),
+                ));
+            }
         };
         let mut c = Constraint::new(kind, value);
         c.time = time;
@@ -262,15 +287,21 @@ impl Parser<'_, '_> {
         loop {
             self.skip_ws();
             let key_start = self.pos;
-            let Some(index) = CONSTRAINT_KEYS.iter().position(|k| {
-                self.src[self.pos..].strip_prefix(k).is_some_and(|r| r.starts_with('='))
-            }) else {
-                return Err(self.error_here("expected one of value=, subject=, time=, op= (this constraint uses named fields)"));
+            let Some(index) = CONSTRAINT_KEYS
+                .iter()
+                .position(|k| self.src[self.pos..].strip_prefix(k).is_some_and(|r| r.starts_with('=')))
+            else {
+                return Err(self.error_here(
+                    "expected one of value=, subject=, time=, op= (this constraint uses named fields)",
+                ));
             };
             self.pos += CONSTRAINT_KEYS[index].len() + 1;
             let value = self.argument_value(&[','], start)?.unwrap_or_default();
             if fields[index].replace(value).is_some() {
-                return Err(SilpError::syntax(key_start..self.pos, format!("'{}=' is given twice", CONSTRAINT_KEYS[index])));
+                return Err(SilpError::syntax(
+                    key_start..self.pos,
+                    format!("'{}=' is given twice", CONSTRAINT_KEYS[index]),
+                ));
             }
             if !self.eat(',') {
                 break;
@@ -313,7 +344,11 @@ impl Parser<'_, '_> {
                 self.skip_ws();
                 sequential = true;
                 calls.push(self.call(true)?);
-            } else if spaced_with_newline && self.peek().is_some_and(is_word_char) && !self.at_keyword("else") && !self.at_keyword("with") {
+            } else if spaced_with_newline
+                && self.peek().is_some_and(is_word_char)
+                && !self.at_keyword("else")
+                && !self.at_keyword("with")
+            {
                 calls.push(self.call(false)?);
             } else {
                 self.pos = before;
@@ -333,7 +368,10 @@ impl Parser<'_, '_> {
             }
             return Err(SilpError::syntax(
                 start..self.word_end().max(self.pos + 1).min(self.src.len()),
-                format!("cannot parse function call '{}': expected '(' after the function name", self.word_preview(start)),
+                format!(
+                    "cannot parse function call '{}': expected '(' after the function name",
+                    self.word_preview(start)
+                ),
             ));
         }
         self.pos += 1;
@@ -363,7 +401,8 @@ impl Parser<'_, '_> {
             return Ok(Some(Argument::Positional(s)));
         }
         let arg_start = self.pos;
-        let name_len: usize = self.src[self.pos..].chars().take_while(|c| is_word_char(*c)).map(char::len_utf8).sum();
+        let name_len: usize =
+            self.src[self.pos..].chars().take_while(|c| is_word_char(*c)).map(char::len_utf8).sum();
         if name_len > 0 && self.src[self.pos + name_len..].starts_with('=') {
             let key_span = arg_start..arg_start + name_len;
             self.pos += name_len + 1;
@@ -373,7 +412,9 @@ impl Parser<'_, '_> {
                     return Ok(Some(Argument::Keyword(key, value)));
                 }
                 // `k=` with nothing after it is the positional value "k=", as in the reference.
-                None => return Ok(Some(Argument::Positional(self.src[arg_start..self.pos].trim().to_owned()))),
+                None => {
+                    return Ok(Some(Argument::Positional(self.src[arg_start..self.pos].trim().to_owned())));
+                }
             }
         }
         Ok(self.argument_value(&[','], call_start)?.map(Argument::Positional))
@@ -401,7 +442,10 @@ impl Parser<'_, '_> {
             self.pos += c.len_utf8();
         }
         if self.at_end() {
-            return Err(SilpError::syntax(call_start..self.src.len(), format!("unclosed '(' in '{}': expected ')'", self.preview(call_start))));
+            return Err(SilpError::syntax(
+                call_start..self.src.len(),
+                format!("unclosed '(' in '{}': expected ')'", self.preview(call_start)),
+            ));
         }
         let text = self.src[start..self.pos].trim();
         Ok((!text.is_empty()).then(|| text.to_owned()))
@@ -413,7 +457,10 @@ impl Parser<'_, '_> {
             return Ok(());
         }
         if self.at_end() {
-            return Err(SilpError::syntax(call_start..self.src.len(), format!("unclosed '(' in '{}': expected ')'", self.preview(call_start))));
+            return Err(SilpError::syntax(
+                call_start..self.src.len(),
+                format!("unclosed '(' in '{}': expected ')'", self.preview(call_start)),
+            ));
         }
         Err(self.error_here("expected ',' or ')'"))
     }
@@ -440,7 +487,13 @@ impl Parser<'_, '_> {
         let start = self.pos;
         let action = self.verb()?;
         if !self.eat('(') {
-            return Err(SilpError::syntax(start..self.word_end().max(start + 1).min(self.src.len()), format!("cannot parse alternative '{}': expected '(' after the function name", self.word_preview(start))));
+            return Err(SilpError::syntax(
+                start..self.word_end().max(start + 1).min(self.src.len()),
+                format!(
+                    "cannot parse alternative '{}': expected '(' after the function name",
+                    self.word_preview(start)
+                ),
+            ));
         }
         let mut alt = Alternative { action, target: None, location: None, extra: Extras::new() };
         loop {
@@ -479,7 +532,9 @@ impl Parser<'_, '_> {
             return Err(SilpError::at(
                 ErrorCode::DecodeFailed,
                 start..self.pos,
-                format!("invalid action code '{verb}': function names are letters and underscores, starting with a letter"),
+                format!(
+                    "invalid action code '{verb}': function names are letters and underscores, starting with a letter"
+                ),
             ));
         }
         Ok(verb)
@@ -493,7 +548,10 @@ impl Parser<'_, '_> {
         }
         if self.pos == start {
             let found = self.peek().map_or("the end of the payload".to_owned(), |c| format!("'{c}'"));
-            return Err(SilpError::syntax(start..(start + 1).min(self.src.len()), format!("expected {what}, found {found}")));
+            return Err(SilpError::syntax(
+                start..(start + 1).min(self.src.len()),
+                format!("expected {what}, found {found}"),
+            ));
         }
         self.identifier(start..self.pos, what)
     }
@@ -504,13 +562,20 @@ impl Parser<'_, '_> {
         match sanitize::ascii_identifier(raw) {
             Ok(ascii) => {
                 if ascii != raw {
-                    self.notices.push(Notice::HomoglyphMapped { from: raw.to_owned(), to: ascii.to_string(), offset: span.start });
+                    self.notices.push(Notice::HomoglyphMapped {
+                        from: raw.to_owned(),
+                        to: ascii.to_string(),
+                        offset: span.start,
+                    });
                 }
                 Ok(ascii.into_owned())
             }
             Err(c) => Err(SilpError::syntax(
                 span,
-                format!("{what} '{raw}' has the non-ASCII character '{c}' (U+{:04X}); names must be ASCII, values may be quoted", c as u32),
+                format!(
+                    "{what} '{raw}' has the non-ASCII character '{c}' (U+{:04X}); names must be ASCII, values may be quoted",
+                    c as u32
+                ),
             )),
         }
     }
@@ -560,7 +625,8 @@ impl Parser<'_, '_> {
 
     /// Consumes `word` when it is followed by whitespace.
     fn keyword_then_space(&mut self, word: &str) -> bool {
-        if self.src[self.pos..].starts_with(word) && self.peek_at(word.len()).is_some_and(char::is_whitespace) {
+        if self.src[self.pos..].starts_with(word) && self.peek_at(word.len()).is_some_and(char::is_whitespace)
+        {
             self.pos += word.len();
             true
         } else {

@@ -195,4 +195,3 @@ fn write_keyed(out: &mut String, c: &Constraint) {
     }
     out.push(')');
 }
-

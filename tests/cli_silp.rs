@@ -1,0 +1,172 @@
+//! The `silpgate silp` command line, driven as other tools drive it: real process, stdin,
+//! stdout, stderr and exit status.
+
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn silpgate(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("silpgate runs");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
+    child.wait_with_output().expect("silpgate exits")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
+}
+
+const CASE2: &str = r#"{"silp":"v1","version":"ir-v0.1","intent":"!START","entities":[{"id":"act","value":"hike","action":"!START"}],"constraints":[{"type":"!rain","value":"true","time":"t+1"}],"alternatives":[{"action":"!START","target":"cards","location":"indoor"}],"meta":{"priority":1,"confidence":0.95,"seq":[],"out":"code","req_id":"b7e2"}}"#;
+
+#[test]
+fn compile_prints_the_surface_text() {
+    let o = silpgate(&["silp", "compile", "--frontend", "code"], CASE2);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "if !rain(t+1): start(hike) else: start(cards@indoor)\n");
+    let o = silpgate(&["silp", "compile", "--frontend", "natural", "-"], CASE2);
+    assert_eq!(stdout(&o), "If not rain at t+1, start hike otherwise start cards indoors.\n");
+}
+
+#[test]
+fn decode_prints_canonical_compact_ir_with_an_8_hex_req_id() {
+    let o = silpgate(
+        &["silp", "decode", "--frontend", "code"],
+        "if !rain(t+1): start(hike) else: start(cards@indoor)\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ir: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON out");
+    assert_eq!(ir["intent"], "!START");
+    assert_eq!(ir["meta"]["req_id"].as_str().map(str::len), Some(8));
+    assert!(stdout(&o).starts_with(r#"{"silp":"v1","version":"ir-v0.1","intent":"!START","entities":[{"id":"act","value":"hike","action":"!START"}]"#));
+}
+
+#[test]
+fn decode_in_reference_mode_reproduces_the_reference_req_id() {
+    // The reference hashes the text without its else branch: 'e008' for both.
+    for text in ["if !rain(t+1): start(hike)", "if !rain(t+1): start(hike) else: start(cards@indoor)"] {
+        let o = silpgate(&["silp", "decode", "--frontend", "code", "--compat", "reference"], text);
+        let ir: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON out");
+        assert_eq!(ir["meta"]["req_id"], "e008", "{text}");
+    }
+    let o = silpgate(&["silp", "decode", "--frontend", "code", "--req-id-len", "4"], "cancel(x)");
+    let ir: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON out");
+    assert_eq!(ir["meta"]["req_id"].as_str().map(str::len), Some(4));
+}
+
+#[test]
+fn a_syntax_error_shows_line_column_and_a_caret_and_exits_1() {
+    let o = silpgate(&["silp", "decode", "--frontend", "code"], "if rain > : cancel(x)");
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.starts_with("error[invalid_syntax]: "), "{err}");
+    assert!(err.contains("--> 1:"), "{err}");
+    assert!(err.contains("\n1 | if rain > : cancel(x)\n"), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l.trim_start_matches([' ', '|']).starts_with('^')), "{err}");
+}
+
+#[test]
+fn sanitiser_notices_go_to_stderr() {
+    let o = silpgate(&["silp", "decode", "--frontend", "code"], "\u{FEFF}с\u{0430}ncel(flight)");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("warning: stripped invisible character U+FEFF at byte 0"), "{err}");
+    assert!(err.contains("read as 'cancel'"), "{err}");
+}
+
+#[test]
+fn lines_mode_answers_each_line_and_keeps_going() {
+    let input = "\"cancel(flight)\"\n\"cancel(\"\nnot json\n\"if disk>90%: switch(backup_mode)\"\n";
+    let o = silpgate(&["silp", "decode", "--frontend", "code", "--lines"], input);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[0]["ok"]["entities"][0]["value"], "flight");
+    assert_eq!(lines[1]["error"]["code"], "invalid_syntax");
+    assert_eq!(lines[2]["error"]["code"], "invalid_syntax");
+    assert_eq!(lines[3]["ok"]["constraints"][0]["value"], "90%");
+
+    let o = silpgate(
+        &["silp", "compile", "--frontend", "json", "--lines"],
+        &format!("{CASE2}\n{{\"intent\":\"x\"}}\n"),
+    );
+    let lines: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    assert_eq!(
+        lines[0]["ok"],
+        r#"{"intent":"!START","act":"hike","constraints":[{"type":"!rain","value":"true","time":"t+1"}],"alternatives":[{"action":"!START","target":"cards","location":"indoor"}]}"#
+    );
+    assert_eq!(lines[1]["error"]["code"], "decode_failed");
+}
+
+#[test]
+fn validate_reports_rules_and_exit_status() {
+    let o = silpgate(&["silp", "validate"], CASE2);
+    assert_eq!(o.status.code(), Some(0));
+    let report: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON report");
+    assert_eq!(report["valid"], true);
+    assert_eq!(
+        report["warnings"][0],
+        "constraint type='!rain' with value='true' creates a double-negative; consider value='false' for the base type"
+    );
+
+    let escalate = CASE2.replace("\"intent\":\"!START\"", "\"intent\":\"!ESCALATE\"");
+    let o = silpgate(&["silp", "validate"], &escalate);
+    assert_eq!(o.status.code(), Some(1));
+    let report: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON report");
+    assert_eq!(report["errors"][0], "intent: verb 'ESCALATE' not in whitelist. Use !RAISE instead.");
+    let o = silpgate(&["silp", "validate", "--no-whitelist"], &escalate);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+
+    let o = silpgate(&["silp", "validate"], &CASE2.replace("b7e2", "xyz"));
+    let report: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON report");
+    assert!(report["errors"][0].as_str().is_some_and(|e| e.starts_with("meta.req_id: ")), "{report}");
+}
+
+#[test]
+fn hash_matches_the_reference_ir_hash() {
+    let o = silpgate(&["silp", "hash"], CASE2);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expected = format!("sha256:{}\n", silpgate::silp::ir::sha256_hex(
+        br#"{"silp":"v1","version":"ir-v0.1","intent":"!START","entities":[{"id":"act","value":"hike","action":"!START"}],"constraints":[{"type":"!rain","value":"true","time":"t+1"}],"alternatives":[{"action":"!START","target":"cards","location":"indoor"}],"meta":{"priority":1,"confidence":0.95,"seq":[],"out":"code","req_id":"b7e2"}}"#));
+    assert_eq!(stdout(&o), expected);
+}
+
+#[test]
+fn unknown_frontends_and_baseline_decodes_are_usage_errors() {
+    let o = silpgate(&["silp", "compile", "--frontend", "math"], CASE2);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unsupported_frontend"), "{}", stderr(&o));
+    let o = silpgate(&["silp", "decode", "--frontend", "natural"], "cancel flight.");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unsupported_frontend"), "{}", stderr(&o));
+    let o = silpgate(&["silp", "decode", "--frontend", "code", "--req-id-len", "9"], "cancel(x)");
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn unsupported_versions_are_named() {
+    let o = silpgate(
+        &["silp", "compile", "--frontend", "code"],
+        &CASE2.replace("\"silp\":\"v1\"", "\"silp\":\"v2\""),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("error[unsupported_version]"), "{}", stderr(&o));
+}
+
+#[test]
+fn oversized_input_is_refused() {
+    let o = silpgate(
+        &["silp", "decode", "--frontend", "code", "--max-input-bytes", "16"],
+        "cancel(abcdefghijklmnopqrstuvwxyz)",
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("larger than the limit of 16 bytes"), "{}", stderr(&o));
+}
