@@ -1,9 +1,15 @@
 //! silpgate: a gateway that carries SILP payloads inside NLIP envelopes between AI agents.
 //!
-//! Layout:
+//! Three layers, one direction (wire -> envelope -> payload), none reaching two layers down:
 //! - [`silp`]: the payload codec (IR, schema, validator, sanitiser, frontends). Knows nothing
 //!   about envelopes or transports.
-//! - [`cli`]: the `silpgate` command line.
+//! - [`nlip`]: the envelope layer (message model, JSON and CBOR, tokens, error messages).
+//! - [`gateway`]: the transport-free core that decides, for one envelope, what goes out where;
+//!   with its storage interface.
+//! - [`config`]: the TOML configuration; [`cli`]: the command line.
 
 pub mod cli;
+pub mod config;
+pub mod gateway;
+pub mod nlip;
 pub mod silp;

@@ -2,6 +2,7 @@
 //! input was invalid, 2 usage error.
 
 mod input;
+mod nlip;
 mod silp;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,12 @@ enum Command {
     /// Compile, decode, validate and hash SILP payloads.
     #[command(subcommand)]
     Silp(silp::SilpCommand),
+    /// Read and write NLIP envelopes.
+    #[command(subcommand)]
+    Nlip(nlip::NlipCommand),
+    /// Run the gateway core.
+    #[command(subcommand)]
+    Gateway(nlip::GatewayCommand),
 }
 
 /// Exit status for an invalid input.
@@ -33,5 +40,7 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Silp(command) => silp::run(command),
+        Command::Nlip(command) => nlip::run_nlip(command),
+        Command::Gateway(command) => nlip::run_gateway(command),
     }
 }

@@ -1,0 +1,218 @@
+//! The TOML configuration. Every field is documented where it is declared; unknown keys are
+//! errors. `config/silpgate.toml` is the annotated default.
+
+use crate::silp::Frontend;
+use serde::Deserialize;
+use std::path::Path;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// This gateway's identity on the bus.
+    pub gateway: GatewayConfig,
+    /// SILP codec settings applied on every route.
+    pub silp: SilpConfig,
+    /// NLIP envelope limits.
+    pub nlip: NlipConfig,
+    /// Conversation sessions.
+    pub sessions: SessionConfig,
+    /// Downstream agents and the frontends they accept.
+    pub agents: Vec<AgentConfig>,
+    /// Routing rules, tried in order; the first match wins.
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Name of this gateway; `//ping` answers and own tokens carry it. Default `silpgate`.
+    pub name: String,
+    /// Frontend used when nothing else decides (route, profile, `meta.out`). Default `code`.
+    #[serde(deserialize_with = "frontend")]
+    pub default_frontend: Frontend,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig { name: "silpgate".into(), default_frontend: Frontend::Code }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SilpConfig {
+    /// Refuse verbs outside the draft's 13-verb whitelist. Default true.
+    pub whitelist: bool,
+    /// Strip zero-width characters and map look-alike identifiers (reported). Default true.
+    pub sanitize: bool,
+    /// Hex length of a `meta.req_id` silpgate assigns, 4..=8. Default 8 (the draft's MUST).
+    pub req_id_len: usize,
+    /// Largest SILP payload, in bytes. Default 1 MiB.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for SilpConfig {
+    fn default() -> Self {
+        SilpConfig { whitelist: true, sanitize: true, req_id_len: 8, max_payload_bytes: 1 << 20 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NlipConfig {
+    /// Largest encoded NLIP message, in bytes. Default 1 MiB.
+    pub max_message_bytes: usize,
+    /// Deepest nesting of arrays and objects in a message. Default 32.
+    pub max_depth: usize,
+    /// Most submessages in one message. Default 256.
+    pub max_submessages: usize,
+}
+
+impl Default for NlipConfig {
+    fn default() -> Self {
+        NlipConfig { max_message_bytes: 1 << 20, max_depth: 32, max_submessages: 256 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Renew (reset the context of) a session every N turns: 1, 5, 10, 15, 20 or 9999
+    /// (9999: never). Default 10.
+    pub heartbeat: u32,
+    /// A session idle this long expires; its conversation then answers `session_expired`.
+    /// Default 1800 seconds.
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig { heartbeat: 10, idle_timeout_secs: 1800 }
+    }
+}
+
+/// The heartbeat values of draft §5.2.
+pub const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The agent's name, as routes name it.
+    pub name: String,
+    /// Frontends the agent accepts, most preferred first.
+    #[serde(deserialize_with = "frontends")]
+    pub frontends: Vec<Frontend>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// A name for logs and traces.
+    pub name: String,
+    /// What a message must look like to take this route; an empty match takes everything.
+    #[serde(default, rename = "match")]
+    pub matcher: RouteMatch,
+    /// The agent to send to, or `reply` to answer the sender.
+    pub destination: String,
+    /// What to do with SILP payloads on this route.
+    pub mode: RouteMode,
+    /// Send this frontend, overriding the agent's profile and the IR's `meta.out`.
+    #[serde(default, deserialize_with = "optional_frontend")]
+    pub frontend: Option<Frontend>,
+}
+
+/// Conditions of a route; all given ones must hold.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteMatch {
+    /// The source (queue, listener) the message came from.
+    pub source: Option<String>,
+    /// The label of a SILP submessage.
+    pub label: Option<String>,
+    /// The message's `messagetype` (case-insensitive).
+    pub messagetype: Option<String>,
+    /// The SILP intent, e.g. `!BOOK`.
+    pub intent: Option<String>,
+    /// The IR's `meta.next_agent`.
+    pub next_agent: Option<String>,
+}
+
+/// What a route does to SILP payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteMode {
+    /// IR -> the chosen surface frontend.
+    Encode,
+    /// Surface -> IR.
+    Decode,
+    /// Surface -> the chosen (other) surface frontend.
+    Transcode,
+    /// Check the payload and forward it unchanged.
+    Validate,
+}
+
+/// Why a configuration is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Parse(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Config::parse(&text).map_err(|e| match e {
+            ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Parses and checks a configuration; parse errors carry line and column.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if !HEARTBEATS.contains(&self.sessions.heartbeat) {
+            return Err(ConfigError::Invalid(format!(
+                "sessions.heartbeat = {} is not one of {HEARTBEATS:?}",
+                self.sessions.heartbeat
+            )));
+        }
+        if !crate::silp::req_id::LENGTHS.contains(&self.silp.req_id_len) {
+            return Err(ConfigError::Invalid(format!("silp.req_id_len = {} is not in 4..=8", self.silp.req_id_len)));
+        }
+        for route in &self.routes {
+            let known = route.destination == "reply" || self.agents.iter().any(|a| a.name == route.destination);
+            if !known {
+                return Err(ConfigError::Invalid(format!(
+                    "route '{}': destination '{}' is neither 'reply' nor a configured agent",
+                    route.name, route.destination
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn frontend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Frontend, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message))
+}
+
+fn optional_frontend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Frontend>, D::Error> {
+    frontend(d).map(Some)
+}
+
+fn frontends<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    names.iter().map(|n| n.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message))).collect()
+}

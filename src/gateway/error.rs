@@ -1,0 +1,77 @@
+//! Why the gateway core could not deliver a message, and what the transport must do about it.
+
+use super::store::StoreError;
+use crate::nlip::NlipError;
+use crate::silp::SilpError;
+
+/// What a transport does with an inbound message the core did not deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// The message can never succeed: reject it (dead-letter), answer the sender.
+    Poison,
+    /// Something outside the message failed: retry later.
+    Transient,
+    /// Already handled: acknowledge without doing anything.
+    Duplicate,
+    /// silpgate itself is broken: stop and page someone.
+    Fatal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("{0}")]
+    Envelope(#[from] NlipError),
+    #[error("{path}: {error}")]
+    Silp { path: String, error: SilpError },
+    #[error("{path}: IR is not valid: {}", errors.join("; "))]
+    Invalid { path: String, errors: Vec<String> },
+    #[error("no route matches this message")]
+    NoRoute,
+    #[error("session {id} of this conversation has expired; start a new conversation")]
+    SessionExpired { id: String },
+    #[error("all session ids are in use; try again when sessions expire")]
+    SessionsExhausted,
+    #[error("//ping: {0}")]
+    Ping(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl GatewayError {
+    /// The one place that maps an error to a disposition.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            GatewayError::Envelope(_)
+            | GatewayError::Silp { .. }
+            | GatewayError::Invalid { .. }
+            | GatewayError::NoRoute
+            | GatewayError::SessionExpired { .. }
+            | GatewayError::Ping(_) => Disposition::Poison,
+            GatewayError::SessionsExhausted | GatewayError::Store(StoreError::Unavailable(_)) => Disposition::Transient,
+            GatewayError::Store(StoreError::Corrupt(_)) => Disposition::Fatal,
+        }
+    }
+
+    /// The message for the peer, without the code and location that travel beside it.
+    pub fn detail(&self) -> String {
+        match self {
+            GatewayError::Envelope(e) => e.message.clone(),
+            GatewayError::Silp { error, .. } => error.message.clone(),
+            GatewayError::Invalid { errors, .. } => format!("IR is not valid: {}", errors.join("; ")),
+            other => other.to_string(),
+        }
+    }
+
+    /// The error code sent back to the peer.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GatewayError::Envelope(e) => e.kind.code(),
+            GatewayError::Silp { error, .. } => error.code.as_str(),
+            GatewayError::Invalid { .. } => "decode_failed",
+            GatewayError::NoRoute => "no_route",
+            GatewayError::SessionExpired { .. } => "session_expired",
+            GatewayError::SessionsExhausted | GatewayError::Store(_) => "unavailable",
+            GatewayError::Ping(_) => "invalid_ping",
+        }
+    }
+}

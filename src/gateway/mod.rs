@@ -1,0 +1,279 @@
+//! The transport-free gateway core: for one inbound NLIP envelope, decide what goes out and
+//! where. Transports (HTTP, WebSocket, AMQP) are thin adapters around [`Gateway::handle`].
+//!
+//! For each message: recognise a redelivery (ledger); answer `//ping` and other control
+//! messages; read every SILP payload into an IR (schema, sanitiser, validator); pick the route;
+//! count the conversation's turn; write each payload in the form the route and the receiving
+//! agent call for (through the compile.lock); pass everything else through untouched.
+
+pub mod choose;
+pub mod envelope;
+pub mod error;
+pub mod negotiate;
+pub mod payload;
+pub mod route;
+pub mod session;
+pub mod store;
+
+pub use envelope::{ChoiceReason, Destination, Inbound, Note, Origin, Outbound, Outcome, Status, Transport};
+pub use error::{Disposition, GatewayError};
+pub use store::{MemoryStore, Store};
+
+use crate::config::{Config, RouteMode};
+use crate::nlip::reply::{self, Location};
+use crate::nlip::{Content, Format, Message, NlipError, Submessage};
+use crate::silp::validate::{self, ValidateOptions};
+use crate::silp::{DecodeOptions, Frontend, ReqIdMode, ir::Ir};
+use payload::{OutputForm, SilpForm};
+use serde_json::json;
+use session::SessionPolicy;
+use std::sync::Arc;
+use store::{AgentProfile, LedgerState, ProfileSource};
+
+/// The gateway core: configuration plus state.
+pub struct Gateway {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    decode_options: DecodeOptions,
+}
+
+/// A SILP payload found in the envelope: where it is and what it says.
+struct Unit {
+    /// `None`: the message's own content; `Some(i)`: submessage `i`.
+    index: Option<usize>,
+    path: String,
+    ir: Ir,
+    explicit_out: Option<Frontend>,
+}
+
+impl Gateway {
+    pub fn new(config: Arc<Config>, store: Arc<dyn Store>) -> Self {
+        let decode_options = DecodeOptions {
+            sanitize: config.silp.sanitize,
+            req_id: ReqIdMode::Hash { len: config.silp.req_id_len },
+            max_input_bytes: config.silp.max_payload_bytes,
+        };
+        Gateway { config, store, decode_options }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Handles one inbound envelope.
+    pub fn handle(&self, inbound: Inbound) -> Outcome {
+        let mut notes = Vec::new();
+        match self.try_handle(&inbound, &mut notes) {
+            Ok(Some(outbound)) => Outcome { status: Status::Delivered, outbound, notes },
+            Ok(None) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes },
+            Err((error, location)) => {
+                let outbound = self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
+                Outcome { status: Status::Failed(error), outbound, notes }
+            }
+        }
+    }
+
+    /// The outcome for bytes a transport could not even decode into an envelope.
+    pub fn reject_undecodable(&self, error: NlipError) -> Outcome {
+        let location = error.path.clone().map_or(Location::None, Location::Path);
+        let error = GatewayError::Envelope(error);
+        let outbound = self.error_reply(&error, &location, None).into_iter().collect();
+        Outcome { status: Status::Failed(error), outbound, notes: Vec::new() }
+    }
+
+    /// An error message for the sender, echoing its tokens. Errors are never answered with
+    /// errors: that way two gateways cannot bounce one back and forth.
+    fn error_reply(&self, error: &GatewayError, location: &Location, request: Option<&Message>) -> Option<Outbound> {
+        if request.is_some_and(Message::is_error) {
+            return None;
+        }
+        let mut envelope = reply::error_message(error.code(), &error.detail(), location);
+        if let Some(request) = request {
+            reply::echo_tokens(&mut envelope, request, &self.config.gateway.name);
+        }
+        Some(Outbound { destination: Destination::Reply, envelope })
+    }
+
+    fn try_handle(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Option<Vec<Outbound>>, (GatewayError, Location)> {
+        let message = &inbound.envelope;
+        let message_id = inbound.origin.message_id.as_deref();
+        if let Some(id) = message_id
+            && self.store.ledger(id).map_err(|e| nowhere(e.into()))? == Some(LedgerState::Published)
+        {
+            return Ok(None);
+        }
+        if negotiate::is_ping(message) {
+            return self.answer_ping(inbound, notes).map(Some).map_err(nowhere);
+        }
+        if message.is_control() {
+            let mut ack = Message::text(format!("{}: control message received", self.config.gateway.name))
+                .with_messagetype("control");
+            reply::echo_tokens(&mut ack, message, &self.config.gateway.name);
+            return Ok(Some(vec![Outbound { destination: Destination::Reply, envelope: ack }]));
+        }
+
+        let units = self.read_units(message, notes)?;
+        let first = units.first().map(|u| &u.ir);
+        let facts = route::RouteFacts {
+            source: &inbound.origin.source,
+            messagetype: message.messagetype.as_deref(),
+            labels: units.iter().filter_map(|u| label_of(message, u.index)).collect(),
+            intent: first.map(|ir| ir.intent.as_str()),
+            next_agent: first.and_then(|ir| ir.meta.next_agent.as_deref()),
+        };
+        let route = route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?;
+        notes.push(Note::Route(route.name.clone()));
+
+        let mut outbound = Vec::with_capacity(2);
+        let session = match message.conversation_token() {
+            Some(token) if !units.is_empty() => {
+                let policy = SessionPolicy {
+                    heartbeat: self.config.sessions.heartbeat,
+                    idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
+                };
+                let turn = session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy).map_err(nowhere)?;
+                notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
+                Some(turn)
+            }
+            _ => None,
+        };
+
+        let destination = match route.destination.as_str() {
+            "reply" => Destination::Reply,
+            agent => Destination::Agent(agent.to_owned()),
+        };
+        if let Some(turn) = session.as_ref().filter(|t| t.renewed) {
+            let content = json!({ "silp": "v1", "session": turn.id, "renewed": true, "turn": turn.turn });
+            let mut notice = Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control");
+            reply::echo_tokens(&mut notice, message, &self.config.gateway.name);
+            outbound.push(Outbound { destination: destination.clone(), envelope: notice });
+        }
+
+        let accepted = match &destination {
+            Destination::Agent(agent) => self.accepted_frontends(agent).map_err(nowhere)?,
+            Destination::Reply => None,
+        };
+        let mut envelope = message.clone();
+        for mut unit in units {
+            if route.mode == RouteMode::Validate {
+                continue;
+            }
+            if let Some(turn) = &session {
+                unit.ir.meta.session_id = Some(turn.id.clone());
+            }
+            let form = match route.mode {
+                RouteMode::Decode => OutputForm::Ir,
+                _ => {
+                    let choice = choose::choose(route.frontend, accepted.as_deref(), unit.explicit_out, self.config.gateway.default_frontend);
+                    notes.push(Note::Frontend {
+                        path: unit.path.clone(),
+                        frontend: choice.frontend,
+                        reason: choice.reason,
+                        degraded_from: choice.degraded_from,
+                    });
+                    OutputForm::Surface(choice.frontend)
+                }
+            };
+            let text = match form {
+                OutputForm::Surface(frontend) => Some(self.compile_locked(&unit.ir, frontend, inbound.received_at, notes).map_err(nowhere)?),
+                OutputForm::Ir => None,
+            };
+            let (format, subformat, content) = payload::render(&unit.ir, form, text);
+            match unit.index {
+                None => {
+                    envelope.format = format;
+                    envelope.subformat = subformat.to_owned();
+                    envelope.content = content;
+                }
+                Some(i) => {
+                    let sub = &mut envelope.submessages.as_mut().expect("unit index points at a submessage")[i];
+                    sub.format = format;
+                    sub.subformat = subformat.to_owned();
+                    sub.content = content;
+                }
+            }
+        }
+        outbound.push(Outbound { destination, envelope });
+
+        if let Some(id) = message_id {
+            self.store.set_ledger(id, LedgerState::Pending, inbound.received_at).map_err(|e| nowhere(e.into()))?;
+        }
+        Ok(Some(outbound))
+    }
+
+    /// Reads, checks and validates every SILP payload of the message.
+    fn read_units(&self, message: &Message, notes: &mut Vec<Note>) -> Result<Vec<Unit>, (GatewayError, Location)> {
+        let top = std::iter::once((None, message.format, message.subformat.as_str(), &message.content));
+        let subs = message.submessages().iter().enumerate().map(|(i, s)| (Some(i), s.format, s.subformat.as_str(), &s.content));
+        let rules = ValidateOptions { enforce_whitelist: self.config.silp.whitelist };
+        let mut units = Vec::new();
+        for (index, format, subformat, content) in top.chain(subs) {
+            let Some(form) = payload::silp_form(format, subformat) else { continue };
+            let path = index.map_or_else(|| "content".to_owned(), |i| format!("submessages[{i}].content"));
+            let read = payload::read(form, content, &self.decode_options, self.config.silp.req_id_len).map_err(|error| {
+                let location = match &error.span {
+                    Some(span) if form == SilpForm::Code => Location::Span { path: path.clone(), span: span.clone() },
+                    _ => Location::Path(path.clone()),
+                };
+                (GatewayError::Silp { path: path.clone(), error }, location)
+            })?;
+            let report = validate::validate(&read.ir, rules);
+            if !report.valid {
+                return Err((GatewayError::Invalid { path: path.clone(), errors: report.errors }, Location::Path(path)));
+            }
+            notes.extend(read.notices.into_iter().map(|notice| Note::Sanitized { path: path.clone(), notice }));
+            notes.push(Note::Payload { path: path.clone(), intent: read.ir.intent.clone(), req_id: read.ir.meta.req_id.clone() });
+            units.push(Unit { index, path, ir: read.ir, explicit_out: read.explicit_out });
+        }
+        Ok(units)
+    }
+
+    /// An agent's accepted frontends: learnt by `//ping` if it has pinged, else from config.
+    fn accepted_frontends(&self, agent: &str) -> Result<Option<Vec<Frontend>>, GatewayError> {
+        if let Some(profile) = self.store.profile(agent)? {
+            return Ok(Some(profile.frontends));
+        }
+        Ok(self.config.agents.iter().find(|a| a.name == agent).map(|a| a.frontends.clone()))
+    }
+
+    /// Compiles through the compile.lock: the first compile of (IR hash, frontend) is frozen
+    /// and every later one sends the frozen text.
+    fn compile_locked(&self, ir: &Ir, frontend: Frontend, now: u64, notes: &mut Vec<Note>) -> Result<String, GatewayError> {
+        let text = crate::silp::compile(ir, frontend);
+        let ir_hash = ir.ir_hash();
+        let frozen = self.store.freeze(&ir_hash, frontend, &text, now)?;
+        if frozen.first {
+            notes.push(Note::LockFrozen { ir_hash: ir_hash.clone(), frontend });
+        }
+        if frozen.drift {
+            notes.push(Note::LockDrift { ir_hash, frontend });
+        }
+        Ok(frozen.output)
+    }
+
+    fn answer_ping(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Vec<Outbound>, GatewayError> {
+        let announced = negotiate::announcement(&inbound.envelope)?;
+        let mut answer = negotiate::answer(&announced)?;
+        let agent = announced.agent.clone().unwrap_or_else(|| inbound.origin.source.clone());
+        let profile = AgentProfile { frontends: announced.frontends.clone(), source: ProfileSource::Ping, updated: inbound.received_at };
+        self.store.put_profile(&agent, &profile)?;
+        notes.push(Note::ProfileLearnt { agent, frontends: announced.frontends });
+        reply::echo_tokens(&mut answer, &inbound.envelope, &self.config.gateway.name);
+        Ok(vec![Outbound { destination: Destination::Reply, envelope: answer }])
+    }
+}
+
+fn nowhere(error: GatewayError) -> (GatewayError, Location) {
+    (error, Location::None)
+}
+
+fn label_of(message: &Message, index: Option<usize>) -> Option<&str> {
+    match index {
+        None => message.label.as_deref(),
+        Some(i) => message.submessages().get(i).and_then(|s: &Submessage| s.label.as_deref()),
+    }
+}

@@ -1,0 +1,129 @@
+//! The SILP-in-NLIP convention (DESIGN.md): which submessages hold SILP payloads, how each is
+//! read into an IR, and how an IR is written back in the form a receiver gets.
+//!
+//! | payload          | format       | subformat   | content        |
+//! |------------------|--------------|-------------|----------------|
+//! | IR               | `structured` | `silp-ir`   | IR JSON object |
+//! | code frontend    | `structured` | `silp-code` | string         |
+//! | json frontend    | `structured` | `silp-json` | JSON object    |
+//! | natural frontend | `text`       | `english`   | string         |
+//! | nl_json frontend | `structured` | `json`      | `{"task_description": ..}` |
+
+use crate::nlip::{Content, Format};
+use crate::silp::ir::{Ir, sha256_hex};
+use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, schema};
+use serde_json::Value;
+
+/// A SILP payload form silpgate can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SilpForm {
+    Ir,
+    Code,
+    Json,
+}
+
+/// What a receiver gets: the IR itself or one frontend's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputForm {
+    Ir,
+    Surface(Frontend),
+}
+
+/// The readable SILP form of a submessage, if it holds one.
+pub fn silp_form(format: Format, subformat: &str) -> Option<SilpForm> {
+    if format != Format::Structured {
+        return None;
+    }
+    if subformat.eq_ignore_ascii_case("silp-ir") {
+        Some(SilpForm::Ir)
+    } else if subformat.eq_ignore_ascii_case("silp-code") {
+        Some(SilpForm::Code)
+    } else if subformat.eq_ignore_ascii_case("silp-json") {
+        Some(SilpForm::Json)
+    } else {
+        None
+    }
+}
+
+/// A payload read into an IR.
+pub struct ReadPayload {
+    pub ir: Ir,
+    pub notices: Vec<Notice>,
+    /// The sender set `meta.out` explicitly (only an IR payload can).
+    pub explicit_out: Option<Frontend>,
+}
+
+/// Reads the payload `content` in `form`. `req_id_len` is used when an IR arrives without a
+/// `meta.req_id`.
+pub fn read(form: SilpForm, content: &Content, options: &DecodeOptions, req_id_len: usize) -> Result<ReadPayload, SilpError> {
+    let Content::Json(value) = content else {
+        return Err(SilpError::new(ErrorCode::InvalidSyntax, "a SILP payload cannot be binary content"));
+    };
+    match form {
+        SilpForm::Ir => {
+            let Value::Object(object) = value else {
+                return Err(SilpError::new(ErrorCode::InvalidSyntax, "a silp-ir payload must be a JSON object"));
+            };
+            let mut value = Value::Object(object.clone());
+            assign_req_id(&mut value, req_id_len);
+            let ir = schema::parse_ir(&value)?;
+            let explicit_out = value["meta"].get("out").and_then(Value::as_str).and_then(|o| o.parse().ok());
+            Ok(ReadPayload { ir, notices: Vec::new(), explicit_out })
+        }
+        SilpForm::Code => {
+            let Value::String(text) = value else {
+                return Err(SilpError::new(ErrorCode::InvalidSyntax, "a silp-code payload must be a string"));
+            };
+            let decoded = silp::decode(text, Frontend::Code, options)?;
+            Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None })
+        }
+        SilpForm::Json => {
+            if !value.is_object() {
+                return Err(SilpError::new(ErrorCode::InvalidSyntax, "a silp-json payload must be a JSON object"));
+            }
+            // Re-serialised raw, so the sanitiser sees every invisible character.
+            let text = serde_json::to_string(value).expect("a JSON value serialises");
+            let decoded = silp::decode(&text, Frontend::Json, options)?;
+            Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None })
+        }
+    }
+}
+
+/// Gives an IR without `meta.req_id` one: a prefix of the SHA-256 of its JSON text.
+fn assign_req_id(value: &mut Value, len: usize) {
+    let missing = value.get("meta").is_none_or(|m| m.is_object() && m.get("req_id").is_none());
+    if !missing {
+        return;
+    }
+    let req_id = {
+        let mut hex = sha256_hex(value.to_string().as_bytes());
+        hex.truncate(len);
+        hex
+    };
+    let object = value.as_object_mut().expect("checked to be an object");
+    let meta = object.entry("meta").or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(meta) = meta {
+        meta.insert("req_id".into(), Value::String(req_id));
+    }
+}
+
+/// `(format, subformat, content)` of an IR written in `form`; `text` is the compiled surface
+/// text (through the compile.lock) for surface forms.
+pub fn render(ir: &Ir, form: OutputForm, text: Option<String>) -> (Format, &'static str, Content) {
+    match form {
+        OutputForm::Ir => (Format::Structured, "silp-ir", Content::Json(ir.to_value())),
+        OutputForm::Surface(frontend) => {
+            let text = text.unwrap_or_else(|| silp::compile(ir, frontend));
+            match frontend {
+                Frontend::Code => (Format::Structured, "silp-code", Content::text(text)),
+                Frontend::Natural => (Format::Text, "english", Content::text(text)),
+                Frontend::Json => (Format::Structured, "silp-json", Content::Json(parse_own_json(&text))),
+                Frontend::NlJson => (Format::Structured, "json", Content::Json(parse_own_json(&text))),
+            }
+        }
+    }
+}
+
+fn parse_own_json(text: &str) -> Value {
+    serde_json::from_str(text).expect("the json frontends write valid JSON")
+}

@@ -1,0 +1,118 @@
+//! Conversation sessions: an NLIP conversation token maps to a 2-character SILP session id;
+//! every message is a turn; every N turns (the heartbeat) the session renews, and the next
+//! message carries a renewal notice; a session idle for too long expires.
+//!
+//! Ids are two characters from `a-z0-9` (1,296 ids), handed out lowest first. An expired
+//! session keeps its id as a tombstone, so that its conversation answers `session_expired`,
+//! until the store sweeps it; then the id is free again. When every id is held, a new
+//! conversation is refused as transient (`unavailable`) until one frees up.
+
+use super::error::GatewayError;
+use super::store::{Millis, SessionRecord, Store};
+
+const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+/// The heartbeat value that means "never renew".
+pub const NO_HEARTBEAT: u32 = 9999;
+
+/// Session settings.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionPolicy {
+    pub heartbeat: u32,
+    pub idle_timeout_ms: Millis,
+}
+
+/// The session state after counting one turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    pub id: String,
+    pub turn: u64,
+    /// The session renewed after the previous turn: send a renewal notice with this message.
+    pub renewed: bool,
+}
+
+/// Counts one turn of the conversation `token`, creating its session on the first turn.
+pub fn count_turn(store: &dyn Store, token: &str, now: Millis, policy: &SessionPolicy) -> Result<Turn, GatewayError> {
+    let mut record = match store.session_by_token(token)? {
+        Some(record) if record.expired => return Err(GatewayError::SessionExpired { id: record.id }),
+        Some(mut record) if now.saturating_sub(record.last_activity) > policy.idle_timeout_ms => {
+            record.expired = true;
+            store.put_session(&record)?;
+            return Err(GatewayError::SessionExpired { id: record.id });
+        }
+        Some(record) => record,
+        None => SessionRecord {
+            id: free_id(store)?,
+            token: token.to_owned(),
+            turns: 0,
+            heartbeat: policy.heartbeat,
+            last_activity: now,
+            renewal_due: false,
+            expired: false,
+        },
+    };
+    record.turns += 1;
+    let renewed = std::mem::take(&mut record.renewal_due);
+    record.renewal_due = record.heartbeat < NO_HEARTBEAT && record.turns % u64::from(record.heartbeat.max(1)) == 0;
+    record.last_activity = now;
+    store.put_session(&record)?;
+    Ok(Turn { id: record.id, turn: record.turns, renewed })
+}
+
+fn free_id(store: &dyn Store) -> Result<String, GatewayError> {
+    let used = store.session_ids_in_use()?;
+    ALPHABET
+        .iter()
+        .flat_map(|a| ALPHABET.iter().map(move |b| [*a, *b]))
+        .map(|pair| String::from_utf8(pair.to_vec()).expect("ASCII"))
+        .find(|id| !used.contains(id))
+        .ok_or(GatewayError::SessionsExhausted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::store::MemoryStore;
+
+    const POLICY: SessionPolicy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 1_000 };
+
+    #[test]
+    fn a_conversation_keeps_one_id_and_renews_every_n_turns() {
+        let store = MemoryStore::new();
+        let turns: Vec<Turn> = (0..11).map(|i| count_turn(&store, "conv-1", i, &POLICY).unwrap()).collect();
+        assert!(turns.iter().all(|t| t.id == "aa"));
+        assert_eq!(turns.iter().map(|t| t.turn).collect::<Vec<_>>(), (1..=11).collect::<Vec<_>>());
+        // Renewed after turns 5 and 10: turns 6 and 11 carry the notice.
+        let renewed: Vec<u64> = turns.iter().filter(|t| t.renewed).map(|t| t.turn).collect();
+        assert_eq!(renewed, [6, 11]);
+        assert_eq!(count_turn(&store, "conv-2", 20, &POLICY).unwrap().id, "ab");
+    }
+
+    #[test]
+    fn heartbeat_9999_never_renews_and_1_renews_every_turn() {
+        let store = MemoryStore::new();
+        let never = SessionPolicy { heartbeat: NO_HEARTBEAT, ..POLICY };
+        assert!((0..30).all(|i| !count_turn(&store, "a", i, &never).unwrap().renewed));
+        let always = SessionPolicy { heartbeat: 1, ..POLICY };
+        let renewed: Vec<bool> = (0..4).map(|i| count_turn(&store, "b", i, &always).unwrap().renewed).collect();
+        assert_eq!(renewed, [false, true, true, true]);
+    }
+
+    #[test]
+    fn an_idle_session_expires_and_stays_expired() {
+        let store = MemoryStore::new();
+        count_turn(&store, "c", 0, &POLICY).unwrap();
+        assert!(matches!(count_turn(&store, "c", 5_000, &POLICY), Err(GatewayError::SessionExpired { .. })));
+        assert!(matches!(count_turn(&store, "c", 5_001, &POLICY), Err(GatewayError::SessionExpired { .. })));
+    }
+
+    #[test]
+    fn when_every_id_is_taken_new_conversations_are_refused() {
+        let store = MemoryStore::new();
+        for i in 0..1296 {
+            count_turn(&store, &format!("t{i}"), 0, &POLICY).unwrap();
+        }
+        let err = count_turn(&store, "one-too-many", 0, &POLICY).unwrap_err();
+        assert!(matches!(err, GatewayError::SessionsExhausted));
+        assert_eq!(err.disposition(), crate::gateway::Disposition::Transient);
+    }
+}

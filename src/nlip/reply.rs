@@ -1,0 +1,81 @@
+//! The messages silpgate itself sends back: error messages, control replies, and the token
+//! echo every reply carries (ECMA-430 §6.2, §6.3).
+
+use super::message::{Content, Format, Message, Submessage};
+use serde_json::{Map, Value, json};
+use std::ops::Range;
+
+/// Where in the input an error is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    None,
+    /// A path in the envelope, e.g. `submessages[2].format`.
+    Path(String),
+    /// A byte span in a SILP payload, with the path of the submessage that held it.
+    Span { path: String, span: Range<usize> },
+}
+
+/// The label of the structured detail submessage of an error message.
+pub const ERROR_DETAIL_LABEL: &str = "error";
+
+/// An error message: `messagetype: error`, an English `text` body, and a `structured`/`json`
+/// submessage `{"code", "message", "path" | "span"}` for machines.
+pub fn error_message(code: &str, message: &str, location: &Location) -> Message {
+    let mut detail = Map::new();
+    detail.insert("code".into(), Value::String(code.to_owned()));
+    detail.insert("message".into(), Value::String(message.to_owned()));
+    let readable = match location {
+        Location::None => format!("{code}: {message}"),
+        Location::Path(path) => {
+            detail.insert("path".into(), Value::String(path.clone()));
+            format!("{code} at {path}: {message}")
+        }
+        Location::Span { path, span } => {
+            detail.insert("path".into(), Value::String(path.clone()));
+            detail.insert("span".into(), json!([span.start, span.end]));
+            format!("{code} at {path}, bytes {}..{}: {message}", span.start, span.end)
+        }
+    };
+    let mut reply = Message::text(readable).with_messagetype("error");
+    reply.push(Submessage::new(Format::Structured, "json", Content::Json(Value::Object(detail))).with_label(ERROR_DETAIL_LABEL));
+    reply
+}
+
+/// Appends to `reply` every token submessage of `request`, unchanged and in order, except the
+/// tokens this endpoint created itself (`conversation_<own_suffix>`, `authentication_<own_suffix>`).
+pub fn echo_tokens(reply: &mut Message, request: &Message, own_suffix: &str) {
+    for token in request.tokens() {
+        let own = token.subformat.rsplit_once('_').is_some_and(|(_, suffix)| suffix == own_suffix);
+        if !own {
+            reply.push(token.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nlip::codec::to_json;
+
+    #[test]
+    fn error_messages_carry_code_and_path() {
+        let m = error_message("invalid_envelope", "missing required field 'format'", &Location::Path("submessages[2].format".into()));
+        assert_eq!(
+            to_json(&m),
+            r#"{"messagetype":"error","format":"text","subformat":"english","content":"invalid_envelope at submessages[2].format: missing required field 'format'","submessages":[{"format":"structured","subformat":"json","content":{"code":"invalid_envelope","message":"missing required field 'format'","path":"submessages[2].format"},"label":"error"}]}"#
+        );
+    }
+
+    #[test]
+    fn every_foreign_token_is_echoed() {
+        let mut request = Message::text("hi");
+        for sub in ["conversation", "conversation_9.2.3.5", "authentication_x", "authorization", "group_7", "conversation_silpgate"] {
+            request.push(Submessage::new(Format::Token, sub, Content::text(format!("t-{sub}"))));
+        }
+        request.push(Submessage::new(Format::Text, "english", Content::text("not a token")));
+        let mut reply = Message::text("ok");
+        echo_tokens(&mut reply, &request, "silpgate");
+        let echoed: Vec<&str> = reply.submessages().iter().map(|s| s.subformat.as_str()).collect();
+        assert_eq!(echoed, ["conversation", "conversation_9.2.3.5", "authentication_x", "authorization", "group_7"]);
+    }
+}
