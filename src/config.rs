@@ -188,10 +188,14 @@ impl Config {
             )));
         }
         if !crate::silp::req_id::LENGTHS.contains(&self.silp.req_id_len) {
-            return Err(ConfigError::Invalid(format!("silp.req_id_len = {} is not in 4..=8", self.silp.req_id_len)));
+            return Err(ConfigError::Invalid(format!(
+                "silp.req_id_len = {} is not in 4..=8",
+                self.silp.req_id_len
+            )));
         }
         for route in &self.routes {
-            let known = route.destination == "reply" || self.agents.iter().any(|a| a.name == route.destination);
+            let known =
+                route.destination == "reply" || self.agents.iter().any(|a| a.name == route.destination);
             if !known {
                 return Err(ConfigError::Invalid(format!(
                     "route '{}': destination '{}' is neither 'reply' nor a configured agent",
@@ -214,5 +218,8 @@ fn optional_frontend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Fr
 
 fn frontends<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D::Error> {
     let names = Vec::<String>::deserialize(d)?;
-    names.iter().map(|n| n.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message))).collect()
+    names
+        .iter()
+        .map(|n| n.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message)))
+        .collect()
 }

@@ -27,7 +27,8 @@ fn expectation(name: &str) -> Result<(), &'static str> {
 
 #[test]
 fn public_examples_are_accepted_or_rejected_as_the_standard_says() {
-    let examples: Vec<Value> = serde_json::from_str(include_str!("vectors/nlip-examples.json")).expect("examples parse");
+    let examples: Vec<Value> =
+        serde_json::from_str(include_str!("vectors/nlip-examples.json")).expect("examples parse");
     assert_eq!(examples.len(), 17);
     for example in &examples {
         let name = example["name"].as_str().expect("name");
@@ -44,7 +45,11 @@ fn public_examples_are_accepted_or_rejected_as_the_standard_says() {
                     let mut ours = out.clone();
                     if let (Some(o), Some(s)) = (ours.get_mut("format"), sdk.get("format")) {
                         // The SDK keeps the top-level format as sent; silpgate lower-cases it.
-                        assert_eq!(o.as_str().map(str::to_lowercase), s.as_str().map(str::to_lowercase), "{name}");
+                        assert_eq!(
+                            o.as_str().map(str::to_lowercase),
+                            s.as_str().map(str::to_lowercase),
+                            "{name}"
+                        );
                         *o = s.clone();
                     }
                     assert_eq!(&ours, sdk, "{name}");
@@ -93,12 +98,16 @@ fn unknown_fields_are_kept_in_their_spelling_and_order() {
 fn legacy_input_is_understood() {
     let m = decode_json(r#"{"control":true,"format":"text","subformat":"english","content":"c"}"#).unwrap();
     assert!(m.is_control());
-    assert_eq!(nlip::to_json(&m), r#"{"messagetype":"control","format":"text","subformat":"english","content":"c"}"#);
+    assert_eq!(
+        nlip::to_json(&m),
+        r#"{"messagetype":"control","format":"text","subformat":"english","content":"c"}"#
+    );
     let m = decode_json(r#"{"control":false,"format":"error","subformat":"text","content":"boom"}"#).unwrap();
     assert!(!m.is_control() && m.is_error());
     let m = decode_json(r#"{"format":"text","subformat":"english","content":"c","submessages":[{"format":"token","subformat":"authorization","content":"t"}]}"#).unwrap();
     assert!(m.submessages()[0].is_authentication_token());
-    let e = decode_json(r#"{"control":"yes","format":"text","subformat":"english","content":"c"}"#).unwrap_err();
+    let e =
+        decode_json(r#"{"control":"yes","format":"text","subformat":"english","content":"c"}"#).unwrap_err();
     assert_eq!(e.path.as_deref(), Some("control"));
 }
 
@@ -108,11 +117,27 @@ fn missing_and_mistyped_fields_name_their_path() {
         (r#"{"subformat":"english","content":"c"}"#, "format", "missing required field 'format'"),
         (r#"{"format":"text","content":"c"}"#, "subformat", "missing required field 'subformat'"),
         (r#"{"format":"text","subformat":"english"}"#, "content", "missing required field 'content'"),
-        (r#"{"format":"text","subformat":"english","content":"c","submessages":[{"format":"text","subformat":"e","content":1},{"format":"text","subformat":"e"}]}"#, "submessages[1].content", "missing"),
-        (r#"{"format":"text","subformat":"english","content":"c","submessages":[{},{},{"format":"foo","subformat":"x","content":1}]}"#, "submessages[0].format", "missing"),
-        (r#"{"format":"text","subformat":"english","content":"c","submessages":[{"format":"foo","subformat":"x","content":1}]}"#, "submessages[0].format", "unknown format 'foo'"),
+        (
+            r#"{"format":"text","subformat":"english","content":"c","submessages":[{"format":"text","subformat":"e","content":1},{"format":"text","subformat":"e"}]}"#,
+            "submessages[1].content",
+            "missing",
+        ),
+        (
+            r#"{"format":"text","subformat":"english","content":"c","submessages":[{},{},{"format":"foo","subformat":"x","content":1}]}"#,
+            "submessages[0].format",
+            "missing",
+        ),
+        (
+            r#"{"format":"text","subformat":"english","content":"c","submessages":[{"format":"foo","subformat":"x","content":1}]}"#,
+            "submessages[0].format",
+            "unknown format 'foo'",
+        ),
         (r#"{"format":"text","subformat":5,"content":"c"}"#, "subformat", "must be a string, found a number"),
-        (r#"{"format":"text","subformat":"e","content":"c","submessages":{"a":1}}"#, "submessages", "must be an array"),
+        (
+            r#"{"format":"text","subformat":"e","content":"c","submessages":{"a":1}}"#,
+            "submessages",
+            "must be an array",
+        ),
         (r#"{"format":"text","subformat":"e","content":"c","label":5}"#, "label", "must be a string"),
     ];
     for (text, path, message) in cases {
@@ -146,8 +171,14 @@ fn limits_are_enforced_with_clear_errors() {
     let many = r#"{"format":"text","subformat":"e","content":"c","submessages":[{"format":"text","subformat":"e","content":1},{"format":"text","subformat":"e","content":2},{"format":"text","subformat":"e","content":3}]}"#;
     let e = nlip::decode(many.as_bytes(), Encoding::Json, &Limits { max_bytes: 1000, ..limits }).unwrap_err();
     assert_eq!((e.kind, e.path.as_deref()), (NlipErrorKind::TooComplex, Some("submessages")));
-    let cbor_deep = nlip::encode(&Message::new(Format::Structured, "json", Content::Json(json!([[[[[[1]]]]]]))), Encoding::Cbor);
-    assert_eq!(nlip::decode(&cbor_deep, Encoding::Cbor, &limits).unwrap_err().kind, NlipErrorKind::TooComplex);
+    let cbor_deep = nlip::encode(
+        &Message::new(Format::Structured, "json", Content::Json(json!([[[[[[1]]]]]]))),
+        Encoding::Cbor,
+    );
+    assert_eq!(
+        nlip::decode(&cbor_deep, Encoding::Cbor, &limits).unwrap_err().kind,
+        NlipErrorKind::TooComplex
+    );
 }
 
 #[test]
@@ -158,7 +189,8 @@ fn binary_content_is_a_byte_string_in_cbor_and_base64_in_json() {
     assert_eq!(m.subformat, "audio/wav");
     let cbor = nlip::encode(&m, Encoding::Cbor);
     let back: ciborium::Value = ciborium::de::from_reader(cbor.as_slice()).unwrap();
-    let content = back.as_map().unwrap().iter().find(|(k, _)| k.as_text() == Some("content")).map(|(_, v)| v.clone());
+    let content =
+        back.as_map().unwrap().iter().find(|(k, _)| k.as_text() == Some("content")).map(|(_, v)| v.clone());
     assert_eq!(content, Some(ciborium::Value::Bytes(b"RIFF".to_vec())));
     let again = nlip::decode(&cbor, Encoding::Cbor, &Limits::default()).unwrap();
     assert_eq!(again, m);
@@ -179,12 +211,15 @@ fn ecma_432_cbor_with_capitalised_keys_is_read() {
         (C::Text("Format".into()), C::Text("binary".into())),
         (C::Text("Subformat".into()), C::Text("image/jpeg".into())),
         (C::Text("Content".into()), C::Bytes(vec![0xff, 0xd8, 0xff, 0xe0])),
-        (C::Text("Submessages".into()), C::Array(vec![C::Map(vec![
-            (C::Text("Label".into()), C::Text("description".into())),
-            (C::Text("Format".into()), C::Text("text".into())),
-            (C::Text("Subformat".into()), C::Text("English".into())),
-            (C::Text("Content".into()), C::Text("A photo".into())),
-        ])])),
+        (
+            C::Text("Submessages".into()),
+            C::Array(vec![C::Map(vec![
+                (C::Text("Label".into()), C::Text("description".into())),
+                (C::Text("Format".into()), C::Text("text".into())),
+                (C::Text("Subformat".into()), C::Text("English".into())),
+                (C::Text("Content".into()), C::Text("A photo".into())),
+            ])]),
+        ),
     ]);
     let mut bytes = Vec::new();
     ciborium::ser::into_writer(&map, &mut bytes).unwrap();
@@ -210,7 +245,8 @@ fn json_value() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(3, 16, 4, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-            prop::collection::vec(("[a-z]{1,5}", inner), 0..3).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            prop::collection::vec(("[a-z]{1,5}", inner), 0..3)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
     })
 }
@@ -228,8 +264,9 @@ fn extras() -> impl Strategy<Value = serde_json::Map<String, Value>> {
 }
 
 fn message() -> impl Strategy<Value = Message> {
-    let sub = (format(), "[a-z/]{1,8}", content(), prop::option::of(text()), extras())
-        .prop_map(|(format, subformat, content, label, extra)| Submessage { format, subformat, content, label, extra });
+    let sub = (format(), "[a-z/]{1,8}", content(), prop::option::of(text()), extras()).prop_map(
+        |(format, subformat, content, label, extra)| Submessage { format, subformat, content, label, extra },
+    );
     (
         prop::option::of(prop::sample::select(vec!["control", "Request", "error"])),
         format(),

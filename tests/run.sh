@@ -5,6 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "tests/run.sh: cargo is required (https://rustup.rs)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for the NLIP SDK interop test" >&2; exit 1; }
+
+# The real Python NLIP SDK, for tests/nlip_sdk_interop.rs.
+venv=target/pyenv
+if ! "$venv/bin/python" -c 'import nlip_sdk' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-sdk==0.1.3
+fi
+export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings

@@ -109,7 +109,8 @@ pub fn run_gateway(command: GatewayCommand) -> ExitCode {
             Destination::Agent(name) => serde_json::Value::String(name.clone()),
             Destination::Reply => serde_json::Value::String("reply".into()),
         };
-        let _ = writeln!(out, "{{\"destination\":{destination},\"envelope\":{}}}", nlip::to_json(&o.envelope));
+        let _ =
+            writeln!(out, "{{\"destination\":{destination},\"envelope\":{}}}", nlip::to_json(&o.envelope));
     }
     match outcome.status {
         Status::Delivered | Status::Duplicate => ExitCode::SUCCESS,

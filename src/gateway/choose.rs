@@ -50,7 +50,10 @@ mod tests {
 
     #[test]
     fn the_first_decider_wins() {
-        assert_eq!(choose(Some(Json), Some(&[Code, Json]), Some(Natural), Code).reason, ChoiceReason::RouteOverride);
+        assert_eq!(
+            choose(Some(Json), Some(&[Code, Json]), Some(Natural), Code).reason,
+            ChoiceReason::RouteOverride
+        );
         let c = choose(None, Some(&[Json, Code]), Some(Natural), Code);
         assert_eq!((c.frontend, c.reason), (Json, ChoiceReason::AgentProfile));
         let c = choose(None, None, Some(Natural), Code);

@@ -47,7 +47,9 @@ impl GatewayError {
             | GatewayError::NoRoute
             | GatewayError::SessionExpired { .. }
             | GatewayError::Ping(_) => Disposition::Poison,
-            GatewayError::SessionsExhausted | GatewayError::Store(StoreError::Unavailable(_)) => Disposition::Transient,
+            GatewayError::SessionsExhausted | GatewayError::Store(StoreError::Unavailable(_)) => {
+                Disposition::Transient
+            }
             GatewayError::Store(StoreError::Corrupt(_)) => Disposition::Fatal,
         }
     }

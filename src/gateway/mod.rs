@@ -71,7 +71,8 @@ impl Gateway {
             Ok(Some(outbound)) => Outcome { status: Status::Delivered, outbound, notes },
             Ok(None) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes },
             Err((error, location)) => {
-                let outbound = self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
+                let outbound =
+                    self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
                 Outcome { status: Status::Failed(error), outbound, notes }
             }
         }
@@ -87,7 +88,12 @@ impl Gateway {
 
     /// An error message for the sender, echoing its tokens. Errors are never answered with
     /// errors: that way two gateways cannot bounce one back and forth.
-    fn error_reply(&self, error: &GatewayError, location: &Location, request: Option<&Message>) -> Option<Outbound> {
+    fn error_reply(
+        &self,
+        error: &GatewayError,
+        location: &Location,
+        request: Option<&Message>,
+    ) -> Option<Outbound> {
         if request.is_some_and(Message::is_error) {
             return None;
         }
@@ -98,7 +104,11 @@ impl Gateway {
         Some(Outbound { destination: Destination::Reply, envelope })
     }
 
-    fn try_handle(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Option<Vec<Outbound>>, (GatewayError, Location)> {
+    fn try_handle(
+        &self,
+        inbound: &Inbound,
+        notes: &mut Vec<Note>,
+    ) -> Result<Option<Vec<Outbound>>, (GatewayError, Location)> {
         let message = &inbound.envelope;
         let message_id = inbound.origin.message_id.as_deref();
         if let Some(id) = message_id
@@ -125,7 +135,8 @@ impl Gateway {
             intent: first.map(|ir| ir.intent.as_str()),
             next_agent: first.and_then(|ir| ir.meta.next_agent.as_deref()),
         };
-        let route = route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?;
+        let route =
+            route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?;
         notes.push(Note::Route(route.name.clone()));
 
         let mut outbound = Vec::with_capacity(2);
@@ -135,7 +146,8 @@ impl Gateway {
                     heartbeat: self.config.sessions.heartbeat,
                     idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
                 };
-                let turn = session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy).map_err(nowhere)?;
+                let turn = session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy)
+                    .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
                 Some(turn)
             }
@@ -148,7 +160,8 @@ impl Gateway {
         };
         if let Some(turn) = session.as_ref().filter(|t| t.renewed) {
             let content = json!({ "silp": "v1", "session": turn.id, "renewed": true, "turn": turn.turn });
-            let mut notice = Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control");
+            let mut notice =
+                Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control");
             reply::echo_tokens(&mut notice, message, &self.config.gateway.name);
             outbound.push(Outbound { destination: destination.clone(), envelope: notice });
         }
@@ -168,7 +181,12 @@ impl Gateway {
             let form = match route.mode {
                 RouteMode::Decode => OutputForm::Ir,
                 _ => {
-                    let choice = choose::choose(route.frontend, accepted.as_deref(), unit.explicit_out, self.config.gateway.default_frontend);
+                    let choice = choose::choose(
+                        route.frontend,
+                        accepted.as_deref(),
+                        unit.explicit_out,
+                        self.config.gateway.default_frontend,
+                    );
                     notes.push(Note::Frontend {
                         path: unit.path.clone(),
                         frontend: choice.frontend,
@@ -179,7 +197,9 @@ impl Gateway {
                 }
             };
             let text = match form {
-                OutputForm::Surface(frontend) => Some(self.compile_locked(&unit.ir, frontend, inbound.received_at, notes).map_err(nowhere)?),
+                OutputForm::Surface(frontend) => Some(
+                    self.compile_locked(&unit.ir, frontend, inbound.received_at, notes).map_err(nowhere)?,
+                ),
                 OutputForm::Ir => None,
             };
             let (format, subformat, content) = payload::render(&unit.ir, form, text);
@@ -190,7 +210,8 @@ impl Gateway {
                     envelope.content = content;
                 }
                 Some(i) => {
-                    let sub = &mut envelope.submessages.as_mut().expect("unit index points at a submessage")[i];
+                    let sub =
+                        &mut envelope.submessages.as_mut().expect("unit index points at a submessage")[i];
                     sub.format = format;
                     sub.subformat = subformat.to_owned();
                     sub.content = content;
@@ -200,49 +221,85 @@ impl Gateway {
         outbound.push(Outbound { destination, envelope });
 
         if let Some(id) = message_id {
-            self.store.set_ledger(id, LedgerState::Pending, inbound.received_at).map_err(|e| nowhere(e.into()))?;
+            self.store
+                .set_ledger(id, LedgerState::Pending, inbound.received_at)
+                .map_err(|e| nowhere(e.into()))?;
         }
         Ok(Some(outbound))
     }
 
     /// Reads, checks and validates every SILP payload of the message.
-    fn read_units(&self, message: &Message, notes: &mut Vec<Note>) -> Result<Vec<Unit>, (GatewayError, Location)> {
+    fn read_units(
+        &self,
+        message: &Message,
+        notes: &mut Vec<Note>,
+    ) -> Result<Vec<Unit>, (GatewayError, Location)> {
         let top = std::iter::once((None, message.format, message.subformat.as_str(), &message.content));
-        let subs = message.submessages().iter().enumerate().map(|(i, s)| (Some(i), s.format, s.subformat.as_str(), &s.content));
+        let subs = message
+            .submessages()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (Some(i), s.format, s.subformat.as_str(), &s.content));
         let rules = ValidateOptions { enforce_whitelist: self.config.silp.whitelist };
         let mut units = Vec::new();
         for (index, format, subformat, content) in top.chain(subs) {
             let Some(form) = payload::silp_form(format, subformat) else { continue };
             let path = index.map_or_else(|| "content".to_owned(), |i| format!("submessages[{i}].content"));
-            let read = payload::read(form, content, &self.decode_options, self.config.silp.req_id_len).map_err(|error| {
-                let location = match &error.span {
-                    Some(span) if form == SilpForm::Code => Location::Span { path: path.clone(), span: span.clone() },
-                    _ => Location::Path(path.clone()),
-                };
-                (GatewayError::Silp { path: path.clone(), error }, location)
-            })?;
+            let read = payload::read(form, content, &self.decode_options, self.config.silp.req_id_len)
+                .map_err(|error| {
+                    let location = match &error.span {
+                        Some(span) if form == SilpForm::Code => {
+                            Location::Span { path: path.clone(), span: span.clone() }
+                        }
+                        _ => Location::Path(path.clone()),
+                    };
+                    (GatewayError::Silp { path: path.clone(), error }, location)
+                })?;
             let report = validate::validate(&read.ir, rules);
             if !report.valid {
-                return Err((GatewayError::Invalid { path: path.clone(), errors: report.errors }, Location::Path(path)));
+                return Err((
+                    GatewayError::Invalid { path: path.clone(), errors: report.errors },
+                    Location::Path(path),
+                ));
             }
-            notes.extend(read.notices.into_iter().map(|notice| Note::Sanitized { path: path.clone(), notice }));
-            notes.push(Note::Payload { path: path.clone(), intent: read.ir.intent.clone(), req_id: read.ir.meta.req_id.clone() });
+            notes.extend(
+                read.notices.into_iter().map(|notice| Note::Sanitized { path: path.clone(), notice }),
+            );
+            notes.push(Note::Payload {
+                path: path.clone(),
+                intent: read.ir.intent.clone(),
+                req_id: read.ir.meta.req_id.clone(),
+            });
             units.push(Unit { index, path, ir: read.ir, explicit_out: read.explicit_out });
         }
         Ok(units)
     }
 
     /// An agent's accepted frontends: learnt by `//ping` if it has pinged, else from config.
+    /// `None` (no profile, or an empty list) means the agent takes any frontend.
     fn accepted_frontends(&self, agent: &str) -> Result<Option<Vec<Frontend>>, GatewayError> {
-        if let Some(profile) = self.store.profile(agent)? {
-            return Ok(Some(profile.frontends));
-        }
-        Ok(self.config.agents.iter().find(|a| a.name == agent).map(|a| a.frontends.clone()))
+        let frontends = match self.store.profile(agent)? {
+            Some(profile) => profile.frontends,
+            None => self
+                .config
+                .agents
+                .iter()
+                .find(|a| a.name == agent)
+                .map(|a| a.frontends.clone())
+                .unwrap_or_default(),
+        };
+        Ok((!frontends.is_empty()).then_some(frontends))
     }
 
     /// Compiles through the compile.lock: the first compile of (IR hash, frontend) is frozen
     /// and every later one sends the frozen text.
-    fn compile_locked(&self, ir: &Ir, frontend: Frontend, now: u64, notes: &mut Vec<Note>) -> Result<String, GatewayError> {
+    fn compile_locked(
+        &self,
+        ir: &Ir,
+        frontend: Frontend,
+        now: u64,
+        notes: &mut Vec<Note>,
+    ) -> Result<String, GatewayError> {
         let text = crate::silp::compile(ir, frontend);
         let ir_hash = ir.ir_hash();
         let frozen = self.store.freeze(&ir_hash, frontend, &text, now)?;
@@ -259,7 +316,11 @@ impl Gateway {
         let announced = negotiate::announcement(&inbound.envelope)?;
         let mut answer = negotiate::answer(&announced)?;
         let agent = announced.agent.clone().unwrap_or_else(|| inbound.origin.source.clone());
-        let profile = AgentProfile { frontends: announced.frontends.clone(), source: ProfileSource::Ping, updated: inbound.received_at };
+        let profile = AgentProfile {
+            frontends: announced.frontends.clone(),
+            source: ProfileSource::Ping,
+            updated: inbound.received_at,
+        };
         self.store.put_profile(&agent, &profile)?;
         notes.push(Note::ProfileLearnt { agent, frontends: announced.frontends });
         reply::echo_tokens(&mut answer, &inbound.envelope, &self.config.gateway.name);

@@ -39,28 +39,36 @@ pub fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
             _ => None,
         })
         .ok_or_else(|| {
-            GatewayError::Ping("expected a structured/json submessage {\"silp\": \"v1\", \"frontends\": [...]}".into())
+            GatewayError::Ping(
+                "expected a structured/json submessage {\"silp\": \"v1\", \"frontends\": [...]}".into(),
+            )
         })?;
     match body.get("silp").and_then(Value::as_str) {
         Some(SILP_VERSION) => {}
-        Some(other) => return Err(GatewayError::Ping(format!("silp version '{other}' is not supported; use '{SILP_VERSION}'"))),
+        Some(other) => {
+            return Err(GatewayError::Ping(format!(
+                "silp version '{other}' is not supported; use '{SILP_VERSION}'"
+            )));
+        }
         None => return Err(GatewayError::Ping("missing \"silp\": \"v1\"".into())),
     }
     let names = body
         .get("frontends")
         .and_then(Value::as_array)
         .ok_or_else(|| GatewayError::Ping("\"frontends\" must be an array of frontend names".into()))?;
-    let frontends = names.iter().filter_map(Value::as_str).filter_map(|n| n.parse::<Frontend>().ok()).collect();
+    let frontends =
+        names.iter().filter_map(Value::as_str).filter_map(|n| n.parse::<Frontend>().ok()).collect();
     let agent = body.get("agent").and_then(Value::as_str).map(str::to_owned);
     Ok(Announcement { agent, frontends })
 }
 
 /// The answer to a `//ping`.
 pub fn answer(announced: &Announcement) -> Result<Message, GatewayError> {
-    let preferred = announced
-        .frontends
-        .first()
-        .ok_or_else(|| GatewayError::Ping("none of the announced frontends is one silpgate speaks (code, json, natural, nl_json)".into()))?;
+    let preferred = announced.frontends.first().ok_or_else(|| {
+        GatewayError::Ping(
+            "none of the announced frontends is one silpgate speaks (code, json, natural, nl_json)".into(),
+        )
+    })?;
     let ours: Vec<&str> = Frontend::ALL.iter().map(|f| f.name()).collect();
     let content = json!({ "silp": SILP_VERSION, "frontends": ours, "preferred": preferred.name() });
     Ok(Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control"))

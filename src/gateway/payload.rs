@@ -55,14 +55,22 @@ pub struct ReadPayload {
 
 /// Reads the payload `content` in `form`. `req_id_len` is used when an IR arrives without a
 /// `meta.req_id`.
-pub fn read(form: SilpForm, content: &Content, options: &DecodeOptions, req_id_len: usize) -> Result<ReadPayload, SilpError> {
+pub fn read(
+    form: SilpForm,
+    content: &Content,
+    options: &DecodeOptions,
+    req_id_len: usize,
+) -> Result<ReadPayload, SilpError> {
     let Content::Json(value) = content else {
         return Err(SilpError::new(ErrorCode::InvalidSyntax, "a SILP payload cannot be binary content"));
     };
     match form {
         SilpForm::Ir => {
             let Value::Object(object) = value else {
-                return Err(SilpError::new(ErrorCode::InvalidSyntax, "a silp-ir payload must be a JSON object"));
+                return Err(SilpError::new(
+                    ErrorCode::InvalidSyntax,
+                    "a silp-ir payload must be a JSON object",
+                ));
             };
             let mut value = Value::Object(object.clone());
             assign_req_id(&mut value, req_id_len);
@@ -79,7 +87,10 @@ pub fn read(form: SilpForm, content: &Content, options: &DecodeOptions, req_id_l
         }
         SilpForm::Json => {
             if !value.is_object() {
-                return Err(SilpError::new(ErrorCode::InvalidSyntax, "a silp-json payload must be a JSON object"));
+                return Err(SilpError::new(
+                    ErrorCode::InvalidSyntax,
+                    "a silp-json payload must be a JSON object",
+                ));
             }
             // Re-serialised raw, so the sanitiser sees every invisible character.
             let text = serde_json::to_string(value).expect("a JSON value serialises");

@@ -22,10 +22,8 @@ pub fn select<'r>(routes: &'r [RouteConfig], facts: &RouteFacts<'_>) -> Option<&
 
 fn matches(m: &RouteMatch, facts: &RouteFacts<'_>) -> bool {
     let source = m.source.as_deref().is_none_or(|s| s == facts.source);
-    let messagetype = m
-        .messagetype
-        .as_deref()
-        .is_none_or(|t| facts.messagetype.is_some_and(|f| f.eq_ignore_ascii_case(t)));
+    let messagetype =
+        m.messagetype.as_deref().is_none_or(|t| facts.messagetype.is_some_and(|f| f.eq_ignore_ascii_case(t)));
     let label = m.label.as_deref().is_none_or(|l| facts.labels.contains(&l));
     let intent = m.intent.as_deref().is_none_or(|i| facts.intent == Some(i));
     let next_agent = m.next_agent.as_deref().is_none_or(|a| facts.next_agent == Some(a));

@@ -31,7 +31,12 @@ pub struct Turn {
 }
 
 /// Counts one turn of the conversation `token`, creating its session on the first turn.
-pub fn count_turn(store: &dyn Store, token: &str, now: Millis, policy: &SessionPolicy) -> Result<Turn, GatewayError> {
+pub fn count_turn(
+    store: &dyn Store,
+    token: &str,
+    now: Millis,
+    policy: &SessionPolicy,
+) -> Result<Turn, GatewayError> {
     let mut record = match store.session_by_token(token)? {
         Some(record) if record.expired => return Err(GatewayError::SessionExpired { id: record.id }),
         Some(mut record) if now.saturating_sub(record.last_activity) > policy.idle_timeout_ms => {
@@ -52,7 +57,8 @@ pub fn count_turn(store: &dyn Store, token: &str, now: Millis, policy: &SessionP
     };
     record.turns += 1;
     let renewed = std::mem::take(&mut record.renewal_due);
-    record.renewal_due = record.heartbeat < NO_HEARTBEAT && record.turns % u64::from(record.heartbeat.max(1)) == 0;
+    record.renewal_due =
+        record.heartbeat < NO_HEARTBEAT && record.turns % u64::from(record.heartbeat.max(1)) == 0;
     record.last_activity = now;
     store.put_session(&record)?;
     Ok(Turn { id: record.id, turn: record.turns, renewed })
@@ -93,7 +99,8 @@ mod tests {
         let never = SessionPolicy { heartbeat: NO_HEARTBEAT, ..POLICY };
         assert!((0..30).all(|i| !count_turn(&store, "a", i, &never).unwrap().renewed));
         let always = SessionPolicy { heartbeat: 1, ..POLICY };
-        let renewed: Vec<bool> = (0..4).map(|i| count_turn(&store, "b", i, &always).unwrap().renewed).collect();
+        let renewed: Vec<bool> =
+            (0..4).map(|i| count_turn(&store, "b", i, &always).unwrap().renewed).collect();
         assert_eq!(renewed, [false, true, true, true]);
     }
 

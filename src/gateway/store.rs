@@ -83,7 +83,13 @@ pub trait Store: Send + Sync {
 
     /// Freezes `output` for `(ir_hash, frontend)` unless an entry exists, and returns the
     /// frozen entry.
-    fn freeze(&self, ir_hash: &str, frontend: Frontend, output: &str, now: Millis) -> Result<Frozen, StoreError>;
+    fn freeze(
+        &self,
+        ir_hash: &str,
+        frontend: Frontend,
+        output: &str,
+        now: Millis,
+    ) -> Result<Frozen, StoreError>;
 
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError>;
     fn set_ledger(&self, message_id: &str, state: LedgerState, now: Millis) -> Result<(), StoreError>;
@@ -144,7 +150,13 @@ impl Store for MemoryStore {
         })
     }
 
-    fn freeze(&self, ir_hash: &str, frontend: Frontend, output: &str, _now: Millis) -> Result<Frozen, StoreError> {
+    fn freeze(
+        &self,
+        ir_hash: &str,
+        frontend: Frontend,
+        output: &str,
+        _now: Millis,
+    ) -> Result<Frozen, StoreError> {
         self.with(|m| match m.lock.get(&(ir_hash.to_owned(), frontend)) {
             Some(frozen) => Frozen { output: frozen.clone(), first: false, drift: frozen != output },
             None => {

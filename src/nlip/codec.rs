@@ -80,8 +80,8 @@ pub fn decode(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result<Messa
             Node::from_json(value)
         }
         Encoding::Cbor => {
-            let value: ciborium::Value = ciborium::de::from_reader_with_recursion_limit(bytes, limits.max_depth + 4)
-                .map_err(|e| {
+            let value: ciborium::Value =
+                ciborium::de::from_reader_with_recursion_limit(bytes, limits.max_depth + 4).map_err(|e| {
                     let kind = match e {
                         ciborium::de::Error::RecursionLimitExceeded => NlipErrorKind::TooComplex,
                         _ => NlipErrorKind::InvalidEncoding,
@@ -106,7 +106,8 @@ pub fn encode(message: &Message, encoding: Encoding) -> Vec<u8> {
         Encoding::Json => to_json(message).into_bytes(),
         Encoding::Cbor => {
             let mut out = Vec::with_capacity(256);
-            ciborium::ser::into_writer(&to_cbor(message), &mut out).expect("writing CBOR to a Vec cannot fail");
+            ciborium::ser::into_writer(&to_cbor(message), &mut out)
+                .expect("writing CBOR to a Vec cannot fail");
             out
         }
     }
@@ -179,7 +180,9 @@ impl Node {
             Node::Json(v) => v,
             Node::Bytes(b) => Value::String(BASE64.encode(b)),
             Node::Array(items) => Value::Array(items.into_iter().map(Node::into_json).collect()),
-            Node::Map(entries) => Value::Object(entries.into_iter().map(|(k, v)| (k, v.into_json())).collect()),
+            Node::Map(entries) => {
+                Value::Object(entries.into_iter().map(|(k, v)| (k, v.into_json())).collect())
+            }
         }
     }
 
@@ -230,13 +233,19 @@ impl Fields {
 
     fn take(&mut self, name: &str) -> Option<Node> {
         let i = KNOWN.iter().position(|k| *k == name).expect("known field");
-        self.known[i].take().map(|(_, node)| node).filter(|n| !matches!(n, Node::Json(Value::Null)) || name == "content")
+        self.known[i]
+            .take()
+            .map(|(_, node)| node)
+            .filter(|n| !matches!(n, Node::Json(Value::Null)) || name == "content")
     }
 
     fn required_string(&mut self, name: &str, path: &str) -> Result<String, NlipError> {
         match self.take(name) {
             Some(Node::Json(Value::String(s))) => Ok(s),
-            Some(other) => Err(NlipError::envelope(join(path, name), format!("must be a string, found {}", other.kind()))),
+            Some(other) => Err(NlipError::envelope(
+                join(path, name),
+                format!("must be a string, found {}", other.kind()),
+            )),
             None => Err(NlipError::envelope(join(path, name), format!("missing required field '{name}'"))),
         }
     }
@@ -245,7 +254,10 @@ impl Fields {
         match self.take(name) {
             None => Ok(None),
             Some(Node::Json(Value::String(s))) => Ok(Some(s)),
-            Some(other) => Err(NlipError::envelope(join(path, name), format!("must be a string, found {}", other.kind()))),
+            Some(other) => Err(NlipError::envelope(
+                join(path, name),
+                format!("must be a string, found {}", other.kind()),
+            )),
         }
     }
 }
@@ -263,14 +275,15 @@ fn message_from(node: Node, limits: &Limits) -> Result<Message, NlipError> {
     };
     let mut fields = Fields::split(entries, "")?;
     let mut messagetype = fields.optional_string("messagetype", "")?;
+    // The legacy boolean `control` becomes `messagetype: control`.
     match fields.take("control") {
-        None => {}
-        Some(Node::Json(Value::Bool(control))) => {
-            if control && messagetype.is_none() {
-                messagetype = Some("control".to_owned());
-            }
+        Some(Node::Json(Value::Bool(true))) if messagetype.is_none() => {
+            messagetype = Some("control".to_owned())
         }
-        Some(other) => return Err(NlipError::envelope("control", format!("must be a boolean, found {}", other.kind()))),
+        None | Some(Node::Json(Value::Bool(_))) => {}
+        Some(other) => {
+            return Err(NlipError::envelope("control", format!("must be a boolean, found {}", other.kind())));
+        }
     }
     let (format, subformat, content) = body(&mut fields, "")?;
     let label = fields.optional_string("label", "")?;
@@ -284,10 +297,19 @@ fn message_from(node: Node, limits: &Limits) -> Result<Message, NlipError> {
                     format!("{} submessages; the limit is {}", items.len(), limits.max_submessages),
                 ));
             }
-            Some(items.into_iter().enumerate().map(|(i, n)| submessage_from(n, i)).collect::<Result<_, _>>()?)
+            Some(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, n)| submessage_from(n, i))
+                    .collect::<Result<_, _>>()?,
+            )
         }
         Some(other) => {
-            return Err(NlipError::envelope("submessages", format!("must be an array, found {}", other.kind())));
+            return Err(NlipError::envelope(
+                "submessages",
+                format!("must be an array, found {}", other.kind()),
+            ));
         }
     };
     Ok(Message { messagetype, format, subformat, content, label, submessages, extra: fields.extra })
@@ -328,13 +350,15 @@ fn body(fields: &mut Fields, path: &str) -> Result<(Format, String, Content), Nl
         Some(Node::Bytes(b)) => Content::Binary(b),
         // Base64 text under a `;base64` subformat is binary content; text that does not decode
         // (a truncated example, say) is passed on as the text it is.
-        Some(Node::Json(Value::String(s))) if has_base64_marker(&subformat) => match BASE64.decode(s.as_bytes()) {
-            Ok(bytes) => {
-                subformat.truncate(subformat.len() - BASE64_MARKER.len());
-                Content::Binary(bytes)
+        Some(Node::Json(Value::String(s))) if has_base64_marker(&subformat) => {
+            match BASE64.decode(s.as_bytes()) {
+                Ok(bytes) => {
+                    subformat.truncate(subformat.len() - BASE64_MARKER.len());
+                    Content::Binary(bytes)
+                }
+                Err(_) => Content::Json(Value::String(s)),
             }
-            Err(_) => Content::Json(Value::String(s)),
-        },
+        }
         Some(node) => Content::Json(node.into_json()),
     };
     Ok((format, subformat, content))
@@ -342,7 +366,8 @@ fn body(fields: &mut Fields, path: &str) -> Result<(Format, String, Content), Nl
 
 fn has_base64_marker(subformat: &str) -> bool {
     subformat.len() >= BASE64_MARKER.len()
-        && subformat.as_bytes()[subformat.len() - BASE64_MARKER.len()..].eq_ignore_ascii_case(BASE64_MARKER.as_bytes())
+        && subformat.as_bytes()[subformat.len() - BASE64_MARKER.len()..]
+            .eq_ignore_ascii_case(BASE64_MARKER.as_bytes())
 }
 
 // ---- writing ------------------------------------------------------------------------------
@@ -431,7 +456,12 @@ fn to_cbor(message: &Message) -> ciborium::Value {
     C::Map(entries)
 }
 
-fn cbor_body(entries: &mut Vec<(ciborium::Value, ciborium::Value)>, format: Format, subformat: &str, content: &Content) {
+fn cbor_body(
+    entries: &mut Vec<(ciborium::Value, ciborium::Value)>,
+    format: Format,
+    subformat: &str,
+    content: &Content,
+) {
     use ciborium::Value as C;
     entries.push((C::Text("format".into()), C::Text(format.as_str().into())));
     entries.push((C::Text("subformat".into()), C::Text(subformat.into())));
@@ -454,6 +484,8 @@ fn json_to_cbor(value: &Value) -> ciborium::Value {
         },
         Value::String(s) => C::Text(s.clone()),
         Value::Array(items) => C::Array(items.iter().map(json_to_cbor).collect()),
-        Value::Object(map) => C::Map(map.iter().map(|(k, v)| (C::Text(k.clone()), json_to_cbor(v))).collect()),
+        Value::Object(map) => {
+            C::Map(map.iter().map(|(k, v)| (C::Text(k.clone()), json_to_cbor(v))).collect())
+        }
     }
 }

@@ -19,8 +19,15 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 7] =
-        [Format::Text, Format::Token, Format::Structured, Format::Binary, Format::Location, Format::Generic, Format::Error];
+    pub const ALL: [Format; 7] = [
+        Format::Text,
+        Format::Token,
+        Format::Structured,
+        Format::Binary,
+        Format::Location,
+        Format::Generic,
+        Format::Error,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -114,7 +121,8 @@ impl Submessage {
     /// An authentication token: `authentication[_<suffix>]`, or the SDK's `authorization`.
     pub fn is_authentication_token(&self) -> bool {
         self.is_token()
-            && (has_prefix_word(&self.subformat, "authentication") || has_prefix_word(&self.subformat, "authorization"))
+            && (has_prefix_word(&self.subformat, "authentication")
+                || has_prefix_word(&self.subformat, "authorization"))
     }
 }
 
@@ -163,7 +171,8 @@ impl Message {
 
     /// True for an error message: `messagetype: error` or the drafts' `format: error`.
     pub fn is_error(&self) -> bool {
-        self.format == Format::Error || self.messagetype.as_deref().is_some_and(|t| t.eq_ignore_ascii_case("error"))
+        self.format == Format::Error
+            || self.messagetype.as_deref().is_some_and(|t| t.eq_ignore_ascii_case("error"))
     }
 
     /// The content of the first conversation token, the conversation this message belongs to.

@@ -12,7 +12,10 @@ pub enum Location {
     /// A path in the envelope, e.g. `submessages[2].format`.
     Path(String),
     /// A byte span in a SILP payload, with the path of the submessage that held it.
-    Span { path: String, span: Range<usize> },
+    Span {
+        path: String,
+        span: Range<usize>,
+    },
 }
 
 /// The label of the structured detail submessage of an error message.
@@ -37,7 +40,10 @@ pub fn error_message(code: &str, message: &str, location: &Location) -> Message 
         }
     };
     let mut reply = Message::text(readable).with_messagetype("error");
-    reply.push(Submessage::new(Format::Structured, "json", Content::Json(Value::Object(detail))).with_label(ERROR_DETAIL_LABEL));
+    reply.push(
+        Submessage::new(Format::Structured, "json", Content::Json(Value::Object(detail)))
+            .with_label(ERROR_DETAIL_LABEL),
+    );
     reply
 }
 
@@ -59,7 +65,11 @@ mod tests {
 
     #[test]
     fn error_messages_carry_code_and_path() {
-        let m = error_message("invalid_envelope", "missing required field 'format'", &Location::Path("submessages[2].format".into()));
+        let m = error_message(
+            "invalid_envelope",
+            "missing required field 'format'",
+            &Location::Path("submessages[2].format".into()),
+        );
         assert_eq!(
             to_json(&m),
             r#"{"messagetype":"error","format":"text","subformat":"english","content":"invalid_envelope at submessages[2].format: missing required field 'format'","submessages":[{"format":"structured","subformat":"json","content":{"code":"invalid_envelope","message":"missing required field 'format'","path":"submessages[2].format"},"label":"error"}]}"#
@@ -69,13 +79,23 @@ mod tests {
     #[test]
     fn every_foreign_token_is_echoed() {
         let mut request = Message::text("hi");
-        for sub in ["conversation", "conversation_9.2.3.5", "authentication_x", "authorization", "group_7", "conversation_silpgate"] {
+        for sub in [
+            "conversation",
+            "conversation_9.2.3.5",
+            "authentication_x",
+            "authorization",
+            "group_7",
+            "conversation_silpgate",
+        ] {
             request.push(Submessage::new(Format::Token, sub, Content::text(format!("t-{sub}"))));
         }
         request.push(Submessage::new(Format::Text, "english", Content::text("not a token")));
         let mut reply = Message::text("ok");
         echo_tokens(&mut reply, &request, "silpgate");
         let echoed: Vec<&str> = reply.submessages().iter().map(|s| s.subformat.as_str()).collect();
-        assert_eq!(echoed, ["conversation", "conversation_9.2.3.5", "authentication_x", "authorization", "group_7"]);
+        assert_eq!(
+            echoed,
+            ["conversation", "conversation_9.2.3.5", "authentication_x", "authorization", "group_7"]
+        );
     }
 }

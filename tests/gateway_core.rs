@@ -1,0 +1,533 @@
+//! The gateway core, rule by rule, without any broker or socket: routes, payload forms, frontend
+//! choice and degradation, `//ping`, control replies, token echo, errors, sessions, the
+//! compile.lock and the processed-message ledger.
+
+use serde_json::{Value, json};
+use silpgate::config::Config;
+use silpgate::gateway::store::{
+    AgentProfile, Frozen, LedgerState, Millis, ProfileSource, SessionRecord, StoreError,
+};
+use silpgate::gateway::{
+    ChoiceReason, Destination, Disposition, Gateway, Inbound, MemoryStore, Note, Origin, Outcome, Status,
+    Store, Transport,
+};
+use silpgate::nlip::{self, Encoding, Limits, Message};
+use silpgate::silp::Frontend;
+use std::sync::Arc;
+
+const CONFIG: &str = r#"
+[gateway]
+default_frontend = "json"
+
+[sessions]
+heartbeat = 5
+idle_timeout_secs = 60
+
+[[agents]]
+name = "coder"
+frontends = ["code", "json"]
+
+[[agents]]
+name = "reader"
+frontends = ["natural"]
+
+[[agents]]
+name = "open"
+frontends = []
+
+[[routes]]
+name = "decode-back"
+destination = "reply"
+mode = "decode"
+[routes.match]
+label = "decode"
+
+[[routes]]
+name = "check-only"
+destination = "coder"
+mode = "validate"
+[routes.match]
+source = "audit"
+
+[[routes]]
+name = "forced-json"
+destination = "coder"
+mode = "encode"
+frontend = "json"
+[routes.match]
+intent = "!FETCH"
+
+[[routes]]
+name = "to-reader"
+destination = "reader"
+mode = "transcode"
+[routes.match]
+next_agent = "reader"
+
+[[routes]]
+name = "unprofiled"
+destination = "nobody-configured"
+mode = "encode"
+[routes.match]
+source = "free"
+
+[[routes]]
+name = "default"
+destination = "coder"
+mode = "encode"
+[routes.match]
+messagetype = "request"
+"#;
+
+fn gateway_with(config: &str, store: Arc<dyn Store>) -> Gateway {
+    Gateway::new(Arc::new(Config::parse(config).expect("test config is valid")), store)
+}
+
+fn gateway() -> Gateway {
+    let config = CONFIG.replace(
+        "[[routes]]\nname = \"unprofiled\"\ndestination = \"nobody-configured\"",
+        "[[agents]]\nname = \"nobody-configured\"\nfrontends = []\n\n[[routes]]\nname = \"unprofiled\"\ndestination = \"nobody-configured\"",
+    );
+    gateway_with(&config, Arc::new(MemoryStore::new()))
+}
+
+fn envelope(v: Value) -> Message {
+    nlip::decode(v.to_string().as_bytes(), Encoding::Json, &Limits::default())
+        .expect("test envelope is valid")
+}
+
+fn inbound(v: Value, source: &str, at: Millis) -> Inbound {
+    Inbound { envelope: envelope(v), origin: Origin::new(Transport::Cli, source), received_at: at }
+}
+
+fn out_json(o: &Outcome, i: usize) -> Value {
+    serde_json::from_str(&nlip::to_json(&o.outbound[i].envelope)).unwrap()
+}
+
+const CASE2_IR: &str = r#"{"silp":"v1","intent":"!START","entities":[{"id":"act","value":"hike","action":"!START"}],"constraints":[{"type":"!rain","value":"true","time":"t+1"}],"alternatives":[{"action":"!START","target":"cards","location":"indoor"}],"meta":{"req_id":"b7e2","out":"natural","next_agent":"reader"}}"#;
+
+fn ir() -> Value {
+    serde_json::from_str(CASE2_IR).unwrap()
+}
+
+#[test]
+fn encode_sends_the_agents_preferred_frontend_and_leaves_everything_else_alone() {
+    let g = gateway();
+    let mut ir = ir();
+    ir["meta"].as_object_mut().unwrap().remove("next_agent");
+    let o = g.handle(inbound(
+        json!({"messagetype":"Request","format":"text","subformat":"english","content":"go","X-Extra":1,"submessages":[
+            {"format":"text","subformat":"english","content":"before","label":"first"},
+            {"format":"structured","subformat":"silp-ir","content":ir,"label":"task"},
+            {"format":"binary","subformat":"image/png","content":"AAAA","label":"pic"}
+        ]}),
+        "ingress",
+        0,
+    ));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+    assert_eq!(o.outbound.len(), 1);
+    assert_eq!(o.outbound[0].destination, Destination::Agent("coder".into()));
+    let out = out_json(&o, 0);
+    assert_eq!(out["X-Extra"], 1);
+    assert_eq!(
+        out["submessages"][0],
+        json!({"format":"text","subformat":"english","content":"before","label":"first"})
+    );
+    assert_eq!(
+        out["submessages"][1],
+        json!({"format":"structured","subformat":"silp-code","content":"if !rain(t+1): start(hike) else: start(cards@indoor)","label":"task"})
+    );
+    assert_eq!(
+        out["submessages"][2],
+        json!({"format":"binary","subformat":"image/png","content":"AAAA","label":"pic"})
+    );
+    assert!(o.notes.contains(&Note::Route("default".into())));
+    assert!(o.notes.iter().any(|n| matches!(
+        n,
+        Note::Frontend {
+            frontend: Frontend::Code,
+            reason: ChoiceReason::AgentProfile,
+            degraded_from: None,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn decode_answers_the_sender_with_the_ir_and_the_session_id() {
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"format":"structured","subformat":"silp-code","content":"if disk>90%: switch(backup_mode)","label":"decode","submessages":[
+            {"format":"token","subformat":"conversation_client7","content":"c-1"}
+        ]}),
+        "ingress",
+        0,
+    ));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+    assert_eq!(o.outbound[0].destination, Destination::Reply);
+    let out = out_json(&o, 0);
+    assert_eq!(out["subformat"], "silp-ir");
+    assert_eq!(out["content"]["constraints"][0], json!({"type":"disk","value":"90%","operator":">"}));
+    assert_eq!(out["content"]["meta"]["session_id"], "aa");
+    assert_eq!(out["content"]["meta"]["req_id"].as_str().map(str::len), Some(8));
+    assert_eq!(
+        out["submessages"][0],
+        json!({"format":"token","subformat":"conversation_client7","content":"c-1"})
+    );
+}
+
+#[test]
+fn transcode_degrades_to_what_the_agent_accepts() {
+    let g = gateway();
+    let o =
+        g.handle(inbound(json!({"format":"structured","subformat":"silp-ir","content":ir()}), "ingress", 0));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+    assert_eq!(o.outbound[0].destination, Destination::Agent("reader".into()));
+    let out = out_json(&o, 0);
+    assert_eq!((out["format"].as_str(), out["subformat"].as_str()), (Some("text"), Some("english")));
+    assert_eq!(out["content"], "If not rain at t+1, start hike otherwise start cards indoors.");
+}
+
+#[test]
+fn route_override_wins_and_meta_out_or_the_default_decide_without_a_profile() {
+    let g = gateway();
+    let o = g.handle(inbound(json!({"messagetype":"request","format":"structured","subformat":"silp-code","content":"fetch(data)"}), "ingress", 0));
+    let out = out_json(&o, 0);
+    assert_eq!(out["subformat"], "silp-json");
+    assert_eq!(out["content"], json!({"intent":"!FETCH","act":"data"}));
+    assert!(o.notes.iter().any(|n| matches!(n, Note::Frontend { reason: ChoiceReason::RouteOverride, .. })));
+
+    // An agent with no frontends listed accepts anything: meta.out decides, else the default.
+    let mut with_out = ir();
+    with_out["meta"]["out"] = json!("code");
+    with_out["meta"].as_object_mut().unwrap().remove("next_agent");
+    let o =
+        g.handle(inbound(json!({"format":"structured","subformat":"silp-ir","content":with_out}), "free", 0));
+    assert!(
+        o.notes.iter().any(|n| matches!(
+            n,
+            Note::Frontend { frontend: Frontend::Code, reason: ChoiceReason::IrMetaOut, .. }
+        )),
+        "{:?}",
+        o.notes
+    );
+    let o = g.handle(inbound(
+        json!({"format":"structured","subformat":"silp-code","content":"cancel(x)"}),
+        "free",
+        0,
+    ));
+    assert!(
+        o.notes.iter().any(|n| matches!(
+            n,
+            Note::Frontend { frontend: Frontend::Json, reason: ChoiceReason::ConfiguredDefault, .. }
+        )),
+        "{:?}",
+        o.notes
+    );
+}
+
+#[test]
+fn validate_routes_forward_the_payload_unchanged_but_still_check_it() {
+    let g = gateway();
+    let original = json!({"format":"structured","subformat":"silp-code","content":"cancel(flight)"});
+    let o = g.handle(inbound(original.clone(), "audit", 0));
+    assert_eq!(out_json(&o, 0), original);
+    let o = g.handle(inbound(
+        json!({"format":"structured","subformat":"silp-code","content":"escalate(x)"}),
+        "audit",
+        0,
+    ));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert_eq!(e.disposition(), Disposition::Poison);
+    assert!(e.detail().contains("verb 'ESCALATE' not in whitelist. Use !RAISE instead."), "{}", e.detail());
+}
+
+#[test]
+fn errors_go_back_as_nlip_error_messages_with_code_span_and_echoed_tokens() {
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"format":"structured","subformat":"silp-code","content":"if rain > : cancel(x)","submessages":[
+            {"format":"token","subformat":"conversation","content":"c"},
+            {"format":"token","subformat":"authentication_idp","content":"a"},
+            {"format":"token","subformat":"group_7","content":"g"}
+        ]}),
+        "ingress",
+        0,
+    ));
+    assert_eq!(o.disposition(), Some(Disposition::Poison));
+    assert_eq!(o.outbound.len(), 1);
+    assert_eq!(o.outbound[0].destination, Destination::Reply);
+    let out = out_json(&o, 0);
+    assert_eq!(out["messagetype"], "error");
+    assert_eq!((out["format"].as_str(), out["subformat"].as_str()), (Some("text"), Some("english")));
+    let detail = &out["submessages"][0];
+    assert_eq!((detail["format"].as_str(), detail["subformat"].as_str()), (Some("structured"), Some("json")));
+    assert_eq!(detail["content"]["code"], "invalid_syntax");
+    assert_eq!(detail["content"]["path"], "content");
+    assert_eq!(detail["content"]["span"], json!([3, 7]));
+    let echoed: Vec<&str> = out["submessages"].as_array().unwrap()[1..]
+        .iter()
+        .map(|s| s["subformat"].as_str().unwrap())
+        .collect();
+    assert_eq!(echoed, ["conversation", "authentication_idp", "group_7"]);
+}
+
+#[test]
+fn an_error_is_never_answered_with_an_error() {
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"messagetype":"error","format":"text","subformat":"english","content":"your fault"}),
+        "nowhere",
+        0,
+    ));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert_eq!(e.code(), "no_route");
+    assert!(o.outbound.is_empty());
+}
+
+#[test]
+fn ping_is_answered_and_the_announced_profile_is_used_afterwards() {
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"MessageType":"Control","format":"text","subformat":"english","content":"//ping","submessages":[
+            {"format":"structured","subformat":"JSON","content":{"silp":"v1","frontends":["math","json","natural"],"agent":"coder"}},
+            {"format":"token","subformat":"conversation","content":"p"}
+        ]}),
+        "coder-queue",
+        0,
+    ));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+    let out = out_json(&o, 0);
+    assert_eq!(out["messagetype"], "control");
+    assert_eq!(
+        out["content"],
+        json!({"silp":"v1","frontends":["code","json","natural","nl_json"],"preferred":"json"})
+    );
+    assert_eq!(out["submessages"][0]["content"], "p");
+    assert_eq!(
+        g.store().profile("coder").unwrap().map(|p| (p.frontends, p.source)),
+        Some((vec![Frontend::Json, Frontend::Natural], ProfileSource::Ping))
+    );
+    let mut no_next = ir();
+    no_next["meta"].as_object_mut().unwrap().remove("next_agent");
+    let o = g.handle(inbound(
+        json!({"messagetype":"Request","format":"structured","subformat":"silp-ir","content":no_next}),
+        "ingress",
+        1,
+    ));
+    assert_eq!(out_json(&o, 0)["subformat"], "silp-json");
+
+    let o = g.handle(inbound(json!({"messagetype":"control","format":"text","subformat":"english","content":"//ping","submessages":[{"format":"structured","subformat":"json","content":{"silp":"v2","frontends":["code"]}}]}), "x", 0));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert!(e.detail().contains("silp version 'v2'"), "{}", e.detail());
+    assert_eq!(out_json(&o, 0)["messagetype"], "error");
+}
+
+#[test]
+fn other_control_messages_get_a_control_reply_with_tokens() {
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"control":true,"format":"text","subformat":"english","content":"status?","submessages":[{"format":"token","subformat":"authorization","content":"sdk-style"}]}),
+        "x",
+        0,
+    ));
+    let out = out_json(&o, 0);
+    assert_eq!(out["messagetype"], "control");
+    assert_eq!(
+        out["submessages"][0],
+        json!({"format":"token","subformat":"authorization","content":"sdk-style"})
+    );
+}
+
+#[test]
+fn a_conversation_keeps_its_session_renews_every_n_turns_and_expires() {
+    let g = gateway();
+    let message = |turn: u64| {
+        inbound(
+            json!({"format":"structured","subformat":"silp-code","content":format!("cancel(t{turn})"),"label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-A"}]}),
+            "ingress",
+            turn * 1000,
+        )
+    };
+    let mut notices = Vec::new();
+    for turn in 1..=11 {
+        let o = g.handle(message(turn));
+        assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+        let last = out_json(&o, o.outbound.len() - 1);
+        assert_eq!(last["content"]["meta"]["session_id"], "aa");
+        if o.outbound.len() == 2 {
+            let notice = out_json(&o, 0);
+            assert_eq!(notice["messagetype"], "control");
+            assert_eq!(notice["content"]["renewed"], true);
+            assert_eq!(notice["submessages"][0]["content"], "conv-A");
+            notices.push(notice["content"]["turn"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(notices, [6, 11]);
+    let late = inbound(
+        json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-A"}]}),
+        "ingress",
+        11_000 + 61_000,
+    );
+    let o = g.handle(late);
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert_eq!(e.code(), "session_expired");
+    assert_eq!(out_json(&o, 0)["submessages"][0]["content"]["code"], "session_expired");
+    let other = inbound(
+        json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-B"}]}),
+        "ingress",
+        0,
+    );
+    assert_eq!(out_json(&g.handle(other), 0)["content"]["meta"]["session_id"], "ab");
+}
+
+#[test]
+fn the_compile_lock_freezes_the_first_compile_and_reports_drift() {
+    let store = Arc::new(MemoryStore::new());
+    let config = "[[agents]]\nname = \"coder\"\nfrontends = [\"code\"]\n[[routes]]\nname = \"all\"\ndestination = \"coder\"\nmode = \"encode\"\n";
+    let g = gateway_with(config, store.clone());
+    let send = || {
+        g.handle(inbound(json!({"format":"structured","subformat":"silp-ir","content":ir()}), "ingress", 0))
+    };
+    let first = send();
+    assert!(first.notes.iter().any(|n| matches!(n, Note::LockFrozen { frontend: Frontend::Code, .. })));
+    let again = send();
+    assert!(!again.notes.iter().any(|n| matches!(n, Note::LockFrozen { .. } | Note::LockDrift { .. })));
+    assert_eq!(out_json(&first, 0), out_json(&again, 0));
+    assert_eq!(store.lock_len(), 1);
+
+    // Another IR whose frozen text differs from what the codec writes today.
+    let mut other = ir();
+    other["meta"]["req_id"] = json!("abcd");
+    let parsed = silpgate::silp::schema::parse_ir(&other).unwrap();
+    store.freeze(&parsed.ir_hash(), Frontend::Code, "start(hike)", 0).unwrap();
+    let o =
+        g.handle(inbound(json!({"format":"structured","subformat":"silp-ir","content":other}), "ingress", 0));
+    assert!(o.notes.iter().any(|n| matches!(n, Note::LockDrift { .. })), "{:?}", o.notes);
+    assert_eq!(out_json(&o, 0)["content"], "start(hike)");
+}
+
+#[test]
+fn a_missing_req_id_is_assigned_8_hex() {
+    let g = gateway();
+    let mut no_id = ir();
+    no_id["meta"].as_object_mut().unwrap().remove("req_id");
+    no_id["meta"]["out"] = json!("code");
+    let o = g.handle(inbound(
+        json!({"format":"structured","subformat":"silp-ir","content":no_id,"label":"decode"}),
+        "ingress",
+        0,
+    ));
+    let req_id = out_json(&o, 0)["content"]["meta"]["req_id"].as_str().unwrap().to_owned();
+    assert_eq!(req_id.len(), 8);
+    assert!(req_id.bytes().all(|b| b.is_ascii_hexdigit()));
+}
+
+#[test]
+fn a_published_message_id_is_a_duplicate_and_a_pending_one_is_handled_again() {
+    let g = gateway();
+    let with_id = |id: &str| {
+        let mut i = inbound(
+            json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode"}),
+            "ingress",
+            0,
+        );
+        i.origin.message_id = Some(id.into());
+        i
+    };
+    let first = g.handle(with_id("m-1"));
+    assert!(matches!(first.status, Status::Delivered));
+    assert_eq!(g.store().ledger("m-1").unwrap(), Some(LedgerState::Pending));
+    let redelivered = g.handle(with_id("m-1"));
+    assert!(matches!(redelivered.status, Status::Delivered), "pending: publish again");
+    assert_eq!(out_json(&first, 0), out_json(&redelivered, 0));
+    g.store().set_ledger("m-1", LedgerState::Published, 1).unwrap();
+    let duplicate = g.handle(with_id("m-1"));
+    assert!(matches!(duplicate.status, Status::Duplicate));
+    assert_eq!(duplicate.disposition(), Some(Disposition::Duplicate));
+    assert!(duplicate.outbound.is_empty());
+}
+
+#[test]
+fn sanitiser_changes_are_reported() {
+    let g = gateway();
+    let o = g.handle(inbound(json!({"format":"structured","subformat":"silp-code","content":"\u{FEFF}с\u{0430}ncel(flight)","label":"decode"}), "ingress", 0));
+    assert_eq!(out_json(&o, 0)["content"]["intent"], "!CANCEL");
+    let sanitized = o.notes.iter().filter(|n| matches!(n, Note::Sanitized { .. })).count();
+    assert_eq!(sanitized, 2, "{:?}", o.notes);
+}
+
+#[test]
+fn a_message_no_route_takes_is_poison() {
+    let g = gateway();
+    let o = g.handle(inbound(json!({"format":"text","subformat":"english","content":"hello"}), "ingress", 0));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert_eq!((e.code(), e.disposition()), ("no_route", Disposition::Poison));
+}
+
+#[test]
+fn undecodable_bytes_get_an_error_message_naming_the_field() {
+    let g = gateway();
+    let err =
+        nlip::decode(br#"{"format":"text","content":"x"}"#, Encoding::Json, &Limits::default()).unwrap_err();
+    let o = g.reject_undecodable(err);
+    assert_eq!(o.disposition(), Some(Disposition::Poison));
+    let out = out_json(&o, 0);
+    assert_eq!(
+        out["submessages"][0]["content"],
+        json!({"code":"invalid_envelope","message":"missing required field 'subformat'","path":"subformat"})
+    );
+}
+
+/// A store whose every call fails, as an unreachable database would.
+struct Unavailable;
+
+impl Store for Unavailable {
+    fn session_by_token(&self, _: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn put_session(&self, _: &SessionRecord) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn profile(&self, _: &str) -> Result<Option<AgentProfile>, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn put_profile(&self, _: &str, _: &AgentProfile) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn freeze(&self, _: &str, _: Frontend, _: &str, _: Millis) -> Result<Frozen, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn ledger(&self, _: &str) -> Result<Option<LedgerState>, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn set_ledger(&self, _: &str, _: LedgerState, _: Millis) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+}
+
+#[test]
+fn store_failures_are_transient() {
+    let g = gateway_with(
+        CONFIG
+            .replace(
+                "name = \"unprofiled\"\ndestination = \"nobody-configured\"",
+                "name = \"unprofiled\"\ndestination = \"open\"",
+            )
+            .as_str(),
+        Arc::new(Unavailable),
+    );
+    let mut i = inbound(
+        json!({"messagetype":"request","format":"structured","subformat":"silp-code","content":"cancel(x)"}),
+        "ingress",
+        0,
+    );
+    i.origin.message_id = Some("m".into());
+    let o = g.handle(i);
+    assert_eq!(o.disposition(), Some(Disposition::Transient));
+    let Status::Failed(e) = &o.status else { panic!() };
+    assert_eq!(e.code(), "unavailable");
+}
