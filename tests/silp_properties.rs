@@ -68,7 +68,7 @@ fn ir() -> impl Strategy<Value = Ir> {
             prop_oneof![Just(None), Just(Some(intent.clone())), action_code().prop_map(Some)],
             extras(),
         )
-            .prop_map(|(id, value, action, extra)| Entity { id, value, action, extra });
+            .prop_map(|(id, value, action, extra)| Entity { id: id.into(), value: value.into(), action: action.map(Into::into), extra });
         let constraint = (
             prop_oneof![3 => "!?[a-z_]{1,6}", 1 => text()],
             text(),
@@ -88,10 +88,10 @@ fn ir() -> impl Strategy<Value = Ir> {
                 if let Some(o) = operator {
                     extra.insert("operator".into(), Value::String(o));
                 }
-                Constraint { kind, value, time, extra }
+                Constraint { kind: kind.into(), value: value.into(), time: time.map(Into::into), extra }
             });
         let alternative = (action_code(), prop::option::of(text()), prop::option::of(text()), extras())
-            .prop_map(|(action, target, location, extra)| Alternative { action, target, location, extra });
+            .prop_map(|(action, target, location, extra)| Alternative { action: action.into(), target: target.map(Into::into), location: location.map(Into::into), extra });
         (
             prop::collection::vec(entity, 0..5),
             prop::collection::vec(constraint, 0..4),
@@ -100,7 +100,7 @@ fn ir() -> impl Strategy<Value = Ir> {
             .prop_map(move |(entities, constraints, alternatives)| Ir {
                 silp: "v1".into(),
                 version: "ir-v0.1".into(),
-                intent: intent.clone(),
+                intent: intent.as_str().into(),
                 entities,
                 constraints,
                 alternatives,
@@ -233,7 +233,13 @@ fn deep_nesting_is_an_error_not_a_crash() {
     let unbalanced = format!("cancel({}", "(".repeat(200_000));
     assert!(silp::decode(&unbalanced, Frontend::Code, &options).is_err());
 
-    let arrays = format!("{{\"intent\":\"!CANCEL\",\"act\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let arrays = format!(
+        "{{\"intent\":\"!CANCEL\",\"constraints\":[{{\"type\":\"a\",\"value\":\"b\",\"x\":{}{}}}]}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     let err = silp::decode(&arrays, Frontend::Json, &options).unwrap_err();
-    assert_eq!(err.code, silp::ErrorCode::InvalidSyntax, "{err}");
+    assert!(err.message.contains("recursion limit"), "{err}");
+    let shallow_but_wrong = format!("{{\"intent\":\"!CANCEL\",\"act\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(silp::decode(&shallow_but_wrong, Frontend::Json, &options).unwrap_err().code, silp::ErrorCode::DecodeFailed);
 }

@@ -176,7 +176,7 @@ impl Gateway {
                 continue;
             }
             if let Some(turn) = &session {
-                unit.ir.meta.session_id = Some(turn.id.clone());
+                unit.ir.meta.session_id = Some(turn.id.as_str().into());
             }
             let form = match route.mode {
                 RouteMode::Decode => OutputForm::Ir,
@@ -267,8 +267,8 @@ impl Gateway {
             );
             notes.push(Note::Payload {
                 path: path.clone(),
-                intent: read.ir.intent.clone(),
-                req_id: read.ir.meta.req_id.clone(),
+                intent: read.ir.intent.to_string(),
+                req_id: read.ir.meta.req_id.to_string(),
             });
             units.push(Unit { index, path, ir: read.ir, explicit_out: read.explicit_out });
         }

@@ -11,6 +11,9 @@ use sha2::{Digest, Sha256};
 /// Unknown fields of an extensible IR object, in arrival order.
 pub type Extras = Map<String, Value>;
 
+/// IR text: inline up to 24 bytes, so that decoding a payload allocates little.
+pub type Text = compact_str::CompactString;
+
 /// The IR version this crate speaks.
 pub const SILP_VERSION: &str = "v1";
 /// The default `version` field.
@@ -18,10 +21,10 @@ pub const IR_VERSION: &str = "ir-v0.1";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ir {
-    pub silp: String,
-    pub version: String,
+    pub silp: Text,
+    pub version: Text,
     /// The primary action code, `!VERB`.
-    pub intent: String,
+    pub intent: Text,
     pub entities: Vec<Entity>,
     pub constraints: Vec<Constraint>,
     pub alternatives: Vec<Alternative>,
@@ -30,27 +33,27 @@ pub struct Ir {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entity {
-    pub id: String,
-    pub value: String,
+    pub id: Text,
+    pub value: Text,
     /// `None` or the intent: an argument of the primary action; anything else: a secondary action.
-    pub action: Option<String>,
+    pub action: Option<Text>,
     pub extra: Extras,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Constraint {
-    pub kind: String,
-    pub value: String,
-    pub time: Option<String>,
+    pub kind: Text,
+    pub value: Text,
+    pub time: Option<Text>,
     /// Unknown fields; `subject` and `operator` live here, as in the draft.
     pub extra: Extras,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alternative {
-    pub action: String,
-    pub target: Option<String>,
-    pub location: Option<String>,
+    pub action: Text,
+    pub target: Option<Text>,
+    pub location: Option<Text>,
     pub extra: Extras,
 }
 
@@ -58,22 +61,22 @@ pub struct Alternative {
 pub struct Meta {
     pub priority: i64,
     pub confidence: f64,
-    pub seq: Vec<String>,
-    pub out: String,
-    pub next_agent: Option<String>,
-    pub req_id: String,
-    pub session_id: Option<String>,
+    pub seq: Vec<Text>,
+    pub out: Text,
+    pub next_agent: Option<Text>,
+    pub req_id: Text,
+    pub session_id: Option<Text>,
     pub extra: Extras,
 }
 
 impl Meta {
     /// The meta of a freshly decoded IR: every default, and the given request id.
-    pub fn with_req_id(req_id: String) -> Self {
+    pub fn with_req_id(req_id: Text) -> Self {
         Meta {
             priority: 0,
             confidence: 1.0,
             seq: Vec::new(),
-            out: "natural".to_owned(),
+            out: Text::const_new("natural"),
             next_agent: None,
             req_id,
             session_id: None,
@@ -90,7 +93,7 @@ impl Entity {
 }
 
 impl Constraint {
-    pub fn new(kind: impl Into<String>, value: impl Into<String>) -> Self {
+    pub fn new(kind: impl Into<Text>, value: impl Into<Text>) -> Self {
         Constraint { kind: kind.into(), value: value.into(), time: None, extra: Extras::new() }
     }
 
@@ -256,12 +259,12 @@ fn write_list<T>(out: &mut String, items: &[T], mut write: impl FnMut(&mut Strin
     out.push(']');
 }
 
-fn str_or(v: Option<&Value>, default: &str) -> String {
-    v.and_then(Value::as_str).unwrap_or(default).to_owned()
+fn str_or(v: Option<&Value>, default: &str) -> Text {
+    Text::from(v.and_then(Value::as_str).unwrap_or(default))
 }
 
-fn opt_str(v: Option<&Value>) -> Option<String> {
-    v.and_then(Value::as_str).map(str::to_owned)
+fn opt_str(v: Option<&Value>) -> Option<Text> {
+    v.and_then(Value::as_str).map(Text::from)
 }
 
 fn objects(v: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
@@ -309,7 +312,7 @@ fn meta_from(obj: &Map<String, Value>) -> Meta {
         seq: obj
             .get("seq")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|a| a.iter().filter_map(Value::as_str).map(Text::from).collect())
             .unwrap_or_default(),
         out: str_or(obj.get("out"), "natural"),
         next_agent: opt_str(obj.get("next_agent")),

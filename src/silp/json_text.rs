@@ -49,33 +49,48 @@ pub fn write_text(out: &mut String, s: &str, style: Style) {
 /// Writes `s` as a JSON string literal, additionally escaping every char for which
 /// `escape_extra` is true as `\uXXXX` (used to keep invisible characters visible).
 pub fn write_str_escaping(out: &mut String, s: &str, escape_extra: impl Fn(char) -> bool) {
+    out.reserve(s.len() + 2);
     out.push('"');
+    let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, c) in s.char_indices() {
-        let escape: Option<&str> = match c {
-            '"' => Some("\\\""),
-            '\\' => Some("\\\\"),
-            '\n' => Some("\\n"),
-            '\r' => Some("\\r"),
-            '\t' => Some("\\t"),
-            '\u{8}' => Some("\\b"),
-            '\u{c}' => Some("\\f"),
-            _ => None,
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let (escape, len): (Option<&str>, usize) = match b {
+            b'"' => (Some("\\\""), 1),
+            b'\\' => (Some("\\\\"), 1),
+            b'\n' => (Some("\\n"), 1),
+            b'\r' => (Some("\\r"), 1),
+            b'\t' => (Some("\\t"), 1),
+            0x08 => (Some("\\b"), 1),
+            0x0c => (Some("\\f"), 1),
+            0..=0x1f => (None, 1),
+            0x20..=0x7e => {
+                i += 1;
+                continue;
+            }
+            _ => {
+                let c = s[i..].chars().next().expect("a char starts at every non-continuation byte");
+                if !escape_extra(c) {
+                    i += c.len_utf8();
+                    continue;
+                }
+                (None, c.len_utf8())
+            }
         };
-        if escape.is_none() && (c as u32) >= 0x20 && !escape_extra(c) {
-            continue;
-        }
         out.push_str(&s[start..i]);
         match escape {
             Some(e) => out.push_str(e),
             None => {
+                let c = s[i..].chars().next().expect("char boundary");
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     let _ = write!(out, "\\u{unit:04x}");
                 }
             }
         }
-        start = i + c.len_utf8();
+        i += len;
+        start = i;
     }
     out.push_str(&s[start..]);
     out.push('"');

@@ -90,20 +90,19 @@ pub fn decode(text: &str, frontend: Frontend, options: &DecodeOptions) -> Result
                 (ReqIdMode::Reference, None) => text.trim(),
                 (ReqIdMode::Hash { .. }, _) => text.trim(),
             };
-            let mut meta = Meta::with_req_id(String::new());
+            let mut meta = Meta::with_req_id(ir::Text::default());
             if parsed.sequential {
-                meta.seq.push("sequential".to_owned());
+                meta.seq.push(ir::Text::const_new("sequential"));
             }
             (assemble(parsed.intent, parsed.entities, parsed.constraints, parsed.alternatives, meta), hashed)
         }
         Frontend::Json => {
-            let document = parse_json(&stripped.text).map_err(to_original)?;
-            let parsed = frontend::json::read(document, &mut notices)?;
+            let parsed = frontend::json::read(&stripped.text, &mut notices).map_err(to_original)?;
             let hashed = match options.req_id {
                 ReqIdMode::Reference => text,
                 ReqIdMode::Hash { .. } => text.trim(),
             };
-            let meta = Meta::with_req_id(String::new());
+            let meta = Meta::with_req_id(ir::Text::default());
             (assemble(parsed.intent, parsed.entities, parsed.constraints, parsed.alternatives, meta), hashed)
         }
         Frontend::Natural | Frontend::NlJson => {
@@ -129,15 +128,15 @@ pub fn decode(text: &str, frontend: Frontend, options: &DecodeOptions) -> Result
 }
 
 fn assemble(
-    intent: String,
+    intent: ir::Text,
     entities: Vec<ir::Entity>,
     constraints: Vec<ir::Constraint>,
     alternatives: Vec<ir::Alternative>,
     meta: Meta,
 ) -> Ir {
     Ir {
-        silp: SILP_VERSION.to_owned(),
-        version: IR_VERSION.to_owned(),
+        silp: ir::Text::const_new(SILP_VERSION),
+        version: ir::Text::const_new(IR_VERSION),
         intent,
         entities,
         constraints,
@@ -159,7 +158,7 @@ pub fn parse_json(text: &str) -> Result<serde_json::Value, SilpError> {
 }
 
 /// Byte offset of a 1-based line and column (as serde_json reports them, column in bytes).
-fn offset_of(text: &str, line: usize, column: usize) -> usize {
+pub(crate) fn offset_of(text: &str, line: usize, column: usize) -> usize {
     let line_start: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
     (line_start + column.saturating_sub(1)).min(text.len())
 }

@@ -3,7 +3,8 @@
 //! The draft says implementations MUST default to 8 hex characters; the reference uses 4 and
 //! hashes slightly different text (see [`ReqIdMode::Reference`]).
 
-use super::ir::sha256_hex;
+use super::ir::Text;
+use sha2::{Digest, Sha256};
 
 /// How a decoded IR's request id is derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +25,15 @@ impl Default for ReqIdMode {
 /// Accepted lengths for [`ReqIdMode::Hash`].
 pub const LENGTHS: std::ops::RangeInclusive<usize> = 4..=8;
 
-/// The first `len` hex characters of the SHA-256 of `text`.
-pub fn req_id(text: &str, len: usize) -> String {
-    let mut hex = sha256_hex(text.as_bytes());
-    hex.truncate(len.clamp(*LENGTHS.start(), *LENGTHS.end()));
+/// The first `len` (4..=8) hex characters of the SHA-256 of `text`.
+pub fn req_id(text: &str, len: usize) -> Text {
+    let digest = Sha256::digest(text.as_bytes());
+    let len = len.clamp(*LENGTHS.start(), *LENGTHS.end());
+    let mut hex = Text::with_capacity(len);
+    for b in digest.iter().take(len.div_ceil(2)) {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
+    }
+    hex.truncate(len);
     hex
 }

@@ -61,17 +61,17 @@ pub fn is_bare_argument(s: &str) -> bool {
         return false;
     }
     let mut depth = 0usize;
-    for c in s.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' if depth == 0 => return false,
-            ')' => depth -= 1,
-            ',' if depth == 0 => return false,
-            c if needs_escape(c) => return false,
+    for &b in s.as_bytes() {
+        match b {
+            b'(' => depth += 1,
+            b')' if depth == 0 => return false,
+            b')' => depth -= 1,
+            b',' if depth == 0 => return false,
+            0..=0x1f | 0x7f => return false,
             _ => {}
         }
     }
-    depth == 0
+    depth == 0 && (s.is_ascii() || !s.chars().any(needs_escape))
 }
 
 /// A value or time that can be written bare in the `type<op>value, time` form: one word with

@@ -8,7 +8,7 @@
 
 use super::lexical::*;
 use crate::silp::error::{ErrorCode, SilpError};
-use crate::silp::ir::{Alternative, Constraint, Entity, Extras, is_action_code};
+use crate::silp::ir::{Alternative, Constraint, Entity, Extras, Text, is_action_code};
 use crate::silp::sanitize::{self, Notice};
 use serde_json::Value;
 use std::ops::Range;
@@ -16,7 +16,7 @@ use std::ops::Range;
 /// What the parser found, before the caller adds `meta`.
 #[derive(Debug)]
 pub struct Parsed {
-    pub intent: String,
+    pub intent: Text,
     pub entities: Vec<Entity>,
     pub constraints: Vec<Constraint>,
     pub alternatives: Vec<Alternative>,
@@ -28,12 +28,12 @@ pub struct Parsed {
 
 /// One argument of a call.
 enum Argument {
-    Positional(String),
-    Keyword(String, String),
+    Positional(Text),
+    Keyword(Text, Text),
 }
 
 struct Call {
-    verb: String,
+    verb: Text,
     arguments: Vec<Argument>,
 }
 
@@ -97,7 +97,7 @@ impl Parser<'_, '_> {
             let is_primary = call.verb == intent;
             if call.arguments.is_empty() && !is_primary {
                 // A bare step such as `process` in `fetch(x) -> process -> email(y)`: keep it.
-                entities.push(entity("act", String::new(), &call.verb));
+                entities.push(entity("act", Text::default(), &call.verb));
             }
             for argument in call.arguments {
                 entities.push(match argument {
@@ -149,7 +149,7 @@ impl Parser<'_, '_> {
         } else {
             let negated = self.eat('!');
             let name = self.name("a constraint type")?;
-            if negated { format!("!{name}") } else { name }
+            if negated { compact_str::format_compact!("!{name}") } else { name }
         };
         match self.peek() {
             Some('(') => {
@@ -170,7 +170,7 @@ impl Parser<'_, '_> {
     }
 
     /// `type<op>value[, time]`.
-    fn infix_constraint(&mut self, kind: String) -> Result<Constraint, SilpError> {
+    fn infix_constraint(&mut self, kind: Text) -> Result<Constraint, SilpError> {
         let op_start = self.pos;
         while self.peek().is_some_and(|c| OPERATOR_CHARS.contains(&c)) {
             self.pos += 1;
@@ -188,7 +188,7 @@ impl Parser<'_, '_> {
 
     /// A value in infix form: quoted, or a bare word ending at whitespace, ',' or a ':' that
     /// ends the condition.
-    fn word_value(&mut self, what: &str) -> Result<String, SilpError> {
+    fn word_value(&mut self, what: &str) -> Result<Text, SilpError> {
         if self.peek() == Some('"') {
             return self.quoted();
         }
@@ -203,11 +203,11 @@ impl Parser<'_, '_> {
         if self.pos == start {
             return Err(self.error_here(&format!("expected {what}")));
         }
-        Ok(self.src[start..self.pos].to_owned())
+        Ok(Text::from(&self.src[start..self.pos]))
     }
 
     /// The arguments of `type(...)` or `!type(...)`, just after the '('.
-    fn constraint_arguments(&mut self, kind: String, start: usize) -> Result<Constraint, SilpError> {
+    fn constraint_arguments(&mut self, kind: Text, start: usize) -> Result<Constraint, SilpError> {
         self.skip_ws();
         if self.starts_constraint_key() {
             return self.keyed_constraint(kind, start);
@@ -245,7 +245,7 @@ impl Parser<'_, '_> {
         }
         let is_time = |s: &str| s.starts_with("t+") || s.starts_with("t-");
         let (subject, value, time) = match args.len() {
-            0 => (None, String::new(), None),
+            0 => (None, Text::default(), None),
             1 => (None, args.pop().unwrap_or_default(), None),
             2 if is_time(&args[1]) => {
                 let time = args.pop();
@@ -272,7 +272,7 @@ impl Parser<'_, '_> {
         let mut c = Constraint::new(kind, value);
         c.time = time;
         if let Some(s) = subject {
-            c.extra.insert("subject".to_owned(), Value::String(s));
+            c.extra.insert("subject".to_owned(), Value::String(s.into()));
         }
         Ok(c)
     }
@@ -282,8 +282,8 @@ impl Parser<'_, '_> {
     }
 
     /// `type(value=..,subject=..,time=..,op=..)`.
-    fn keyed_constraint(&mut self, kind: String, start: usize) -> Result<Constraint, SilpError> {
-        let mut fields: [Option<String>; 4] = Default::default();
+    fn keyed_constraint(&mut self, kind: Text, start: usize) -> Result<Constraint, SilpError> {
+        let mut fields: [Option<Text>; 4] = Default::default();
         loop {
             self.skip_ws();
             let key_start = self.pos;
@@ -315,10 +315,10 @@ impl Parser<'_, '_> {
         let mut c = Constraint::new(kind, value);
         c.time = time;
         if let Some(s) = subject {
-            c.extra.insert("subject".to_owned(), Value::String(s));
+            c.extra.insert("subject".to_owned(), Value::String(s.into()));
         }
         if let Some(op) = op {
-            c.extra.insert("operator".to_owned(), Value::String(op));
+            c.extra.insert("operator".to_owned(), Value::String(op.into()));
         }
         Ok(c)
     }
@@ -413,7 +413,7 @@ impl Parser<'_, '_> {
                 }
                 // `k=` with nothing after it is the positional value "k=", as in the reference.
                 None => {
-                    return Ok(Some(Argument::Positional(self.src[arg_start..self.pos].trim().to_owned())));
+                    return Ok(Some(Argument::Positional(Text::from(self.src[arg_start..self.pos].trim()))));
                 }
             }
         }
@@ -422,7 +422,7 @@ impl Parser<'_, '_> {
 
     /// A quoted string, or bare text up to a `stops` character or the closing ')' at depth 0,
     /// trimmed. `None` for empty bare text.
-    fn argument_value(&mut self, stops: &[char], call_start: usize) -> Result<Option<String>, SilpError> {
+    fn argument_value(&mut self, stops: &[char], call_start: usize) -> Result<Option<Text>, SilpError> {
         self.skip_ws();
         if self.peek() == Some('"') {
             let s = self.quoted()?;
@@ -448,7 +448,7 @@ impl Parser<'_, '_> {
             ));
         }
         let text = self.src[start..self.pos].trim();
-        Ok((!text.is_empty()).then(|| text.to_owned()))
+        Ok((!text.is_empty()).then(|| Text::from(text)))
     }
 
     fn close(&mut self, call_start: usize) -> Result<(), SilpError> {
@@ -524,10 +524,12 @@ impl Parser<'_, '_> {
     // ---- names -----------------------------------------------------------------------------
 
     /// A function name read as an action code: `cancel` -> `!CANCEL`.
-    fn verb(&mut self) -> Result<String, SilpError> {
+    fn verb(&mut self) -> Result<Text, SilpError> {
         let start = self.pos;
         let name = self.name("a function name")?;
-        let verb = format!("!{}", name.to_ascii_uppercase());
+        let mut verb = Text::with_capacity(name.len() + 1);
+        verb.push('!');
+        verb.extend(name.chars().map(|c| c.to_ascii_uppercase()));
         if !is_action_code(&verb) {
             return Err(SilpError::at(
                 ErrorCode::DecodeFailed,
@@ -541,7 +543,7 @@ impl Parser<'_, '_> {
     }
 
     /// A run of word characters, mapped to ASCII.
-    fn name(&mut self, what: &str) -> Result<String, SilpError> {
+    fn name(&mut self, what: &str) -> Result<Text, SilpError> {
         let start = self.pos;
         while let Some(c) = self.peek().filter(|c| is_word_char(*c)) {
             self.pos += c.len_utf8();
@@ -557,7 +559,7 @@ impl Parser<'_, '_> {
     }
 
     /// The ASCII reading of the identifier at `span`, reporting any mapping.
-    fn identifier(&mut self, span: Range<usize>, what: &str) -> Result<String, SilpError> {
+    fn identifier(&mut self, span: Range<usize>, what: &str) -> Result<Text, SilpError> {
         let raw = &self.src[span.clone()];
         match sanitize::ascii_identifier(raw) {
             Ok(ascii) => {
@@ -568,7 +570,7 @@ impl Parser<'_, '_> {
                         offset: span.start,
                     });
                 }
-                Ok(ascii.into_owned())
+                Ok(Text::from(ascii.as_ref()))
             }
             Err(c) => Err(SilpError::syntax(
                 span,
@@ -580,10 +582,10 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn quoted(&mut self) -> Result<String, SilpError> {
+    fn quoted(&mut self) -> Result<Text, SilpError> {
         let (s, end) = read_quoted(self.src, self.pos)?;
         self.pos = end;
-        Ok(s)
+        Ok(Text::from(s))
     }
 
     // ---- cursor ----------------------------------------------------------------------------
@@ -658,6 +660,6 @@ impl Parser<'_, '_> {
     }
 }
 
-fn entity(id: &str, value: String, action: &str) -> Entity {
-    Entity { id: id.to_owned(), value, action: Some(action.to_owned()), extra: Extras::new() }
+fn entity(id: &str, value: Text, action: &Text) -> Entity {
+    Entity { id: Text::from(id), value, action: Some(action.clone()), extra: Extras::new() }
 }

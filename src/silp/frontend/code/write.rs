@@ -34,9 +34,11 @@ pub fn compile(ir: &Ir) -> String {
     out
 }
 
-fn write_function(out: &mut String, action: &str) {
-    // Action codes are ASCII by schema; lower-casing in place avoids an allocation.
-    out.extend(action.strip_prefix('!').unwrap_or(action).chars().map(|c| c.to_ascii_lowercase()));
+/// `!CANCEL` -> `cancel`. Action codes are ASCII by schema, so lower-casing in place is exact.
+pub(crate) fn write_function(out: &mut String, action: &str) {
+    let start = out.len();
+    out.push_str(action.strip_prefix('!').unwrap_or(action));
+    out[start..].make_ascii_lowercase();
 }
 
 /// The primary call, then one call per secondary action in order of first appearance.
@@ -53,18 +55,17 @@ fn write_actions(out: &mut String, ir: &Ir) {
     }
     out.push(')');
 
-    let secondaries: Vec<&Entity> = ir.entities.iter().filter(|e| !e.is_primary(&ir.intent)).collect();
-    let mut done: Vec<&str> = Vec::new();
-    for (i, e) in secondaries.iter().enumerate() {
+    // One call per secondary action, in order of first appearance.
+    let secondaries = || ir.entities.iter().filter(|e| !e.is_primary(&ir.intent));
+    for (i, e) in secondaries().enumerate() {
         let action = e.action.as_deref().unwrap_or_default();
-        if done.contains(&action) {
+        if secondaries().take(i).any(|earlier| earlier.action.as_deref() == Some(action)) {
             continue;
         }
-        done.push(action);
         out.push_str("; ");
         write_function(out, action);
         out.push('(');
-        for (j, same) in secondaries[i..].iter().filter(|s| s.action.as_deref() == Some(action)).enumerate() {
+        for (j, same) in secondaries().skip(i).filter(|s| s.action.as_deref() == Some(action)).enumerate() {
             if j > 0 {
                 out.push(',');
             }

@@ -1,0 +1,431 @@
+//! json frontend text -> IR, in one pass over the text with serde (no intermediate JSON tree).
+//!
+//! Semantics are the reference's: `intent` is the primary action; `constraints` and
+//! `alternatives` are lists of objects; a key `action_<verb>` holds the values of a secondary
+//! action (a list, or one string); any other key is a primary entity `id: value`. A repeated
+//! key keeps its first position and its last value, as a Python dict does. An `entities` key
+//! holding an array is silpgate's explicit entity list.
+
+use super::ACTION_PREFIX;
+use crate::silp::error::{ErrorCode, SilpError};
+use crate::silp::ir::{Alternative, Constraint, Entity, Extras, Text, is_action_code};
+use crate::silp::json_text::{FloatStyle, write_float};
+use crate::silp::sanitize::{self, Notice};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Range;
+
+/// The semantic parts of a decoded json payload.
+pub struct Parsed {
+    pub intent: Text,
+    pub entities: Vec<Entity>,
+    pub constraints: Vec<Constraint>,
+    pub alternatives: Vec<Alternative>,
+}
+
+/// Reads json frontend `text`. Syntax errors are `invalid_syntax` with the byte span;
+/// well-formed JSON that is not a payload is `decode_failed`.
+pub fn read(text: &str, notices: &mut Vec<Notice>) -> Result<Parsed, SilpError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = de.deserialize_map(PayloadVisitor { notices }).and_then(|p| de.end().map(|()| p));
+    parsed.map_err(|e| {
+        let message = without_position(&e);
+        match e.classify() {
+            serde_json::error::Category::Data => SilpError::new(ErrorCode::DecodeFailed, message),
+            _ => {
+                let at = crate::silp::offset_of(text, e.line(), e.column());
+                SilpError::syntax(at..(at + 1).min(text.len()).max(at), format!("invalid JSON: {message}"))
+            }
+        }
+    })
+}
+
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.find(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
+}
+
+fn failed<E: de::Error>(message: impl fmt::Display) -> E {
+    E::custom(message)
+}
+
+/// A string that borrows from the input when it has no escapes.
+struct Str<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A slot value: a string, or a number or boolean read as its JSON spelling.
+struct Scalar(Text);
+
+impl<'de> de::Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, number or boolean value")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(Text::from(v)))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(Text::const_new(if v { "true" } else { "false" })))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(compact_str::format_compact!("{v}")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(compact_str::format_compact!("{v}")))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                let mut s = String::new();
+                write_float(&mut s, v, FloatStyle::Python);
+                Ok(Scalar(Text::from(s)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+struct PayloadVisitor<'n> {
+    notices: &'n mut Vec<Notice>,
+}
+
+/// Where the entities of one key sit in the entity list, for Python's repeated-key rule.
+struct Slot {
+    key: Text,
+    range: Range<usize>,
+    /// The explicit `entities` list: its entities say their action themselves.
+    explicit: bool,
+}
+
+impl<'de> Visitor<'de> for PayloadVisitor<'_> {
+    type Value = Parsed;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a json payload object such as {\"intent\": \"!CANCEL\", \"act\": \"flight\"}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+        let mut intent: Option<Text> = None;
+        let mut constraints = Vec::new();
+        let mut alternatives = Vec::new();
+        let mut entities: Vec<Entity> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
+        while let Some(Str(key)) = map.next_key::<Str>()? {
+            let mut explicit = false;
+            let new: Vec<Entity> = match key.as_ref() {
+                "intent" => {
+                    let raw = map.next_value::<Option<Str>>()?.ok_or_else(|| failed("'intent' must be a string such as \"!CANCEL\""))?;
+                    intent = Some(action_code(&raw.0, "intent", self.notices)?);
+                    continue;
+                }
+                "constraints" => {
+                    let seed = ListSeed { name: "constraints", item: constraint_from as ObjectReader<_>, notices: &mut *self.notices };
+                    constraints = map.next_value_seed(seed)?;
+                    continue;
+                }
+                "alternatives" => {
+                    let seed = ListSeed { name: "alternatives", item: alternative_from as ObjectReader<_>, notices: &mut *self.notices };
+                    alternatives = map.next_value_seed(seed)?;
+                    continue;
+                }
+                "entities" => {
+                    let (list, is_list) = map.next_value_seed(EntitiesSeed { notices: &mut *self.notices })?;
+                    explicit = is_list;
+                    list
+                }
+                k if k.starts_with(ACTION_PREFIX) => {
+                    let verb = &k[ACTION_PREFIX.len()..];
+                    let action = action_code(&format!("!{}", verb.to_uppercase()), k, self.notices)?;
+                    let values = map.next_value_seed(ActionValues { key: k })?;
+                    values
+                        .into_iter()
+                        .map(|value| Entity { id: Text::from(k), value, action: Some(action.clone()), extra: Extras::new() })
+                        .collect()
+                }
+                k => {
+                    let Scalar(value) = map
+                        .next_value::<Option<Scalar>>()?
+                        .ok_or_else(|| failed(format!("{k}: a value must be a string, number or boolean, found null")))?;
+                    // The action is the intent, filled in once the intent is known.
+                    vec![Entity { id: Text::from(k), value, action: None, extra: Extras::new() }]
+                }
+            };
+            match slots.iter().position(|s| s.key == key.as_ref()) {
+                Some(i) => {
+                    let old = slots[i].range.clone();
+                    let shift = new.len() as isize - old.len() as isize;
+                    slots[i].range = old.start..old.start + new.len();
+                    slots[i].explicit = explicit;
+                    entities.splice(old, new);
+                    for later in &mut slots[i + 1..] {
+                        later.range = (later.range.start as isize + shift) as usize..(later.range.end as isize + shift) as usize;
+                    }
+                }
+                None => {
+                    let range = entities.len()..entities.len() + new.len();
+                    slots.push(Slot { key: Text::from(key.as_ref()), range, explicit });
+                    entities.extend(new);
+                }
+            }
+        }
+        let intent = intent.ok_or_else(|| failed("missing 'intent': a json payload needs \"intent\": \"!VERB\""))?;
+        // Flat slots are primary entities; an explicit list says so itself.
+        for slot in slots.iter().filter(|s| !s.explicit) {
+            for e in &mut entities[slot.range.clone()] {
+                e.action.get_or_insert_with(|| intent.clone());
+            }
+        }
+        Ok(Parsed { intent, entities, constraints, alternatives })
+    }
+}
+
+/// An action code, with look-alike characters mapped (and reported).
+fn action_code<E: de::Error>(raw: &str, path: &str, notices: &mut Vec<Notice>) -> Result<Text, E> {
+    let code = match sanitize::ascii_identifier(raw) {
+        Ok(ascii) if ascii != raw => {
+            notices.push(Notice::HomoglyphMapped { from: raw.to_owned(), to: ascii.to_string(), offset: 0 });
+            Text::from(ascii.as_ref())
+        }
+        _ => Text::from(raw),
+    };
+    if is_action_code(&code) {
+        return Ok(code);
+    }
+    Err(failed(format!("{path}: invalid action code '{raw}': must be '!' followed by upper-case letters and underscores")))
+}
+
+/// The values of an `action_<verb>` key: a list of strings, or one string.
+struct ActionValues<'k> {
+    key: &'k str,
+}
+
+impl<'de> DeserializeSeed<'de> for ActionValues<'_> {
+    type Value = Vec<Text>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Text>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ActionValues<'_> {
+    type Value = Vec<Text>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}: a list of strings (the values of a secondary action)", self.key)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<Text>, E> {
+        Ok(vec![Text::from(v)])
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Text>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element::<Value>()? {
+            match v {
+                Value::String(s) => out.push(Text::from(s)),
+                other => {
+                    return Err(failed(format!(
+                        "{}[{}]: secondary action values must be strings, found {}",
+                        self.key,
+                        out.len(),
+                        kind_of(&other)
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A list of objects (`constraints`, `alternatives`, `entities`); `null` is an empty list.
+struct ListSeed<'n, F> {
+    name: &'static str,
+    item: F,
+    notices: &'n mut Vec<Notice>,
+}
+
+type ObjectReader<T> = fn(ObjectFields, &str, &mut Vec<Notice>) -> Result<T, String>;
+
+impl<'de, T> DeserializeSeed<'de> for ListSeed<'_, ObjectReader<T>> {
+    type Value = Vec<T>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<T>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, T> Visitor<'de> for ListSeed<'_, ObjectReader<T>> {
+    type Value = Vec<T>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "'{}' to be an array of objects", self.name)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Vec<T>, E> {
+        Ok(Vec::new())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::new();
+        loop {
+            let path = format!("{}[{}]", self.name, out.len());
+            match seq.next_element_seed(ObjectSeed { path: &path })? {
+                Some(fields) => out.push((self.item)(fields, &path, self.notices).map_err(failed)?),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+/// The fields of one object: declared ones by name, the rest as extras in arrival order.
+pub(super) struct ObjectFields {
+    fields: Vec<(Text, Value)>,
+}
+
+impl ObjectFields {
+    fn take(&mut self, name: &str) -> Option<Value> {
+        let i = self.fields.iter().position(|(k, _)| k == name)?;
+        Some(self.fields.remove(i).1)
+    }
+
+    fn string(&mut self, name: &str, path: &str) -> Result<Text, String> {
+        match self.take(name) {
+            Some(Value::String(s)) => Ok(Text::from(s)),
+            Some(other) => Err(format!("{path}.{name}: must be a string, found {}", kind_of(&other))),
+            None => Err(format!("{path}: missing '{name}'")),
+        }
+    }
+
+    fn optional(&mut self, name: &str, path: &str) -> Result<Option<Text>, String> {
+        match self.take(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(Text::from(s))),
+            Some(other) => Err(format!("{path}.{name}: must be a string, found {}", kind_of(&other))),
+        }
+    }
+
+    fn extras(self) -> Extras {
+        self.fields.into_iter().map(|(k, v)| (k.into_string(), v)).collect()
+    }
+}
+
+struct ObjectSeed<'p> {
+    path: &'p str,
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+    type Value = ObjectFields;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ObjectFields, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_> {
+    type Value = ObjectFields;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{} to be an object", self.path)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectFields, A::Error> {
+        let mut fields: Vec<(Text, Value)> = Vec::with_capacity(4);
+        while let Some(Str(key)) = map.next_key::<Str>()? {
+            let value: Value = map.next_value()?;
+            // A repeated key keeps its first position and its last value.
+            match fields.iter_mut().find(|(k, _)| k == key.as_ref()) {
+                Some(slot) => slot.1 = value,
+                None => fields.push((Text::from(key.as_ref()), value)),
+            }
+        }
+        Ok(ObjectFields { fields })
+    }
+}
+
+fn constraint_from(mut o: ObjectFields, path: &str, _: &mut Vec<Notice>) -> Result<Constraint, String> {
+    let kind = o.string("type", path)?;
+    let value = o.string("value", path)?;
+    let time = o.optional("time", path)?;
+    Ok(Constraint { kind, value, time, extra: o.extras() })
+}
+
+fn alternative_from(mut o: ObjectFields, path: &str, notices: &mut Vec<Notice>) -> Result<Alternative, String> {
+    let raw = o.string("action", path)?;
+    let action = checked_code(&raw, &format!("{path}.action"), notices)?;
+    let target = o.optional("target", path)?;
+    let location = o.optional("location", path)?;
+    Ok(Alternative { action, target, location, extra: o.extras() })
+}
+
+fn entity_from(mut o: ObjectFields, path: &str, notices: &mut Vec<Notice>) -> Result<Entity, String> {
+    let id = o.string("id", path)?;
+    let value = o.string("value", path)?;
+    let action = match o.optional("action", path)? {
+        Some(a) => Some(checked_code(&a, &format!("{path}.action"), notices)?),
+        None => None,
+    };
+    Ok(Entity { id, value, action, extra: o.extras() })
+}
+
+fn checked_code(raw: &str, path: &str, notices: &mut Vec<Notice>) -> Result<Text, String> {
+    action_code::<serde_json::Error>(raw, path, notices).map_err(|e| e.to_string())
+}
+
+/// The explicit entity list, or (for a non-array) an ordinary slot named `entities`.
+struct EntitiesSeed<'n> {
+    notices: &'n mut Vec<Notice>,
+}
+
+impl<'de> DeserializeSeed<'de> for EntitiesSeed<'_> {
+    /// The entities, and whether they came as the explicit list.
+    type Value = (Vec<Entity>, bool);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EntitiesSeed<'_> {
+    type Value = (Vec<Entity>, bool);
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("'entities' to be an array of entity objects, or a string value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        let entity = Entity { id: Text::const_new("entities"), value: Text::from(v), action: None, extra: Extras::new() };
+        Ok((vec![entity], false))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let seed = ListSeed { name: "entities", item: entity_from as ObjectReader<Entity>, notices: self.notices };
+        Ok((seed.visit_seq(seq)?, true))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Err(failed("entities: a value must be a string, number or boolean, found an object"))
+    }
+}
