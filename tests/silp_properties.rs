@@ -46,7 +46,7 @@ fn action_code() -> impl Strategy<Value = String> {
 fn extras() -> impl Strategy<Value = Map<String, Value>> {
     prop::collection::vec(
         (
-            prop::sample::select(vec!["lang", "note", "weight", "x-ext", "nested", "flag"]),
+            prop::sample::select(vec!["lang", "note", "weight", "x-ext", "nested", "flag", "id", "type", "action", "target", "time"]),
             prop_oneof![
                 text().prop_map(Value::String),
                 any::<i32>().prop_map(|i| json!(i)),
@@ -60,6 +60,12 @@ fn extras() -> impl Strategy<Value = Map<String, Value>> {
     .prop_map(|pairs| pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
+/// Extras never repeat an object's declared fields.
+fn without(mut extra: Map<String, Value>, declared: &[&str]) -> Map<String, Value> {
+    extra.retain(|k, _| !declared.contains(&k.as_str()));
+    extra
+}
+
 fn ir() -> impl Strategy<Value = Ir> {
     action_code().prop_flat_map(|intent| {
         let entity = (
@@ -68,7 +74,12 @@ fn ir() -> impl Strategy<Value = Ir> {
             prop_oneof![Just(None), Just(Some(intent.clone())), action_code().prop_map(Some)],
             extras(),
         )
-            .prop_map(|(id, value, action, extra)| Entity { id: id.into(), value: value.into(), action: action.map(Into::into), extra });
+            .prop_map(|(id, value, action, extra)| Entity {
+                id: id.into(),
+                value: value.into(),
+                action: action.map(Into::into),
+                extra: without(extra, &["id", "value", "action"]),
+            });
         let constraint = (
             prop_oneof![3 => "!?[a-z_]{1,6}", 1 => text()],
             text(),
@@ -81,7 +92,8 @@ fn ir() -> impl Strategy<Value = Ir> {
             ]),
             extras(),
         )
-            .prop_map(|(kind, value, time, subject, operator, mut extra)| {
+            .prop_map(|(kind, value, time, subject, operator, extra)| {
+                let mut extra = without(extra, &["type", "value", "time", "subject", "operator"]);
                 if let Some(s) = subject {
                     extra.insert("subject".into(), Value::String(s));
                 }
@@ -91,7 +103,12 @@ fn ir() -> impl Strategy<Value = Ir> {
                 Constraint { kind: kind.into(), value: value.into(), time: time.map(Into::into), extra }
             });
         let alternative = (action_code(), prop::option::of(text()), prop::option::of(text()), extras())
-            .prop_map(|(action, target, location, extra)| Alternative { action: action.into(), target: target.map(Into::into), location: location.map(Into::into), extra });
+            .prop_map(|(action, target, location, extra)| Alternative {
+                action: action.into(),
+                target: target.map(Into::into),
+                location: location.map(Into::into),
+                extra: without(extra, &["action", "target", "location"]),
+            });
         (
             prop::collection::vec(entity, 0..5),
             prop::collection::vec(constraint, 0..4),

@@ -135,50 +135,53 @@ impl<'de> Visitor<'de> for PayloadVisitor<'_> {
         let mut intent: Option<Text> = None;
         let mut constraints = Vec::new();
         let mut alternatives = Vec::new();
-        let mut entities: Vec<Entity> = Vec::new();
-        let mut slots: Vec<Slot> = Vec::new();
+        let mut entities: Vec<Entity> = Vec::with_capacity(4);
+        let mut slots: Vec<Slot> = Vec::with_capacity(4);
         while let Some(Str(key)) = map.next_key::<Str>()? {
+            let before = entities.len();
             let mut explicit = false;
-            let new: Vec<Entity> = match key.as_ref() {
+            match key.as_ref() {
                 "intent" => {
-                    let raw = map.next_value::<Option<Str>>()?.ok_or_else(|| failed("'intent' must be a string such as \"!CANCEL\""))?;
+                    let raw = map
+                        .next_value::<Option<Str>>()?
+                        .ok_or_else(|| failed("'intent' must be a string such as \"!CANCEL\""))?;
                     intent = Some(action_code(&raw.0, "intent", self.notices)?);
                     continue;
                 }
                 "constraints" => {
-                    let seed = ListSeed { name: "constraints", item: constraint_from as ObjectReader<_>, notices: &mut *self.notices };
-                    constraints = map.next_value_seed(seed)?;
+                    let item = constraint_from as ObjectReader<_>;
+                    let notices = &mut *self.notices;
+                    constraints = map.next_value_seed(ListSeed { name: "constraints", declared: CONSTRAINT_FIELDS, item, notices })?;
                     continue;
                 }
                 "alternatives" => {
-                    let seed = ListSeed { name: "alternatives", item: alternative_from as ObjectReader<_>, notices: &mut *self.notices };
-                    alternatives = map.next_value_seed(seed)?;
+                    let item = alternative_from as ObjectReader<_>;
+                    let notices = &mut *self.notices;
+                    alternatives = map.next_value_seed(ListSeed { name: "alternatives", declared: ALTERNATIVE_FIELDS, item, notices })?;
                     continue;
                 }
                 "entities" => {
                     let (list, is_list) = map.next_value_seed(EntitiesSeed { notices: &mut *self.notices })?;
                     explicit = is_list;
-                    list
+                    entities.extend(list);
                 }
                 k if k.starts_with(ACTION_PREFIX) => {
-                    let verb = &k[ACTION_PREFIX.len()..];
-                    let action = action_code(&format!("!{}", verb.to_uppercase()), k, self.notices)?;
-                    let values = map.next_value_seed(ActionValues { key: k })?;
-                    values
-                        .into_iter()
-                        .map(|value| Entity { id: Text::from(k), value, action: Some(action.clone()), extra: Extras::new() })
-                        .collect()
+                    let action = secondary_action(k, self.notices)?;
+                    map.next_value_seed(ActionValues { key: k, action: &action, entities: &mut entities })?;
                 }
                 k => {
                     let Scalar(value) = map
                         .next_value::<Option<Scalar>>()?
                         .ok_or_else(|| failed(format!("{k}: a value must be a string, number or boolean, found null")))?;
                     // The action is the intent, filled in once the intent is known.
-                    vec![Entity { id: Text::from(k), value, action: None, extra: Extras::new() }]
+                    entities.push(Entity { id: Text::from(k), value, action: None, extra: Extras::new() });
                 }
-            };
+            }
+            let range = before..entities.len();
             match slots.iter().position(|s| s.key == key.as_ref()) {
+                // A repeated key: its new entities take the place of the old ones.
                 Some(i) => {
+                    let new: Vec<Entity> = entities.drain(range).collect();
                     let old = slots[i].range.clone();
                     let shift = new.len() as isize - old.len() as isize;
                     slots[i].range = old.start..old.start + new.len();
@@ -188,11 +191,7 @@ impl<'de> Visitor<'de> for PayloadVisitor<'_> {
                         later.range = (later.range.start as isize + shift) as usize..(later.range.end as isize + shift) as usize;
                     }
                 }
-                None => {
-                    let range = entities.len()..entities.len() + new.len();
-                    slots.push(Slot { key: Text::from(key.as_ref()), range, explicit });
-                    entities.extend(new);
-                }
+                None => slots.push(Slot { key: Text::from(key.as_ref()), range, explicit }),
             }
         }
         let intent = intent.ok_or_else(|| failed("missing 'intent': a json payload needs \"intent\": \"!VERB\""))?;
@@ -204,6 +203,20 @@ impl<'de> Visitor<'de> for PayloadVisitor<'_> {
         }
         Ok(Parsed { intent, entities, constraints, alternatives })
     }
+}
+
+/// `action_email` -> `!EMAIL` (Unicode upper-casing, as the reference; then the sanitiser).
+fn secondary_action<E: de::Error>(key: &str, notices: &mut Vec<Notice>) -> Result<Text, E> {
+    let verb = &key[ACTION_PREFIX.len()..];
+    let mut code = Text::with_capacity(verb.len() + 1);
+    code.push('!');
+    if verb.is_ascii() {
+        code.push_str(verb);
+        code.make_ascii_uppercase();
+    } else {
+        code.push_str(&verb.to_uppercase());
+    }
+    action_code(&code, key, notices)
 }
 
 /// An action code, with look-alike characters mapped (and reported).
@@ -221,64 +234,84 @@ fn action_code<E: de::Error>(raw: &str, path: &str, notices: &mut Vec<Notice>) -
     Err(failed(format!("{path}: invalid action code '{raw}': must be '!' followed by upper-case letters and underscores")))
 }
 
-/// The values of an `action_<verb>` key: a list of strings, or one string.
-struct ActionValues<'k> {
-    key: &'k str,
+/// The values of an `action_<verb>` key (a list of strings, or one string), appended to the
+/// entity list as secondary entities.
+struct ActionValues<'a> {
+    key: &'a str,
+    action: &'a Text,
+    entities: &'a mut Vec<Entity>,
+}
+
+impl ActionValues<'_> {
+    fn push(&mut self, value: Text) {
+        let (id, action) = (Text::from(self.key), Some(self.action.clone()));
+        self.entities.push(Entity { id, value, action, extra: Extras::new() });
+    }
 }
 
 impl<'de> DeserializeSeed<'de> for ActionValues<'_> {
-    type Value = Vec<Text>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Text>, D::Error> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for ActionValues<'_> {
-    type Value = Vec<Text>;
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "{}: a list of strings (the values of a secondary action)", self.key)
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Vec<Text>, E> {
-        Ok(vec![Text::from(v)])
+    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<(), E> {
+        self.push(Text::from(v));
+        Ok(())
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Text>, A::Error> {
-        let mut out = Vec::new();
-        while let Some(v) = seq.next_element::<Value>()? {
-            match v {
-                Value::String(s) => out.push(Text::from(s)),
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        let mut index = 0;
+        while let Some(field) = seq.next_element::<FieldValue>()? {
+            match field {
+                FieldValue::Str(s) => self.push(Text::from(s.as_ref())),
                 other => {
                     return Err(failed(format!(
-                        "{}[{}]: secondary action values must be strings, found {}",
+                        "{}[{index}]: secondary action values must be strings, found {}",
                         self.key,
-                        out.len(),
-                        kind_of(&other)
+                        other.kind()
                     )));
                 }
             }
+            index += 1;
         }
-        Ok(out)
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Ok(())
     }
 }
 
 /// A list of objects (`constraints`, `alternatives`, `entities`); `null` is an empty list.
 struct ListSeed<'n, F> {
     name: &'static str,
+    /// The declared fields of this kind of object; every other field is an extra.
+    declared: Declared,
     item: F,
     notices: &'n mut Vec<Notice>,
 }
 
-type ObjectReader<T> = fn(ObjectFields, &str, &mut Vec<Notice>) -> Result<T, String>;
+type Declared = &'static [&'static str; 3];
+const CONSTRAINT_FIELDS: Declared = &["type", "value", "time"];
+const ALTERNATIVE_FIELDS: Declared = &["action", "target", "location"];
+const ENTITY_FIELDS: Declared = &["id", "value", "action"];
+
+/// Where an object sits: `constraints[2]`. Written out only for error messages.
+#[derive(Clone, Copy)]
+struct Path {
+    name: &'static str,
+    index: usize,
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}[{}]", self.name, self.index)
+    }
+}
+
+type ObjectReader<T> = fn(ObjectFields<'_>, Path, &mut Vec<Notice>) -> Result<T, String>;
 
 impl<'de, T> DeserializeSeed<'de> for ListSeed<'_, ObjectReader<T>> {
     type Value = Vec<T>;
@@ -298,103 +331,166 @@ impl<'de, T> Visitor<'de> for ListSeed<'_, ObjectReader<T>> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
         let mut out = Vec::new();
         loop {
-            let path = format!("{}[{}]", self.name, out.len());
-            match seq.next_element_seed(ObjectSeed { path: &path })? {
-                Some(fields) => out.push((self.item)(fields, &path, self.notices).map_err(failed)?),
+            let path = Path { name: self.name, index: out.len() };
+            match seq.next_element_seed(ObjectSeed { path, declared: self.declared })? {
+                Some(fields) => out.push((self.item)(fields, path, self.notices).map_err(failed)?),
                 None => return Ok(out),
             }
         }
     }
 }
 
-/// The fields of one object: declared ones by name, the rest as extras in arrival order.
-pub(super) struct ObjectFields {
-    fields: Vec<(Text, Value)>,
+/// A field value: a string (borrowed when it can be), null, or the kind of anything else.
+enum FieldValue<'de> {
+    Str(Cow<'de, str>),
+    Null,
+    Other(&'static str),
 }
 
-impl ObjectFields {
-    fn take(&mut self, name: &str) -> Option<Value> {
-        let i = self.fields.iter().position(|(k, _)| k == name)?;
-        Some(self.fields.remove(i).1)
+impl FieldValue<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            FieldValue::Str(_) => "a string",
+            FieldValue::Null => "null",
+            FieldValue::Other(kind) => kind,
+        }
+    }
+}
+
+impl<'de> de::Deserialize<'de> for FieldValue<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FieldValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(FieldValue::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(FieldValue::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FieldValue::Null)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(FieldValue::Other("a boolean"))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(FieldValue::Other("a number"))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(FieldValue::Other("a number"))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(FieldValue::Other("a number"))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FieldValue::Other("an array"))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(FieldValue::Other("an object"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The declared fields of a list object (in the order of its `Declared` names) and its extras.
+struct ObjectFields<'de> {
+    names: Declared,
+    declared: [Option<FieldValue<'de>>; 3],
+    extras: Extras,
+}
+
+impl<'de> ObjectFields<'de> {
+    fn take(&mut self, name: &str) -> Option<FieldValue<'de>> {
+        let i = self.names.iter().position(|d| *d == name).expect("a declared field");
+        self.declared[i].take()
     }
 
-    fn string(&mut self, name: &str, path: &str) -> Result<Text, String> {
+    fn string(&mut self, name: &str, path: Path) -> Result<Text, String> {
         match self.take(name) {
-            Some(Value::String(s)) => Ok(Text::from(s)),
-            Some(other) => Err(format!("{path}.{name}: must be a string, found {}", kind_of(&other))),
+            Some(FieldValue::Str(s)) => Ok(Text::from(s.as_ref())),
+            Some(other) => Err(format!("{path}.{name}: must be a string, found {}", other.kind())),
             None => Err(format!("{path}: missing '{name}'")),
         }
     }
 
-    fn optional(&mut self, name: &str, path: &str) -> Result<Option<Text>, String> {
+    fn optional(&mut self, name: &str, path: Path) -> Result<Option<Text>, String> {
         match self.take(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(Text::from(s))),
-            Some(other) => Err(format!("{path}.{name}: must be a string, found {}", kind_of(&other))),
+            None | Some(FieldValue::Null) => Ok(None),
+            Some(FieldValue::Str(s)) => Ok(Some(Text::from(s.as_ref()))),
+            Some(other) => Err(format!("{path}.{name}: must be a string, found {}", other.kind())),
         }
     }
-
-    fn extras(self) -> Extras {
-        self.fields.into_iter().map(|(k, v)| (k.into_string(), v)).collect()
-    }
 }
 
-struct ObjectSeed<'p> {
-    path: &'p str,
+struct ObjectSeed {
+    path: Path,
+    declared: Declared,
 }
 
-impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
-    type Value = ObjectFields;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ObjectFields, D::Error> {
+impl<'de> DeserializeSeed<'de> for ObjectSeed {
+    type Value = ObjectFields<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ObjectFields<'de>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for ObjectSeed<'_> {
-    type Value = ObjectFields;
+impl<'de> Visitor<'de> for ObjectSeed {
+    type Value = ObjectFields<'de>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "{} to be an object", self.path)
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectFields, A::Error> {
-        let mut fields: Vec<(Text, Value)> = Vec::with_capacity(4);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectFields<'de>, A::Error> {
+        let mut fields = ObjectFields { names: self.declared, declared: Default::default(), extras: Extras::new() };
         while let Some(Str(key)) = map.next_key::<Str>()? {
-            let value: Value = map.next_value()?;
             // A repeated key keeps its first position and its last value.
-            match fields.iter_mut().find(|(k, _)| k == key.as_ref()) {
-                Some(slot) => slot.1 = value,
-                None => fields.push((Text::from(key.as_ref()), value)),
+            match self.declared.iter().position(|d| *d == key.as_ref()) {
+                Some(i) => fields.declared[i] = Some(map.next_value()?),
+                None => {
+                    let value: Value = map.next_value()?;
+                    fields.extras.insert(key.into_owned(), value);
+                }
             }
         }
-        Ok(ObjectFields { fields })
+        Ok(fields)
     }
 }
 
-fn constraint_from(mut o: ObjectFields, path: &str, _: &mut Vec<Notice>) -> Result<Constraint, String> {
+fn constraint_from(mut o: ObjectFields<'_>, path: Path, _: &mut Vec<Notice>) -> Result<Constraint, String> {
     let kind = o.string("type", path)?;
     let value = o.string("value", path)?;
     let time = o.optional("time", path)?;
-    Ok(Constraint { kind, value, time, extra: o.extras() })
+    Ok(Constraint { kind, value, time, extra: o.extras })
 }
 
-fn alternative_from(mut o: ObjectFields, path: &str, notices: &mut Vec<Notice>) -> Result<Alternative, String> {
+fn alternative_from(mut o: ObjectFields<'_>, path: Path, notices: &mut Vec<Notice>) -> Result<Alternative, String> {
     let raw = o.string("action", path)?;
     let action = checked_code(&raw, &format!("{path}.action"), notices)?;
     let target = o.optional("target", path)?;
     let location = o.optional("location", path)?;
-    Ok(Alternative { action, target, location, extra: o.extras() })
+    Ok(Alternative { action, target, location, extra: o.extras })
 }
 
-fn entity_from(mut o: ObjectFields, path: &str, notices: &mut Vec<Notice>) -> Result<Entity, String> {
+fn entity_from(mut o: ObjectFields<'_>, path: Path, notices: &mut Vec<Notice>) -> Result<Entity, String> {
     let id = o.string("id", path)?;
     let value = o.string("value", path)?;
     let action = match o.optional("action", path)? {
         Some(a) => Some(checked_code(&a, &format!("{path}.action"), notices)?),
         None => None,
     };
-    Ok(Entity { id, value, action, extra: o.extras() })
+    Ok(Entity { id, value, action, extra: o.extras })
 }
 
 fn checked_code(raw: &str, path: &str, notices: &mut Vec<Notice>) -> Result<Text, String> {
+    if is_action_code(raw) {
+        return Ok(Text::from(raw));
+    }
     action_code::<serde_json::Error>(raw, path, notices).map_err(|e| e.to_string())
 }
 
@@ -421,7 +517,8 @@ impl<'de> Visitor<'de> for EntitiesSeed<'_> {
         Ok((vec![entity], false))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        let seed = ListSeed { name: "entities", item: entity_from as ObjectReader<Entity>, notices: self.notices };
+        let item = entity_from as ObjectReader<Entity>;
+        let seed = ListSeed { name: "entities", declared: ENTITY_FIELDS, item, notices: self.notices };
         Ok((seed.visit_seq(seq)?, true))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
