@@ -46,7 +46,9 @@ fn action_code() -> impl Strategy<Value = String> {
 fn extras() -> impl Strategy<Value = Map<String, Value>> {
     prop::collection::vec(
         (
-            prop::sample::select(vec!["lang", "note", "weight", "x-ext", "nested", "flag", "id", "type", "action", "target", "time"]),
+            prop::sample::select(vec![
+                "lang", "note", "weight", "x-ext", "nested", "flag", "id", "type", "action", "target", "time",
+            ]),
             prop_oneof![
                 text().prop_map(Value::String),
                 any::<i32>().prop_map(|i| json!(i)),
@@ -257,6 +259,10 @@ fn deep_nesting_is_an_error_not_a_crash() {
     );
     let err = silp::decode(&arrays, Frontend::Json, &options).unwrap_err();
     assert!(err.message.contains("recursion limit"), "{err}");
-    let shallow_but_wrong = format!("{{\"intent\":\"!CANCEL\",\"act\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
-    assert_eq!(silp::decode(&shallow_but_wrong, Frontend::Json, &options).unwrap_err().code, silp::ErrorCode::DecodeFailed);
+    let shallow_but_wrong =
+        format!("{{\"intent\":\"!CANCEL\",\"act\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    assert_eq!(
+        silp::decode(&shallow_but_wrong, Frontend::Json, &options).unwrap_err().code,
+        silp::ErrorCode::DecodeFailed
+    );
 }

@@ -37,6 +37,24 @@ pub struct Gateway {
     decode_options: DecodeOptions,
 }
 
+/// What the core decided for one message.
+enum Plan {
+    /// Already published: nothing to do.
+    Duplicate,
+    /// Answer the sender with these envelopes (ping answers, control replies).
+    Reply(Vec<Outbound>),
+    /// Send `outbound`, then the message itself to `destination` with its payloads rewritten.
+    Forward { outbound: Vec<Outbound>, destination: Destination, renders: Vec<Render> },
+}
+
+/// A payload's new form: `format`, `subformat` and `content` of the unit at `index`.
+struct Render {
+    index: Option<usize>,
+    format: Format,
+    subformat: &'static str,
+    content: Content,
+}
+
 /// A SILP payload found in the envelope: where it is and what it says.
 struct Unit {
     /// `None`: the message's own content; `Some(i)`: submessage `i`.
@@ -67,9 +85,28 @@ impl Gateway {
     /// Handles one inbound envelope.
     pub fn handle(&self, inbound: Inbound) -> Outcome {
         let mut notes = Vec::new();
-        match self.try_handle(&inbound, &mut notes) {
-            Ok(Some(outbound)) => Outcome { status: Status::Delivered, outbound, notes },
-            Ok(None) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes },
+        match self.plan(&inbound, &mut notes) {
+            Ok(Plan::Duplicate) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes },
+            Ok(Plan::Reply(outbound)) => Outcome { status: Status::Delivered, outbound, notes },
+            Ok(Plan::Forward { mut outbound, destination, renders }) => {
+                // Everything that can fail is done: rewrite the payloads in place and send.
+                let mut envelope = inbound.envelope;
+                for render in renders {
+                    let (format, subformat, content) = match render.index {
+                        None => (&mut envelope.format, &mut envelope.subformat, &mut envelope.content),
+                        Some(i) => {
+                            let sub =
+                                &mut envelope.submessages.as_mut().expect("a unit's submessage exists")[i];
+                            (&mut sub.format, &mut sub.subformat, &mut sub.content)
+                        }
+                    };
+                    *format = render.format;
+                    render.subformat.clone_into(subformat);
+                    *content = render.content;
+                }
+                outbound.push(Outbound { destination, envelope });
+                Outcome { status: Status::Delivered, outbound, notes }
+            }
             Err((error, location)) => {
                 let outbound =
                     self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
@@ -104,26 +141,23 @@ impl Gateway {
         Some(Outbound { destination: Destination::Reply, envelope })
     }
 
-    fn try_handle(
-        &self,
-        inbound: &Inbound,
-        notes: &mut Vec<Note>,
-    ) -> Result<Option<Vec<Outbound>>, (GatewayError, Location)> {
+    /// Decides what happens to a message, without changing it.
+    fn plan(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Plan, (GatewayError, Location)> {
         let message = &inbound.envelope;
         let message_id = inbound.origin.message_id.as_deref();
         if let Some(id) = message_id
             && self.store.ledger(id).map_err(|e| nowhere(e.into()))? == Some(LedgerState::Published)
         {
-            return Ok(None);
+            return Ok(Plan::Duplicate);
         }
         if negotiate::is_ping(message) {
-            return self.answer_ping(inbound, notes).map(Some).map_err(nowhere);
+            return self.answer_ping(inbound, notes).map(Plan::Reply).map_err(nowhere);
         }
         if message.is_control() {
             let mut ack = Message::text(format!("{}: control message received", self.config.gateway.name))
                 .with_messagetype("control");
             reply::echo_tokens(&mut ack, message, &self.config.gateway.name);
-            return Ok(Some(vec![Outbound { destination: Destination::Reply, envelope: ack }]));
+            return Ok(Plan::Reply(vec![Outbound { destination: Destination::Reply, envelope: ack }]));
         }
 
         let units = self.read_units(message, notes)?;
@@ -170,7 +204,7 @@ impl Gateway {
             Destination::Agent(agent) => self.accepted_frontends(agent).map_err(nowhere)?,
             Destination::Reply => None,
         };
-        let mut envelope = message.clone();
+        let mut renders = Vec::with_capacity(units.len());
         for mut unit in units {
             if route.mode == RouteMode::Validate {
                 continue;
@@ -203,29 +237,15 @@ impl Gateway {
                 OutputForm::Ir => None,
             };
             let (format, subformat, content) = payload::render(&unit.ir, form, text);
-            match unit.index {
-                None => {
-                    envelope.format = format;
-                    envelope.subformat = subformat.to_owned();
-                    envelope.content = content;
-                }
-                Some(i) => {
-                    let sub =
-                        &mut envelope.submessages.as_mut().expect("unit index points at a submessage")[i];
-                    sub.format = format;
-                    sub.subformat = subformat.to_owned();
-                    sub.content = content;
-                }
-            }
+            renders.push(Render { index: unit.index, format, subformat, content });
         }
-        outbound.push(Outbound { destination, envelope });
 
         if let Some(id) = message_id {
             self.store
                 .set_ledger(id, LedgerState::Pending, inbound.received_at)
                 .map_err(|e| nowhere(e.into()))?;
         }
-        Ok(Some(outbound))
+        Ok(Plan::Forward { outbound, destination, renders })
     }
 
     /// Reads, checks and validates every SILP payload of the message.

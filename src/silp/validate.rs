@@ -1,12 +1,12 @@
 //! The IR validator: the schema, then the reference's eight rules with their names, order and
 //! message texts (errors: whitelist, duplicate_entity_id, operator_validity; warnings: the rest).
 
-use super::ir::Ir;
+use super::ir::{Entity, Ir};
 use super::schema;
 use super::whitelist;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 /// Validator settings.
 #[derive(Debug, Clone, Copy)]
@@ -68,9 +68,9 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
         }
     }
 
-    let mut seen = HashSet::new();
-    for e in &ir.entities {
-        if !seen.insert(e.id.as_str()) {
+    let ids = Ids::new(&ir.entities);
+    for (i, e) in ir.entities.iter().enumerate() {
+        if ids.repeats_earlier(i) {
             errors.push(format!(
                 "duplicate entity id '{}' — would cause ambiguous keyword arguments in code frontend",
                 e.id
@@ -118,9 +118,9 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
         }
     }
 
-    let known: HashSet<&str> = ir.entities.iter().map(|e| e.id.as_str()).chain(SEQ_KEYWORDS).collect();
     for item in &ir.meta.seq {
-        if !known.contains(item.as_str()) {
+        let known = SEQ_KEYWORDS.contains(&item.as_str()) || ids.contains(item);
+        if !known {
             warnings.push(format!("meta.seq contains '{item}' which is not a known entity ID or keyword"));
         }
     }
@@ -130,6 +130,44 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
     }
 
     Report { valid: errors.is_empty(), errors, warnings }
+}
+
+/// Entity id lookups. Typical IRs have a handful of entities and are scanned; large ones (a
+/// megabyte payload can hold tens of thousands) get a map from id to first position.
+struct Ids<'a> {
+    entities: &'a [Entity],
+    first: Option<HashMap<&'a str, usize>>,
+}
+
+impl<'a> Ids<'a> {
+    const SCAN_LIMIT: usize = 32;
+
+    fn new(entities: &'a [Entity]) -> Self {
+        let first = (entities.len() > Self::SCAN_LIMIT).then(|| {
+            let mut map = HashMap::with_capacity(entities.len());
+            for (i, e) in entities.iter().enumerate() {
+                map.entry(e.id.as_str()).or_insert(i);
+            }
+            map
+        });
+        Ids { entities, first }
+    }
+
+    /// Entity `i` has the id of an earlier entity.
+    fn repeats_earlier(&self, i: usize) -> bool {
+        let id = self.entities[i].id.as_str();
+        match &self.first {
+            Some(map) => map.get(id).is_some_and(|first| *first < i),
+            None => self.entities[..i].iter().any(|e| e.id == id),
+        }
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        match &self.first {
+            Some(map) => map.contains_key(id),
+            None => self.entities.iter().any(|e| e.id == id),
+        }
+    }
 }
 
 fn check_verb(errors: &mut Vec<String>, label: &str, code: &str) {

@@ -529,7 +529,8 @@ impl Parser<'_, '_> {
         let name = self.name("a function name")?;
         let mut verb = Text::with_capacity(name.len() + 1);
         verb.push('!');
-        verb.extend(name.chars().map(|c| c.to_ascii_uppercase()));
+        verb.push_str(&name);
+        verb.make_ascii_uppercase();
         if !is_action_code(&verb) {
             return Err(SilpError::at(
                 ErrorCode::DecodeFailed,

@@ -151,17 +151,28 @@ impl<'de> Visitor<'de> for PayloadVisitor<'_> {
                 "constraints" => {
                     let item = constraint_from as ObjectReader<_>;
                     let notices = &mut *self.notices;
-                    constraints = map.next_value_seed(ListSeed { name: "constraints", declared: CONSTRAINT_FIELDS, item, notices })?;
+                    constraints = map.next_value_seed(ListSeed {
+                        name: "constraints",
+                        declared: CONSTRAINT_FIELDS,
+                        item,
+                        notices,
+                    })?;
                     continue;
                 }
                 "alternatives" => {
                     let item = alternative_from as ObjectReader<_>;
                     let notices = &mut *self.notices;
-                    alternatives = map.next_value_seed(ListSeed { name: "alternatives", declared: ALTERNATIVE_FIELDS, item, notices })?;
+                    alternatives = map.next_value_seed(ListSeed {
+                        name: "alternatives",
+                        declared: ALTERNATIVE_FIELDS,
+                        item,
+                        notices,
+                    })?;
                     continue;
                 }
                 "entities" => {
-                    let (list, is_list) = map.next_value_seed(EntitiesSeed { notices: &mut *self.notices })?;
+                    let (list, is_list) =
+                        map.next_value_seed(EntitiesSeed { notices: &mut *self.notices })?;
                     explicit = is_list;
                     entities.extend(list);
                 }
@@ -170,9 +181,9 @@ impl<'de> Visitor<'de> for PayloadVisitor<'_> {
                     map.next_value_seed(ActionValues { key: k, action: &action, entities: &mut entities })?;
                 }
                 k => {
-                    let Scalar(value) = map
-                        .next_value::<Option<Scalar>>()?
-                        .ok_or_else(|| failed(format!("{k}: a value must be a string, number or boolean, found null")))?;
+                    let Scalar(value) = map.next_value::<Option<Scalar>>()?.ok_or_else(|| {
+                        failed(format!("{k}: a value must be a string, number or boolean, found null"))
+                    })?;
                     // The action is the intent, filled in once the intent is known.
                     entities.push(Entity { id: Text::from(k), value, action: None, extra: Extras::new() });
                 }
@@ -188,13 +199,15 @@ impl<'de> Visitor<'de> for PayloadVisitor<'_> {
                     slots[i].explicit = explicit;
                     entities.splice(old, new);
                     for later in &mut slots[i + 1..] {
-                        later.range = (later.range.start as isize + shift) as usize..(later.range.end as isize + shift) as usize;
+                        later.range = (later.range.start as isize + shift) as usize
+                            ..(later.range.end as isize + shift) as usize;
                     }
                 }
                 None => slots.push(Slot { key: Text::from(key.as_ref()), range, explicit }),
             }
         }
-        let intent = intent.ok_or_else(|| failed("missing 'intent': a json payload needs \"intent\": \"!VERB\""))?;
+        let intent =
+            intent.ok_or_else(|| failed("missing 'intent': a json payload needs \"intent\": \"!VERB\""))?;
         // Flat slots are primary entities; an explicit list says so itself.
         for slot in slots.iter().filter(|s| !s.explicit) {
             for e in &mut entities[slot.range.clone()] {
@@ -231,7 +244,9 @@ fn action_code<E: de::Error>(raw: &str, path: &str, notices: &mut Vec<Notice>) -
     if is_action_code(&code) {
         return Ok(code);
     }
-    Err(failed(format!("{path}: invalid action code '{raw}': must be '!' followed by upper-case letters and underscores")))
+    Err(failed(format!(
+        "{path}: invalid action code '{raw}': must be '!' followed by upper-case letters and underscores"
+    )))
 }
 
 /// The values of an `action_<verb>` key (a list of strings, or one string), appended to the
@@ -447,7 +462,8 @@ impl<'de> Visitor<'de> for ObjectSeed {
         write!(f, "{} to be an object", self.path)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectFields<'de>, A::Error> {
-        let mut fields = ObjectFields { names: self.declared, declared: Default::default(), extras: Extras::new() };
+        let mut fields =
+            ObjectFields { names: self.declared, declared: Default::default(), extras: Extras::new() };
         while let Some(Str(key)) = map.next_key::<Str>()? {
             // A repeated key keeps its first position and its last value.
             match self.declared.iter().position(|d| *d == key.as_ref()) {
@@ -469,7 +485,11 @@ fn constraint_from(mut o: ObjectFields<'_>, path: Path, _: &mut Vec<Notice>) -> 
     Ok(Constraint { kind, value, time, extra: o.extras })
 }
 
-fn alternative_from(mut o: ObjectFields<'_>, path: Path, notices: &mut Vec<Notice>) -> Result<Alternative, String> {
+fn alternative_from(
+    mut o: ObjectFields<'_>,
+    path: Path,
+    notices: &mut Vec<Notice>,
+) -> Result<Alternative, String> {
     let raw = o.string("action", path)?;
     let action = checked_code(&raw, &format!("{path}.action"), notices)?;
     let target = o.optional("target", path)?;
@@ -513,7 +533,12 @@ impl<'de> Visitor<'de> for EntitiesSeed<'_> {
         f.write_str("'entities' to be an array of entity objects, or a string value")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        let entity = Entity { id: Text::const_new("entities"), value: Text::from(v), action: None, extra: Extras::new() };
+        let entity = Entity {
+            id: Text::const_new("entities"),
+            value: Text::from(v),
+            action: None,
+            extra: Extras::new(),
+        };
         Ok((vec![entity], false))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
