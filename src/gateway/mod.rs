@@ -84,7 +84,7 @@ impl Gateway {
 
     /// Handles one inbound envelope.
     pub fn handle(&self, inbound: Inbound) -> Outcome {
-        let mut notes = Vec::new();
+        let mut notes = Vec::with_capacity(8);
         match self.plan(&inbound, &mut notes) {
             Ok(Plan::Duplicate) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes },
             Ok(Plan::Reply(outbound)) => Outcome { status: Status::Delivered, outbound, notes },
@@ -261,7 +261,7 @@ impl Gateway {
             .enumerate()
             .map(|(i, s)| (Some(i), s.format, s.subformat.as_str(), &s.content));
         let rules = ValidateOptions { enforce_whitelist: self.config.silp.whitelist };
-        let mut units = Vec::new();
+        let mut units = Vec::with_capacity(2);
         for (index, format, subformat, content) in top.chain(subs) {
             let Some(form) = payload::silp_form(format, subformat) else { continue };
             let path = index.map_or_else(|| "content".to_owned(), |i| format!("submessages[{i}].content"));

@@ -66,16 +66,24 @@ pub fn read(
     };
     match form {
         SilpForm::Ir => {
-            let Value::Object(object) = value else {
+            if !value.is_object() {
                 return Err(SilpError::new(
                     ErrorCode::InvalidSyntax,
                     "a silp-ir payload must be a JSON object",
                 ));
+            }
+            let meta = value.get("meta");
+            let explicit_out =
+                meta.and_then(|m| m.get("out")).and_then(Value::as_str).and_then(|o| o.parse().ok());
+            // A meta that is not an object is left for the schema to name.
+            let has_req_id = meta.is_some_and(|m| !m.is_object() || m.get("req_id").is_some());
+            let ir = if has_req_id {
+                schema::parse_ir(value)?
+            } else {
+                let mut value = value.clone();
+                assign_req_id(&mut value, req_id_len);
+                schema::parse_ir(&value)?
             };
-            let mut value = Value::Object(object.clone());
-            assign_req_id(&mut value, req_id_len);
-            let ir = schema::parse_ir(&value)?;
-            let explicit_out = value["meta"].get("out").and_then(Value::as_str).and_then(|o| o.parse().ok());
             Ok(ReadPayload { ir, notices: Vec::new(), explicit_out })
         }
         SilpForm::Code => {

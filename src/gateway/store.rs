@@ -105,7 +105,8 @@ pub struct MemoryStore {
 struct Memory {
     sessions: HashMap<String, SessionRecord>,
     profiles: HashMap<String, AgentProfile>,
-    lock: HashMap<(String, Frontend), String>,
+    /// compile.lock: per frontend, IR hash -> frozen text.
+    lock: HashMap<Frontend, HashMap<String, String>>,
     ledger: HashMap<String, LedgerState>,
 }
 
@@ -121,7 +122,7 @@ impl MemoryStore {
 
     /// Number of compile.lock entries.
     pub fn lock_len(&self) -> usize {
-        self.with(|m| m.lock.len()).unwrap_or_default()
+        self.with(|m| m.lock.values().map(HashMap::len).sum()).unwrap_or_default()
     }
 }
 
@@ -135,8 +136,11 @@ impl Store for MemoryStore {
     }
 
     fn put_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
-        self.with(|m| {
-            m.sessions.insert(record.token.clone(), record.clone());
+        self.with(|m| match m.sessions.get_mut(&record.token) {
+            Some(stored) => stored.clone_from(record),
+            None => {
+                m.sessions.insert(record.token.clone(), record.clone());
+            }
         })
     }
 
@@ -157,11 +161,14 @@ impl Store for MemoryStore {
         output: &str,
         _now: Millis,
     ) -> Result<Frozen, StoreError> {
-        self.with(|m| match m.lock.get(&(ir_hash.to_owned(), frontend)) {
-            Some(frozen) => Frozen { output: frozen.clone(), first: false, drift: frozen != output },
-            None => {
-                m.lock.insert((ir_hash.to_owned(), frontend), output.to_owned());
-                Frozen { output: output.to_owned(), first: true, drift: false }
+        self.with(|m| {
+            let entries = m.lock.entry(frontend).or_default();
+            match entries.get(ir_hash) {
+                Some(frozen) => Frozen { output: frozen.clone(), first: false, drift: frozen != output },
+                None => {
+                    entries.insert(ir_hash.to_owned(), output.to_owned());
+                    Frozen { output: output.to_owned(), first: true, drift: false }
+                }
             }
         })
     }

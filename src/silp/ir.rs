@@ -127,16 +127,29 @@ impl Ir {
     /// every field has its schema type. Absent defaults are filled in as the reference does.
     pub fn from_schema_valid(value: &Value) -> Ir {
         let root = value.as_object().expect("schema: root is an object");
-        let meta = root.get("meta").and_then(Value::as_object).expect("schema: meta is required");
-        Ir {
-            silp: str_or(root.get("silp"), SILP_VERSION),
-            version: str_or(root.get("version"), IR_VERSION),
-            intent: str_or(root.get("intent"), ""),
-            entities: objects(root.get("entities")).map(entity_from).collect(),
-            constraints: objects(root.get("constraints")).map(constraint_from).collect(),
-            alternatives: objects(root.get("alternatives")).map(alternative_from).collect(),
-            meta: meta_from(meta),
+        let mut ir = Ir {
+            silp: Text::const_new(SILP_VERSION),
+            version: Text::const_new(IR_VERSION),
+            intent: Text::default(),
+            entities: Vec::new(),
+            constraints: Vec::new(),
+            alternatives: Vec::new(),
+            meta: Meta::with_req_id(Text::default()),
+        };
+        // One pass over each object's fields: no hashing per declared field.
+        for (key, v) in root {
+            match key.as_str() {
+                "silp" => ir.silp = text(v),
+                "version" => ir.version = text(v),
+                "intent" => ir.intent = text(v),
+                "entities" => ir.entities = objects(v).map(entity_from).collect(),
+                "constraints" => ir.constraints = objects(v).map(constraint_from).collect(),
+                "alternatives" => ir.alternatives = objects(v).map(alternative_from).collect(),
+                "meta" => ir.meta = meta_from(v.as_object().expect("schema: meta is an object")),
+                _ => {}
+            }
         }
+        ir
     }
 
     /// The canonical compact JSON: pydantic's `model_dump_json(exclude_none=True)` byte for byte
@@ -163,7 +176,10 @@ impl Ir {
 
     /// `"sha256:" + hex(sha256(compact JSON))`, the reference's `CompileLock.ir_hash`.
     pub fn ir_hash(&self) -> String {
-        format!("sha256:{}", sha256_hex(self.to_compact_json().as_bytes()))
+        let mut hash = String::with_capacity(71);
+        hash.push_str("sha256:");
+        push_hex(&mut hash, &Sha256::digest(self.to_compact_json().as_bytes()));
+        hash
     }
 
     /// The canonical compact JSON parsed back into a value, for comparisons and output.
@@ -230,13 +246,17 @@ impl Meta {
 
 /// Lower-case hex of the SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
     let mut hex = String::with_capacity(64);
-    for b in digest.iter() {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
-    }
+    push_hex(&mut hex, &Sha256::digest(bytes));
     hex
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
 }
 
 fn write_opt(out: &mut String, key: &str, value: Option<&str>, style: Style) {
@@ -259,68 +279,81 @@ fn write_list<T>(out: &mut String, items: &[T], mut write: impl FnMut(&mut Strin
     out.push(']');
 }
 
-fn str_or(v: Option<&Value>, default: &str) -> Text {
-    Text::from(v.and_then(Value::as_str).unwrap_or(default))
+fn text(v: &Value) -> Text {
+    Text::from(v.as_str().unwrap_or_default())
 }
 
-fn opt_str(v: Option<&Value>) -> Option<Text> {
-    v.and_then(Value::as_str).map(Text::from)
+fn optional_text(v: &Value) -> Option<Text> {
+    v.as_str().map(Text::from)
 }
 
-fn objects(v: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
-    v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_object)
-}
-
-/// The fields of `obj` that are not `declared`, in arrival order.
-fn extras_of(obj: &Map<String, Value>, declared: &[&str]) -> Extras {
-    obj.iter().filter(|(k, _)| !declared.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
+fn objects(v: &Value) -> impl Iterator<Item = &Map<String, Value>> {
+    v.as_array().into_iter().flatten().filter_map(Value::as_object)
 }
 
 fn entity_from(obj: &Map<String, Value>) -> Entity {
-    Entity {
-        id: str_or(obj.get("id"), ""),
-        value: str_or(obj.get("value"), ""),
-        action: opt_str(obj.get("action")),
-        extra: extras_of(obj, &["id", "value", "action"]),
+    let mut e = Entity { id: Text::default(), value: Text::default(), action: None, extra: Extras::new() };
+    for (key, v) in obj {
+        match key.as_str() {
+            "id" => e.id = text(v),
+            "value" => e.value = text(v),
+            "action" => e.action = optional_text(v),
+            _ => {
+                e.extra.insert(key.clone(), v.clone());
+            }
+        }
     }
+    e
 }
 
 fn constraint_from(obj: &Map<String, Value>) -> Constraint {
-    Constraint {
-        kind: str_or(obj.get("type"), ""),
-        value: str_or(obj.get("value"), ""),
-        time: opt_str(obj.get("time")),
-        extra: extras_of(obj, &["type", "value", "time"]),
+    let mut c = Constraint::new(Text::default(), Text::default());
+    for (key, v) in obj {
+        match key.as_str() {
+            "type" => c.kind = text(v),
+            "value" => c.value = text(v),
+            "time" => c.time = optional_text(v),
+            _ => {
+                c.extra.insert(key.clone(), v.clone());
+            }
+        }
     }
+    c
 }
 
 fn alternative_from(obj: &Map<String, Value>) -> Alternative {
-    Alternative {
-        action: str_or(obj.get("action"), ""),
-        target: opt_str(obj.get("target")),
-        location: opt_str(obj.get("location")),
-        extra: extras_of(obj, &["action", "target", "location"]),
+    let mut a = Alternative { action: Text::default(), target: None, location: None, extra: Extras::new() };
+    for (key, v) in obj {
+        match key.as_str() {
+            "action" => a.action = text(v),
+            "target" => a.target = optional_text(v),
+            "location" => a.location = optional_text(v),
+            _ => {
+                a.extra.insert(key.clone(), v.clone());
+            }
+        }
     }
+    a
 }
 
 fn meta_from(obj: &Map<String, Value>) -> Meta {
-    // The schema says integer; JSON Schema counts 2.0 as an integer, and so does pydantic.
-    let priority = obj.get("priority").and_then(|p| p.as_i64().or_else(|| p.as_f64().map(|f| f as i64)));
-    Meta {
-        priority: priority.unwrap_or(0),
-        confidence: obj.get("confidence").and_then(Value::as_f64).unwrap_or(1.0),
-        seq: obj
-            .get("seq")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(Text::from).collect())
-            .unwrap_or_default(),
-        out: str_or(obj.get("out"), "natural"),
-        next_agent: opt_str(obj.get("next_agent")),
-        req_id: str_or(obj.get("req_id"), ""),
-        session_id: opt_str(obj.get("session_id")),
-        extra: extras_of(
-            obj,
-            &["priority", "confidence", "seq", "out", "next_agent", "req_id", "session_id"],
-        ),
+    let mut m = Meta::with_req_id(Text::default());
+    for (key, v) in obj {
+        match key.as_str() {
+            // The schema says integer; JSON Schema counts 2.0 as an integer, and so does pydantic.
+            "priority" => m.priority = v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)).unwrap_or(0),
+            "confidence" => m.confidence = v.as_f64().unwrap_or(1.0),
+            "seq" => {
+                m.seq = v.as_array().into_iter().flatten().filter_map(Value::as_str).map(Text::from).collect()
+            }
+            "out" => m.out = text(v),
+            "next_agent" => m.next_agent = optional_text(v),
+            "req_id" => m.req_id = text(v),
+            "session_id" => m.session_id = optional_text(v),
+            _ => {
+                m.extra.insert(key.clone(), v.clone());
+            }
+        }
     }
+    m
 }

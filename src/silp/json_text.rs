@@ -34,6 +34,14 @@ impl Style {
 
 /// Writes `s` as a JSON string literal.
 pub fn write_str(out: &mut String, s: &str) {
+    // Most strings need no escape at all: copy them whole.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     write_str_escaping(out, s, |_| false)
 }
 
@@ -160,12 +168,25 @@ pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
         out.push_str("null");
         return;
     }
-    // `{:e}` gives the shortest round-trip digits: "-1.5e300", "1e-7", "0e0".
-    let sci = format!("{f:e}");
+    // `{:e}` gives the shortest round-trip digits: "-1.5e300", "1e-7", "0e0". It is written
+    // into a stack buffer: at most 17 digits, a point, a sign and a 4-character exponent.
+    let mut buf = [0u8; 32];
+    let len = {
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        std::io::Write::write_fmt(&mut cursor, format_args!("{f:e}")).expect("a float fits in 32 bytes");
+        cursor.position() as usize
+    };
+    let sci = std::str::from_utf8(&buf[..len]).expect("{:e} writes ASCII");
     let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
     let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
     let (sign, mantissa) = mantissa.strip_prefix('-').map_or(("", mantissa), |m| ("-", m));
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut digit_buf = [0u8; 24];
+    let mut n = 0;
+    for b in mantissa.bytes().filter(|b| *b != b'.') {
+        digit_buf[n] = b;
+        n += 1;
+    }
+    let digits = std::str::from_utf8(&digit_buf[..n]).expect("ASCII digits");
     let fixed = match style {
         FloatStyle::Pydantic => (-5..16).contains(&exp),
         FloatStyle::Python => (-4..16).contains(&exp),

@@ -40,7 +40,10 @@ pub fn violations(value: &Value) -> Vec<Violation> {
 
 /// Checks `value` against the schema and the supported version, then builds the IR.
 pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
-    if let Some(first) = violations(value).into_iter().next() {
+    // The boolean check stops at the first failure and builds no error values: the fast path.
+    if !validator().is_valid(value)
+        && let Some(first) = violations(value).into_iter().next()
+    {
         return Err(SilpError::new(
             ErrorCode::DecodeFailed,
             format!("IR does not match the SILP schema at {first}"),
