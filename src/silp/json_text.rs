@@ -196,7 +196,7 @@ pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
         if exp < 0 {
             out.push_str("0.");
             out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
-            out.push_str(&digits);
+            out.push_str(digits);
         } else {
             let point = exp as usize + 1;
             if digits.len() > point {
@@ -204,7 +204,7 @@ pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
                 out.push('.');
                 out.push_str(&digits[point..]);
             } else {
-                out.push_str(&digits);
+                out.push_str(digits);
                 out.extend(std::iter::repeat_n('0', point - digits.len()));
                 out.push_str(".0");
             }
