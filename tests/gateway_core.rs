@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use silpgate::config::Config;
 use silpgate::gateway::store::{
-    AgentProfile, Frozen, LedgerState, Millis, ProfileSource, SessionRecord, StoreError,
+    AgentProfile, Changes, Freeze, Frozen, LedgerState, Millis, ProfileSource, SessionRecord, StoreError,
 };
 use silpgate::gateway::{
     ChoiceReason, Destination, Disposition, Gateway, Inbound, MemoryStore, Note, Origin, Outcome, Status,
@@ -400,7 +400,8 @@ fn the_compile_lock_freezes_the_first_compile_and_reports_drift() {
     let mut other = ir();
     other["meta"]["req_id"] = json!("abcd");
     let parsed = silpgate::silp::schema::parse_ir(&other).unwrap();
-    store.freeze(&parsed.ir_hash(), Frontend::Code, "start(hike)", 0).unwrap();
+    let freeze = Freeze { ir_hash: parsed.ir_hash(), frontend: Frontend::Code, output: "start(hike)".into() };
+    store.commit(&Changes { freezes: vec![freeze], ..Changes::default() }, 0).unwrap();
     let o =
         g.handle(inbound(json!({"format":"structured","subformat":"silp-ir","content":other}), "ingress", 0));
     assert!(o.notes.iter().any(|n| matches!(n, Note::LockDrift { .. })), "{:?}", o.notes);
@@ -441,7 +442,8 @@ fn a_published_message_id_is_a_duplicate_and_a_pending_one_is_handled_again() {
     let redelivered = g.handle(with_id("m-1"));
     assert!(matches!(redelivered.status, Status::Delivered), "pending: publish again");
     assert_eq!(out_json(&first, 0), out_json(&redelivered, 0));
-    g.store().set_ledger("m-1", LedgerState::Published, 1).unwrap();
+    let published = Changes { ledger: vec![("m-1".into(), LedgerState::Published)], ..Changes::default() };
+    g.store().commit(&published, 1).unwrap();
     let duplicate = g.handle(with_id("m-1"));
     assert!(matches!(duplicate.status, Status::Duplicate));
     assert_eq!(duplicate.disposition(), Some(Disposition::Duplicate));
@@ -489,22 +491,19 @@ impl Store for Unavailable {
     fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
-    fn put_session(&self, _: &SessionRecord) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("disk gone".into()))
-    }
     fn profile(&self, _: &str) -> Result<Option<AgentProfile>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
-    fn put_profile(&self, _: &str, _: &AgentProfile) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("disk gone".into()))
-    }
-    fn freeze(&self, _: &str, _: Frontend, _: &str, _: Millis) -> Result<Frozen, StoreError> {
+    fn frozen(&self, _: &str, _: Frontend) -> Result<Option<String>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
     fn ledger(&self, _: &str) -> Result<Option<LedgerState>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
-    fn set_ledger(&self, _: &str, _: LedgerState, _: Millis) -> Result<(), StoreError> {
+    fn commit(&self, _: &Changes, _: Millis) -> Result<Vec<Frozen>, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
+    fn flush(&self) -> Result<(), StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
 }

@@ -47,7 +47,8 @@ impl GatewayError {
             | GatewayError::NoRoute
             | GatewayError::SessionExpired { .. }
             | GatewayError::Ping(_) => Disposition::Poison,
-            GatewayError::SessionsExhausted | GatewayError::Store(StoreError::Unavailable(_)) => {
+            GatewayError::SessionsExhausted
+            | GatewayError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
                 Disposition::Transient
             }
             GatewayError::Store(StoreError::Corrupt(_)) => Disposition::Fatal,

@@ -28,7 +28,7 @@ use payload::{OutputForm, SilpForm};
 use serde_json::json;
 use session::SessionPolicy;
 use std::sync::Arc;
-use store::{AgentProfile, LedgerState, ProfileSource};
+use store::{AgentProfile, Changes, Freeze, Frozen, LedgerState, ProfileSource};
 
 /// The gateway core: configuration plus state.
 pub struct Gateway {
@@ -173,6 +173,7 @@ impl Gateway {
             route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?;
         notes.push(Note::Route(route.name.clone()));
 
+        let mut changes = Changes::default();
         let mut outbound = Vec::with_capacity(2);
         let session = match message.conversation_token() {
             Some(token) if !units.is_empty() => {
@@ -180,9 +181,11 @@ impl Gateway {
                     heartbeat: self.config.sessions.heartbeat,
                     idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
                 };
-                let turn = session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy)
-                    .map_err(nowhere)?;
+                let (turn, record) =
+                    session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy)
+                        .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
+                changes.sessions.push(record);
                 Some(turn)
             }
             _ => None,
@@ -204,7 +207,8 @@ impl Gateway {
             Destination::Agent(agent) => self.accepted_frontends(agent).map_err(nowhere)?,
             Destination::Reply => None,
         };
-        let mut renders = Vec::with_capacity(units.len());
+        // Decide each payload's form and compile it; surface texts go through the compile.lock.
+        let mut pending = Vec::with_capacity(units.len());
         for mut unit in units {
             if route.mode == RouteMode::Validate {
                 continue;
@@ -230,20 +234,32 @@ impl Gateway {
                     OutputForm::Surface(choice.frontend)
                 }
             };
+            if let OutputForm::Surface(frontend) = form {
+                // The store keeps the first compile and reports drift against this one.
+                let output = crate::silp::compile(&unit.ir, frontend);
+                changes.freezes.push(Freeze { ir_hash: unit.ir.ir_hash(), frontend, output });
+            }
+            pending.push((unit, form));
+        }
+        if let Some(id) = message_id {
+            changes.ledger.push((id.to_owned(), LedgerState::Pending));
+        }
+
+        // One atomic state step; the compile.lock answers with what is frozen.
+        let frozen = self.store.commit(&changes, inbound.received_at).map_err(|e| nowhere(e.into()))?;
+        let mut frozen = changes.freezes.into_iter().zip(frozen);
+        let mut renders = Vec::with_capacity(pending.len());
+        for (unit, form) in pending {
             let text = match form {
-                OutputForm::Surface(frontend) => Some(
-                    self.compile_locked(&unit.ir, frontend, inbound.received_at, notes).map_err(nowhere)?,
-                ),
+                OutputForm::Surface(_) => {
+                    let (freeze, frozen) = frozen.next().expect("one frozen entry per surface payload");
+                    Self::note_lock(&freeze, &frozen, notes);
+                    Some(frozen.output)
+                }
                 OutputForm::Ir => None,
             };
             let (format, subformat, content) = payload::render(&unit.ir, form, text);
             renders.push(Render { index: unit.index, format, subformat, content });
-        }
-
-        if let Some(id) = message_id {
-            self.store
-                .set_ledger(id, LedgerState::Pending, inbound.received_at)
-                .map_err(|e| nowhere(e.into()))?;
         }
         Ok(Plan::Forward { outbound, destination, renders })
     }
@@ -311,25 +327,15 @@ impl Gateway {
         Ok((!frontends.is_empty()).then_some(frontends))
     }
 
-    /// Compiles through the compile.lock: the first compile of (IR hash, frontend) is frozen
-    /// and every later one sends the frozen text.
-    fn compile_locked(
-        &self,
-        ir: &Ir,
-        frontend: Frontend,
-        now: u64,
-        notes: &mut Vec<Note>,
-    ) -> Result<String, GatewayError> {
-        let text = crate::silp::compile(ir, frontend);
-        let ir_hash = ir.ir_hash();
-        let frozen = self.store.freeze(&ir_hash, frontend, &text, now)?;
+    /// Notes what the compile.lock did: froze a new entry, or sent a frozen text that today's
+    /// codec writes differently (drift).
+    fn note_lock(freeze: &Freeze, frozen: &Frozen, notes: &mut Vec<Note>) {
         if frozen.first {
-            notes.push(Note::LockFrozen { ir_hash: ir_hash.clone(), frontend });
+            notes.push(Note::LockFrozen { ir_hash: freeze.ir_hash.clone(), frontend: freeze.frontend });
         }
         if frozen.drift {
-            notes.push(Note::LockDrift { ir_hash, frontend });
+            notes.push(Note::LockDrift { ir_hash: freeze.ir_hash.clone(), frontend: freeze.frontend });
         }
-        Ok(frozen.output)
     }
 
     fn answer_ping(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Vec<Outbound>, GatewayError> {
@@ -341,7 +347,8 @@ impl Gateway {
             source: ProfileSource::Ping,
             updated: inbound.received_at,
         };
-        self.store.put_profile(&agent, &profile)?;
+        let changes = Changes { profiles: vec![(agent.clone(), profile)], ..Changes::default() };
+        self.store.commit(&changes, inbound.received_at)?;
         notes.push(Note::ProfileLearnt { agent, frontends: announced.frontends });
         reply::echo_tokens(&mut answer, &inbound.envelope, &self.config.gateway.name);
         Ok(vec![Outbound { destination: Destination::Reply, envelope: answer }])

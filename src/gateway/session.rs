@@ -31,17 +31,18 @@ pub struct Turn {
 }
 
 /// Counts one turn of the conversation `token`, creating its session on the first turn.
+/// Returns the turn and the session record to commit; nothing is written here.
 pub fn count_turn(
     store: &dyn Store,
     token: &str,
     now: Millis,
     policy: &SessionPolicy,
-) -> Result<Turn, GatewayError> {
+) -> Result<(Turn, SessionRecord), GatewayError> {
     let mut record = match store.session_by_token(token)? {
-        Some(record) if record.expired => return Err(GatewayError::SessionExpired { id: record.id }),
-        Some(mut record) if now.saturating_sub(record.last_activity) > policy.idle_timeout_ms => {
-            record.expired = true;
-            store.put_session(&record)?;
+        // An idle session stays expired: its last activity does not move any more.
+        Some(record)
+            if record.expired || now.saturating_sub(record.last_activity) > policy.idle_timeout_ms =>
+        {
             return Err(GatewayError::SessionExpired { id: record.id });
         }
         Some(record) => record,
@@ -60,8 +61,8 @@ pub fn count_turn(
     record.renewal_due =
         record.heartbeat < NO_HEARTBEAT && record.turns % u64::from(record.heartbeat.max(1)) == 0;
     record.last_activity = now;
-    store.put_session(&record)?;
-    Ok(Turn { id: record.id, turn: record.turns, renewed })
+    let turn = Turn { id: record.id.clone(), turn: record.turns, renewed };
+    Ok((turn, record))
 }
 
 fn free_id(store: &dyn Store) -> Result<String, GatewayError> {
@@ -77,48 +78,59 @@ fn free_id(store: &dyn Store) -> Result<String, GatewayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::store::MemoryStore;
+    use crate::gateway::store::{Changes, MemoryStore};
+
+    /// Counts a turn and commits it, as the core does.
+    fn turn(
+        store: &MemoryStore,
+        token: &str,
+        now: Millis,
+        policy: &SessionPolicy,
+    ) -> Result<Turn, GatewayError> {
+        let (turn, record) = count_turn(store, token, now, policy)?;
+        store.commit(&Changes { sessions: vec![record], ..Changes::default() }, now)?;
+        Ok(turn)
+    }
 
     const POLICY: SessionPolicy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 1_000 };
 
     #[test]
     fn a_conversation_keeps_one_id_and_renews_every_n_turns() {
         let store = MemoryStore::new();
-        let turns: Vec<Turn> = (0..11).map(|i| count_turn(&store, "conv-1", i, &POLICY).unwrap()).collect();
+        let turns: Vec<Turn> = (0..11).map(|i| turn(&store, "conv-1", i, &POLICY).unwrap()).collect();
         assert!(turns.iter().all(|t| t.id == "aa"));
         assert_eq!(turns.iter().map(|t| t.turn).collect::<Vec<_>>(), (1..=11).collect::<Vec<_>>());
         // Renewed after turns 5 and 10: turns 6 and 11 carry the notice.
         let renewed: Vec<u64> = turns.iter().filter(|t| t.renewed).map(|t| t.turn).collect();
         assert_eq!(renewed, [6, 11]);
-        assert_eq!(count_turn(&store, "conv-2", 20, &POLICY).unwrap().id, "ab");
+        assert_eq!(turn(&store, "conv-2", 20, &POLICY).unwrap().id, "ab");
     }
 
     #[test]
     fn heartbeat_9999_never_renews_and_1_renews_every_turn() {
         let store = MemoryStore::new();
         let never = SessionPolicy { heartbeat: NO_HEARTBEAT, ..POLICY };
-        assert!((0..30).all(|i| !count_turn(&store, "a", i, &never).unwrap().renewed));
+        assert!((0..30).all(|i| !turn(&store, "a", i, &never).unwrap().renewed));
         let always = SessionPolicy { heartbeat: 1, ..POLICY };
-        let renewed: Vec<bool> =
-            (0..4).map(|i| count_turn(&store, "b", i, &always).unwrap().renewed).collect();
+        let renewed: Vec<bool> = (0..4).map(|i| turn(&store, "b", i, &always).unwrap().renewed).collect();
         assert_eq!(renewed, [false, true, true, true]);
     }
 
     #[test]
     fn an_idle_session_expires_and_stays_expired() {
         let store = MemoryStore::new();
-        count_turn(&store, "c", 0, &POLICY).unwrap();
-        assert!(matches!(count_turn(&store, "c", 5_000, &POLICY), Err(GatewayError::SessionExpired { .. })));
-        assert!(matches!(count_turn(&store, "c", 5_001, &POLICY), Err(GatewayError::SessionExpired { .. })));
+        turn(&store, "c", 0, &POLICY).unwrap();
+        assert!(matches!(turn(&store, "c", 5_000, &POLICY), Err(GatewayError::SessionExpired { .. })));
+        assert!(matches!(turn(&store, "c", 5_001, &POLICY), Err(GatewayError::SessionExpired { .. })));
     }
 
     #[test]
     fn when_every_id_is_taken_new_conversations_are_refused() {
         let store = MemoryStore::new();
         for i in 0..1296 {
-            count_turn(&store, &format!("t{i}"), 0, &POLICY).unwrap();
+            turn(&store, &format!("t{i}"), 0, &POLICY).unwrap();
         }
-        let err = count_turn(&store, "one-too-many", 0, &POLICY).unwrap_err();
+        let err = turn(&store, "one-too-many", 0, &POLICY).unwrap_err();
         assert!(matches!(err, GatewayError::SessionsExhausted));
         assert_eq!(err.disposition(), crate::gateway::Disposition::Transient);
     }

@@ -1,6 +1,10 @@
 //! The state the gateway core keeps, behind one interface: sessions, agent profiles, the
-//! compile.lock and the processed-message ledger. [`MemoryStore`] is the in-process
-//! implementation (tests, single runs); the durable one lives in `crate::store`.
+//! compile.lock and the processed-message ledger.
+//!
+//! The core reads what it needs while it plans a message, then hands every change of that
+//! message to [`Store::commit`] at once, so that a message's state step is atomic: all of it or
+//! none. [`MemoryStore`] keeps state in the process (tests, single runs); the durable sled
+//! store is `crate::store::SledStore`.
 
 use crate::silp::Frontend;
 use std::collections::HashMap;
@@ -10,7 +14,7 @@ use std::sync::Mutex;
 pub type Millis = u64;
 
 /// One conversation's session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionRecord {
     /// The 2-character SILP session id.
     pub id: String,
@@ -28,18 +32,27 @@ pub struct SessionRecord {
 }
 
 /// Where an agent's accepted frontends came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ProfileSource {
     Config,
     Ping,
 }
 
 /// The frontends an agent accepts, most preferred first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentProfile {
+    #[serde(with = "frontend_names")]
     pub frontends: Vec<Frontend>,
     pub source: ProfileSource,
     pub updated: Millis,
+}
+
+/// A compile to freeze in the compile.lock unless (IR hash, frontend) is frozen already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Freeze {
+    pub ir_hash: String,
+    pub frontend: Frontend,
+    pub output: String,
 }
 
 /// The result of a compile through the compile.lock.
@@ -54,7 +67,7 @@ pub struct Frozen {
 }
 
 /// Where an inbound message stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LedgerState {
     /// Handled, state changed, publishes not yet all confirmed.
     Pending,
@@ -62,11 +75,32 @@ pub enum LedgerState {
     Published,
 }
 
-/// A store failure. Transient unless the store says its data is damaged.
+/// Everything one message changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub sessions: Vec<SessionRecord>,
+    pub profiles: Vec<(String, AgentProfile)>,
+    pub freezes: Vec<Freeze>,
+    pub ledger: Vec<(String, LedgerState)>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+            && self.profiles.is_empty()
+            && self.freezes.is_empty()
+            && self.ledger.is_empty()
+    }
+}
+
+/// A store failure: transient unless the store says its data is damaged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// Another message changed the same state at the same time; handle this one again.
+    #[error("conflicting update: {0}")]
+    Conflict(String),
     #[error("store data is damaged: {0}")]
     Corrupt(String),
 }
@@ -76,23 +110,18 @@ pub trait Store: Send + Sync {
     fn session_by_token(&self, token: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// Ids held by live sessions and tombstones.
     fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError>;
-    fn put_session(&self, record: &SessionRecord) -> Result<(), StoreError>;
-
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError>;
-    fn put_profile(&self, agent: &str, profile: &AgentProfile) -> Result<(), StoreError>;
-
-    /// Freezes `output` for `(ir_hash, frontend)` unless an entry exists, and returns the
-    /// frozen entry.
-    fn freeze(
-        &self,
-        ir_hash: &str,
-        frontend: Frontend,
-        output: &str,
-        now: Millis,
-    ) -> Result<Frozen, StoreError>;
-
+    /// The frozen compile of (IR hash, frontend), if any.
+    fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError>;
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError>;
-    fn set_ledger(&self, message_id: &str, state: LedgerState, now: Millis) -> Result<(), StoreError>;
+
+    /// Applies every change of one message atomically, and returns, for each freeze in order,
+    /// what the compile.lock now holds (the first freeze of an entry wins). A session id already
+    /// held by another conversation is a [`StoreError::Conflict`].
+    fn commit(&self, changes: &Changes, now: Millis) -> Result<Vec<Frozen>, StoreError>;
+
+    /// Makes every committed change durable. A message is acknowledged only after this.
+    fn flush(&self) -> Result<(), StoreError>;
 }
 
 /// All state in memory, behind one mutex.
@@ -135,51 +164,80 @@ impl Store for MemoryStore {
         self.with(|m| m.sessions.values().map(|s| s.id.clone()).collect())
     }
 
-    fn put_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
-        self.with(|m| match m.sessions.get_mut(&record.token) {
-            Some(stored) => stored.clone_from(record),
-            None => {
-                m.sessions.insert(record.token.clone(), record.clone());
-            }
-        })
-    }
-
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
         self.with(|m| m.profiles.get(agent).cloned())
     }
 
-    fn put_profile(&self, agent: &str, profile: &AgentProfile) -> Result<(), StoreError> {
-        self.with(|m| {
-            m.profiles.insert(agent.to_owned(), profile.clone());
-        })
-    }
-
-    fn freeze(
-        &self,
-        ir_hash: &str,
-        frontend: Frontend,
-        output: &str,
-        _now: Millis,
-    ) -> Result<Frozen, StoreError> {
-        self.with(|m| {
-            let entries = m.lock.entry(frontend).or_default();
-            match entries.get(ir_hash) {
-                Some(frozen) => Frozen { output: frozen.clone(), first: false, drift: frozen != output },
-                None => {
-                    entries.insert(ir_hash.to_owned(), output.to_owned());
-                    Frozen { output: output.to_owned(), first: true, drift: false }
-                }
-            }
-        })
+    fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError> {
+        self.with(|m| m.lock.get(&frontend).and_then(|l| l.get(ir_hash)).cloned())
     }
 
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError> {
         self.with(|m| m.ledger.get(message_id).copied())
     }
 
-    fn set_ledger(&self, message_id: &str, state: LedgerState, _now: Millis) -> Result<(), StoreError> {
+    fn commit(&self, changes: &Changes, _now: Millis) -> Result<Vec<Frozen>, StoreError> {
         self.with(|m| {
-            m.ledger.insert(message_id.to_owned(), state);
-        })
+            for s in &changes.sessions {
+                if let Some(other) = m.sessions.values().find(|o| o.id == s.id && o.token != s.token) {
+                    return Err(StoreError::Conflict(format!(
+                        "session id {} is held by another conversation ({})",
+                        s.id, other.token
+                    )));
+                }
+            }
+            for s in &changes.sessions {
+                match m.sessions.get_mut(&s.token) {
+                    Some(stored) => stored.clone_from(s),
+                    None => {
+                        m.sessions.insert(s.token.clone(), s.clone());
+                    }
+                }
+            }
+            for (agent, profile) in &changes.profiles {
+                m.profiles.insert(agent.clone(), profile.clone());
+            }
+            for (id, state) in &changes.ledger {
+                m.ledger.insert(id.clone(), *state);
+            }
+            Ok(changes
+                .freezes
+                .iter()
+                .map(|f| {
+                    let entries = m.lock.entry(f.frontend).or_default();
+                    match entries.get(&f.ir_hash) {
+                        Some(frozen) => {
+                            Frozen { output: frozen.clone(), first: false, drift: *frozen != f.output }
+                        }
+                        None => {
+                            entries.insert(f.ir_hash.clone(), f.output.clone());
+                            Frozen { output: f.output.clone(), first: true, drift: false }
+                        }
+                    }
+                })
+                .collect())
+        })?
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Frontends stored by name, so the stored form does not depend on enum order.
+mod frontend_names {
+    use crate::silp::Frontend;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(frontends: &[Frontend], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(frontends.iter().map(|f| f.name()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D::Error> {
+        let names = Vec::<String>::deserialize(d)?;
+        names
+            .iter()
+            .map(|n| n.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message)))
+            .collect()
     }
 }
