@@ -13,3 +13,4 @@ pub mod config;
 pub mod gateway;
 pub mod nlip;
 pub mod silp;
+pub mod store;

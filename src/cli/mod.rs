@@ -4,6 +4,7 @@
 mod input;
 mod nlip;
 mod silp;
+mod store;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +31,12 @@ enum Command {
     /// Run the gateway core.
     #[command(subcommand)]
     Gateway(nlip::GatewayCommand),
+    /// Verify, export and inspect the compile.lock.
+    #[command(subcommand)]
+    Lock(store::LockCommand),
+    /// Inspect conversation sessions.
+    #[command(subcommand)]
+    Sessions(store::SessionsCommand),
 }
 
 /// Exit status for an invalid input.
@@ -42,5 +49,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Silp(command) => silp::run(command),
         Command::Nlip(command) => nlip::run_nlip(command),
         Command::Gateway(command) => nlip::run_gateway(command),
+        Command::Lock(command) => store::run_lock(command),
+        Command::Sessions(command) => store::run_sessions(command),
     }
 }

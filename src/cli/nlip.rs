@@ -3,8 +3,9 @@
 
 use super::{EXIT_INVALID, input};
 use crate::config::Config;
-use crate::gateway::{Destination, Gateway, Inbound, MemoryStore, Origin, Status, Transport};
+use crate::gateway::{Destination, Gateway, Inbound, MemoryStore, Origin, Status, Store, Transport};
 use crate::nlip::{self, Encoding, Limits};
+use crate::store::SledStore;
 use clap::{Subcommand, ValueEnum};
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ pub enum GatewayCommand {
         source: String,
         #[arg(long, value_enum, default_value_t = Wire::Json)]
         from: Wire,
+        /// Keep state in this sled store (default: in memory, gone at exit).
+        #[arg(long)]
+        store: Option<PathBuf>,
         /// Input file; stdin when absent or '-'.
         file: Option<PathBuf>,
     },
@@ -77,7 +81,7 @@ pub fn run_nlip(command: NlipCommand) -> ExitCode {
 }
 
 pub fn run_gateway(command: GatewayCommand) -> ExitCode {
-    let GatewayCommand::Handle { config, source, from, file } = command;
+    let GatewayCommand::Handle { config, source, from, store, file } = command;
     let config = match Config::load(&config) {
         Ok(c) => c,
         Err(e) => {
@@ -90,16 +94,30 @@ pub fn run_gateway(command: GatewayCommand) -> ExitCode {
         max_depth: config.nlip.max_depth,
         max_submessages: config.nlip.max_submessages,
     };
-    let gateway = Gateway::new(Arc::new(config), Arc::new(MemoryStore::new()));
+    let store: Arc<dyn Store> = match store {
+        None => Arc::new(MemoryStore::new()),
+        Some(dir) => match SledStore::open(&dir, None) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        },
+    };
+    let gateway = Gateway::new(Arc::new(config), store);
     let Some(bytes) = read_bytes(file, limits.max_bytes) else { return ExitCode::from(EXIT_INVALID) };
     let outcome = match nlip::decode(&bytes, from.into(), &limits) {
         Ok(envelope) => gateway.handle(Inbound {
             envelope,
             origin: Origin::new(Transport::Cli, source),
-            received_at: now_millis(),
+            received_at: crate::store::time::now_millis(),
         }),
         Err(e) => gateway.reject_undecodable(e),
     };
+    if let Err(e) = gateway.store().flush() {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_INVALID);
+    }
     for note in &outcome.notes {
         eprintln!("note: {note:?}");
     }
@@ -119,10 +137,6 @@ pub fn run_gateway(command: GatewayCommand) -> ExitCode {
             ExitCode::from(EXIT_INVALID)
         }
     }
-}
-
-fn now_millis() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn read_bytes(file: Option<PathBuf>, limit: usize) -> Option<Vec<u8>> {

@@ -2,8 +2,10 @@
 
 use super::input::{self, InputError};
 use super::{EXIT_INVALID, EXIT_USAGE};
+use crate::gateway::store::{Changes, Freeze, Store};
 use crate::silp::validate::{self, ValidateOptions};
 use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, ReqIdMode, SilpError, schema};
+use crate::store::SledStore;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use std::io::{self, Write};
@@ -19,6 +21,13 @@ pub enum SilpCommand {
         /// Compile without enforcing the verb whitelist.
         #[arg(long)]
         no_whitelist: bool,
+        /// Compile through the compile.lock in this store: the first compile of an IR is
+        /// frozen, later ones print the frozen text.
+        #[arg(long)]
+        lock: Option<PathBuf>,
+        /// Environment variable holding the HMAC key of a keyed chain.
+        #[arg(long, requires = "lock")]
+        key_env: Option<String>,
     },
     /// Surface text in, canonical compact IR JSON out.
     Decode {
@@ -72,11 +81,29 @@ pub enum Compat {
 
 pub fn run(command: SilpCommand) -> ExitCode {
     match command {
-        SilpCommand::Compile { common, no_whitelist } => {
+        SilpCommand::Compile { common, no_whitelist, lock, key_env } => {
             let rules = ValidateOptions { enforce_whitelist: !no_whitelist };
+            let store = match lock.map(|dir| {
+                let key = super::store::key_from_env(key_env.as_deref())?;
+                SledStore::open(&dir, key).map_err(|e| e.to_string())
+            }) {
+                None => None,
+                Some(Ok(store)) => Some(store),
+                Some(Err(e)) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_INVALID);
+                }
+            };
             with_frontend(&common, |frontend| {
-                let each = |text: &str| compile_one(text, frontend, rules);
-                drive(&common, each, Value::String)
+                let each = |text: &str| compile_one(text, frontend, rules, store.as_ref());
+                let code = drive(&common, each, Value::String);
+                if let Some(store) = &store
+                    && let Err(e) = store.flush()
+                {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_INVALID);
+                }
+                code
             })
         }
         SilpCommand::Decode { common, req_id_len, compat, no_sanitize } => {
@@ -141,7 +168,7 @@ fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitC
 /// What one input produced: the output, warnings for stderr, or an error.
 type Outcome = Result<(String, Vec<String>), SilpError>;
 
-fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions) -> Outcome {
+fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Option<&SledStore>) -> Outcome {
     let value = silp::parse_json(text)?;
     let ir = schema::parse_ir(&value)?;
     let report = validate::validate(&ir, rules);
@@ -151,7 +178,23 @@ fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions) -> Outcom
             format!("IR is not valid: {}", report.errors.join("; ")),
         ));
     }
-    Ok((silp::compile(&ir, frontend), report.warnings))
+    let output = silp::compile(&ir, frontend);
+    let mut warnings = report.warnings;
+    let Some(store) = lock else { return Ok((output, warnings)) };
+    let freeze = Freeze { ir_hash: ir.ir_hash(), frontend, output };
+    let changes = Changes { freezes: vec![freeze], ..Changes::default() };
+    let frozen = store
+        .commit(&changes, crate::store::time::now_millis())
+        .map_err(|e| SilpError::new(ErrorCode::DecodeFailed, format!("compile.lock: {e}")))?
+        .pop()
+        .expect("one frozen entry per freeze");
+    if frozen.drift {
+        warnings.push(format!(
+            "compile.lock drift: {} compiles differently today; the frozen text is printed",
+            ir.ir_hash()
+        ));
+    }
+    Ok((frozen.output, warnings))
 }
 
 fn decode_one(text: &str, frontend: Frontend, options: &DecodeOptions) -> Outcome {

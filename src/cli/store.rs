@@ -1,0 +1,219 @@
+//! `silpgate lock ...` and `silpgate sessions ...`: the durable store on the command line.
+
+use super::{EXIT_INVALID, EXIT_USAGE};
+use crate::store::SledStore;
+use crate::store::chain::{self, Sealer};
+use clap::{Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Check the compile.lock chain: exit 0 when intact, else name the first bad record.
+    Verify {
+        /// The store directory.
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        store: Option<PathBuf>,
+        /// A `lock export --format chain` file.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Environment variable holding the HMAC key of a keyed chain.
+        #[arg(long)]
+        key_env: Option<String>,
+    },
+    /// Write the chain: every field (`chain`, verifiable) or the reference CLI's lines.
+    Export {
+        #[arg(long)]
+        store: PathBuf,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Chain)]
+        format: ExportFormat,
+        /// Output file; stdout when absent.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[arg(long)]
+        key_env: Option<String>,
+    },
+    /// Print the lock records of one IR hash (`sha256:<hex>` or the hex alone).
+    Show {
+        #[arg(long)]
+        store: PathBuf,
+        ir_hash: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Chain,
+    Reference,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// One JSON line per session.
+    List {
+        #[arg(long)]
+        store: PathBuf,
+    },
+}
+
+/// The HMAC key named by `--key-env`, if any.
+pub fn key_from_env(var: Option<&str>) -> Result<Option<Vec<u8>>, String> {
+    let Some(var) = var else { return Ok(None) };
+    match std::env::var_os(var) {
+        Some(v) if !v.is_empty() => Ok(Some(v.into_encoded_bytes())),
+        _ => Err(format!("environment variable {var} (the lock key) is not set")),
+    }
+}
+
+fn open(dir: &Path, key: Option<Vec<u8>>) -> Result<SledStore, ExitCode> {
+    SledStore::open(dir, key).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_INVALID)
+    })
+}
+
+pub fn run_lock(command: LockCommand) -> ExitCode {
+    match command {
+        LockCommand::Verify { store, file, key_env } => {
+            let key = match key_from_env(key_env.as_deref()) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            let keyed = key.is_some();
+            let result = match (store, file) {
+                (Some(dir), _) => match open(&dir, key) {
+                    Ok(store) => store.verify_lock(),
+                    Err(code) => return code,
+                },
+                (None, Some(file)) => match std::fs::read_to_string(&file) {
+                    Ok(text) => {
+                        let (records, head) = chain::read_export(&text);
+                        match head {
+                            Some(head) => chain::verify(records, Some(&head), &Sealer::new(key)),
+                            None => Err(chain::ChainError {
+                                position: records.len() as u64,
+                                reason: "no head line: the export is truncated, or not a chain export".into(),
+                            }),
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("error: cannot read {}: {e}", file.display());
+                        return ExitCode::from(EXIT_INVALID);
+                    }
+                },
+                (None, None) => unreachable!("clap requires --store or --file"),
+            };
+            match result {
+                Ok(n) => {
+                    println!("ok: {n} records, chain intact ({})", if keyed { "keyed" } else { "unkeyed" });
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("tampered: {e}");
+                    ExitCode::from(EXIT_INVALID)
+                }
+            }
+        }
+        LockCommand::Export { store, format, output, key_env } => {
+            let key = match key_from_env(key_env.as_deref()) {
+                Ok(k) => k,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            let store = match open(&store, key) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            let mut text = String::new();
+            for record in store.lock_records() {
+                let record = match record {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(EXIT_INVALID);
+                    }
+                };
+                match format {
+                    ExportFormat::Chain => {
+                        text.push_str(&serde_json::to_string(&record).expect("records serialise"))
+                    }
+                    ExportFormat::Reference => text.push_str(&chain::reference_line(&record)),
+                }
+                text.push('\n');
+            }
+            if let ExportFormat::Chain = format {
+                match store.lock_head() {
+                    Ok(head) => {
+                        let line = chain::HeadLine { head };
+                        text.push_str(&serde_json::to_string(&line).expect("head serialises"));
+                        text.push('\n');
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(EXIT_INVALID);
+                    }
+                }
+            }
+            let written = match output {
+                Some(path) => std::fs::write(&path, text),
+                None => std::io::stdout().write_all(text.as_bytes()),
+            };
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the export: {e}");
+                    ExitCode::from(EXIT_INVALID)
+                }
+            }
+        }
+        LockCommand::Show { store, ir_hash } => {
+            let store = match open(&store, None) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            let ir_hash = if ir_hash.starts_with("sha256:") { ir_hash } else { format!("sha256:{ir_hash}") };
+            match store.lock_for(&ir_hash) {
+                Ok(records) if records.is_empty() => {
+                    eprintln!("no lock records for {ir_hash}");
+                    ExitCode::from(EXIT_INVALID)
+                }
+                Ok(records) => {
+                    for r in records {
+                        println!("{}", serde_json::to_string(&r).expect("records serialise"));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_INVALID)
+                }
+            }
+        }
+    }
+}
+
+pub fn run_sessions(command: SessionsCommand) -> ExitCode {
+    let SessionsCommand::List { store } = command;
+    let store = match open(&store, None) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match store.sessions() {
+        Ok(sessions) => {
+            for s in sessions {
+                println!("{}", serde_json::to_string(&s).expect("sessions serialise"));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
