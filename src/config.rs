@@ -17,6 +17,8 @@ pub struct Config {
     pub nlip: NlipConfig,
     /// Conversation sessions.
     pub sessions: SessionConfig,
+    /// The durable state store.
+    pub store: StoreConfig,
     /// Downstream agents and the frontends they accept.
     pub agents: Vec<AgentConfig>,
     /// Routing rules, tried in order; the first match wins.
@@ -89,6 +91,34 @@ pub struct SessionConfig {
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig { heartbeat: 10, idle_timeout_secs: 1800 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Directory of the sled store. Default `target/silpgate-store` (a local run).
+    pub path: std::path::PathBuf,
+    /// Environment variable holding the compile.lock HMAC key; unset: an unkeyed chain.
+    /// The key itself never appears in the configuration or the logs.
+    pub hmac_key_env: Option<String>,
+    /// Ledger entries older than this are dropped. Default 86400 seconds.
+    pub ledger_ttl_secs: u64,
+    /// At most this many ledger entries are kept. Default 1,000,000.
+    pub ledger_max_entries: usize,
+    /// An expired session is forgotten (its id freed) this long after expiring. Default 3600.
+    pub tombstone_secs: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            path: "target/silpgate-store".into(),
+            hmac_key_env: None,
+            ledger_ttl_secs: 86_400,
+            ledger_max_entries: 1_000_000,
+            tombstone_secs: 3600,
+        }
     }
 }
 
