@@ -193,7 +193,7 @@ fn a_store_of_another_schema_version_is_refused() {
     let dir = temp_dir("schema");
     {
         let db = sled::open(&dir).unwrap();
-        db.open_tree("meta").unwrap().insert("schema_version", "0").unwrap();
+        db.insert("meta:schema_version", "0").unwrap();
         db.flush().unwrap();
     }
     let err = SledStore::open(&dir, None).err().expect("refused");

@@ -3,12 +3,17 @@
 //!
 //! sled (0.34.7, unmaintained) stays behind this one module, with a schema version key, so that
 //! it can be replaced. It only makes a write durable on an explicit flush: a message's changes
-//! are committed in one transaction across all trees, and [`Store::flush`] (or
-//! [`SledStore::flush_async`]) is called before the message is acknowledged.
+//! are written as one atomic batch, and [`Store::flush`] (or [`SledStore::flush_async`]) is
+//! called before the message is acknowledged.
 //!
-//! Trees: `meta` (schema version, chain head), `sessions` (token -> record), `session_ids`
-//! (id -> token), `profiles` (agent -> profile), `lock` (seq -> record), `lock_index`
-//! (frontend, IR hash -> seq), `ledger` (message id -> state), `ledger_by_time` (time, id).
+//! Everything lives in sled's default tree under key prefixes, so that one message is one
+//! atomic `apply_batch` and costs one log flush; sled's multi-tree transactions measured twice
+//! the flush cost here (docs/performance.md). Commits are serialised by a mutex, which makes
+//! their read-check-write steps (session id ownership, first freeze wins, chain order) atomic.
+//!
+//! Keys: `meta:schema_version`, `meta:lock_head`, `session:<token>`, `sid:<id>` (-> token),
+//! `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
+//! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`.
 
 pub mod chain;
 pub mod time;
@@ -19,12 +24,11 @@ use crate::gateway::store::{
 use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
 use serde::{Deserialize, Serialize};
-use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use std::path::Path;
+use std::sync::Mutex;
 
-/// The layout version written into `meta`; a store with another version is refused.
-pub const SCHEMA_VERSION: &str = "1";
+/// The layout version written into the store; a store with another version is refused.
+pub const SCHEMA_VERSION: &str = "2";
 
 /// Retention of the ledger and of expired sessions.
 #[derive(Debug, Clone, Copy)]
@@ -50,18 +54,12 @@ pub struct Swept {
 /// The sled-backed store.
 pub struct SledStore {
     db: sled::Db,
-    meta: sled::Tree,
-    sessions: sled::Tree,
-    session_ids: sled::Tree,
-    profiles: sled::Tree,
-    lock: sled::Tree,
-    lock_index: sled::Tree,
-    ledger: sled::Tree,
-    ledger_by_time: sled::Tree,
     sealer: Sealer,
+    /// Serialises commits and sweeps: their reads and their batch form one atomic step.
+    writer: Mutex<()>,
 }
 
-/// The chain's last record, kept in `meta` so that truncation is evident.
+/// The chain's length and last record hash, kept so that truncation is evident.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ChainHead {
     records: u64,
@@ -72,6 +70,36 @@ struct ChainHead {
 struct LedgerEntry {
     state: LedgerState,
     at: Millis,
+}
+
+const SCHEMA_KEY: &[u8] = b"meta:schema_version";
+const HEAD_KEY: &[u8] = b"meta:lock_head";
+const SESSION: &[u8] = b"session:";
+const SESSION_ID: &[u8] = b"sid:";
+const PROFILE: &[u8] = b"profile:";
+const LOCK: &[u8] = b"lock:";
+const LOCK_INDEX: &[u8] = b"lockx:";
+const LEDGER: &[u8] = b"ledger:";
+const LEDGER_TIME: &[u8] = b"ledgert:";
+
+fn key(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + rest.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
+fn lock_index_key(frontend: Frontend, ir_hash: &str) -> Vec<u8> {
+    let mut k = key(LOCK_INDEX, frontend.name().as_bytes());
+    k.push(0);
+    k.extend_from_slice(ir_hash.as_bytes());
+    k
+}
+
+fn ledger_time_key(at: Millis, id: &[u8]) -> Vec<u8> {
+    let mut k = key(LEDGER_TIME, &at.to_be_bytes());
+    k.extend_from_slice(id);
+    k
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -90,54 +118,41 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("store records serialise")
 }
 
-fn lock_key(frontend: Frontend, ir_hash: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(16 + ir_hash.len());
-    key.extend_from_slice(frontend.name().as_bytes());
-    key.push(0);
-    key.extend_from_slice(ir_hash.as_bytes());
-    key
-}
-
-fn time_key(at: Millis, id: &str) -> Vec<u8> {
-    let mut key = at.to_be_bytes().to_vec();
-    key.extend_from_slice(id.as_bytes());
-    key
+/// Opens the sled database, waiting briefly for a previous owner in this process (a store
+/// just dropped) to let go of the file lock.
+fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(unavailable(format!("cannot open {}: {e}", dir.display()))),
+        }
+    }
 }
 
 impl SledStore {
     /// Opens (or creates) the store in `dir`. `key` makes the compile.lock chain keyed.
     pub fn open(dir: &Path, key: Option<Vec<u8>>) -> Result<SledStore, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .open()
-            .map_err(|e| unavailable(format!("cannot open {}: {e}", dir.display())))?;
-        let tree = |name: &str| db.open_tree(name).map_err(unavailable);
-        let store = SledStore {
-            meta: tree("meta")?,
-            sessions: tree("sessions")?,
-            session_ids: tree("session_ids")?,
-            profiles: tree("profiles")?,
-            lock: tree("lock")?,
-            lock_index: tree("lock_index")?,
-            ledger: tree("ledger")?,
-            ledger_by_time: tree("ledger_by_time")?,
-            sealer: Sealer::new(key),
-            db,
-        };
-        match store.meta.get("schema_version").map_err(unavailable)? {
-            None => {
-                store.meta.insert("schema_version", SCHEMA_VERSION).map_err(unavailable)?;
-                store.db.flush().map_err(unavailable)?;
+        let db = open_db(dir)?;
+        match db.get(SCHEMA_KEY).map_err(unavailable)? {
+            None if db.is_empty() => {
+                db.insert(SCHEMA_KEY, SCHEMA_VERSION).map_err(unavailable)?;
+                db.flush().map_err(unavailable)?;
             }
             Some(v) if v.as_ref() == SCHEMA_VERSION.as_bytes() => {}
-            Some(v) => {
+            found => {
+                let version = found.map_or("none".to_owned(), |v| String::from_utf8_lossy(&v).into_owned());
                 return Err(corrupt(format!(
-                    "store schema version {} is not {SCHEMA_VERSION}; migrate or start from an empty store",
-                    String::from_utf8_lossy(&v)
+                    "store schema version {version} is not {SCHEMA_VERSION}; migrate or start from an empty store"
                 )));
             }
         }
-        Ok(store)
+        Ok(SledStore { db, sealer: Sealer::new(key), writer: Mutex::new(()) })
     }
 
     /// Makes every committed change durable, without blocking the async runtime.
@@ -145,10 +160,14 @@ impl SledStore {
         self.db.flush_async().await.map(|_| ()).map_err(unavailable)
     }
 
+    fn write_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, StoreError> {
+        self.writer.lock().map_err(|_| corrupt("a writer panicked mid-commit"))
+    }
+
     /// Every compile.lock record, in chain order.
     pub fn lock_records(&self) -> impl Iterator<Item = Result<LockRecord, ChainError>> + '_ {
-        self.lock.iter().enumerate().map(|(i, entry)| {
-            let (_, bytes) =
+        self.db.scan_prefix(LOCK).values().enumerate().map(|(i, entry)| {
+            let bytes =
                 entry.map_err(|e| ChainError { position: i as u64, reason: format!("cannot read: {e}") })?;
             serde_json::from_slice(&bytes)
                 .map_err(|e| ChainError { position: i as u64, reason: format!("not a lock record: {e}") })
@@ -161,7 +180,7 @@ impl SledStore {
         Ok(self.sealer.head(head.records, &head.last_hash))
     }
 
-    /// Verifies the whole compile.lock chain against the head kept in `meta`.
+    /// Verifies the whole compile.lock chain against the head kept in the store.
     pub fn verify_lock(&self) -> Result<u64, ChainError> {
         let head = self.lock_head().map_err(|e| ChainError { position: 0, reason: e.to_string() })?;
         chain::verify(self.lock_records(), Some(&head), &self.sealer)
@@ -171,238 +190,198 @@ impl SledStore {
     pub fn lock_for(&self, ir_hash: &str) -> Result<Vec<LockRecord>, StoreError> {
         let mut out = Vec::new();
         for frontend in Frontend::ALL {
-            if let Some(seq) = self.lock_index.get(lock_key(frontend, ir_hash)).map_err(unavailable)? {
-                let bytes = self
-                    .lock
-                    .get(&seq)
-                    .map_err(unavailable)?
-                    .ok_or_else(|| corrupt("lock index points at a missing record"))?;
-                out.push(decode(&bytes, "lock record")?);
+            if let Some(seq) = self.db.get(lock_index_key(frontend, ir_hash)).map_err(unavailable)? {
+                out.push(self.lock_record(&seq)?);
             }
         }
         Ok(out)
     }
 
+    fn lock_record(&self, seq: &[u8]) -> Result<LockRecord, StoreError> {
+        let bytes = self
+            .db
+            .get(key(LOCK, seq))
+            .map_err(unavailable)?
+            .ok_or_else(|| corrupt("the lock index points at a missing record"))?;
+        decode(&bytes, "lock record")
+    }
+
     /// Every session, live or expired.
     pub fn sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
-        self.sessions
-            .iter()
-            .map(|e| e.map_err(unavailable).and_then(|(_, v)| decode(&v, "session")))
-            .collect()
+        self.db.scan_prefix(SESSION).values().map(|v| decode(&v.map_err(unavailable)?, "session")).collect()
     }
 
     /// Number of ledger entries.
     pub fn ledger_len(&self) -> usize {
-        self.ledger.len()
+        self.db.scan_prefix(LEDGER).count()
     }
 
     fn chain_head(&self) -> Result<ChainHead, StoreError> {
-        match self.meta.get("lock_head").map_err(unavailable)? {
+        match self.db.get(HEAD_KEY).map_err(unavailable)? {
             Some(bytes) => decode(&bytes, "chain head"),
             None => Ok(ChainHead { records: 0, last_hash: chain::GENESIS.to_owned() }),
         }
     }
 
-    /// Expires idle sessions, forgets old tombstones (freeing their ids) and trims the ledger.
+    /// Expires idle sessions, forgets old tombstones (freeing their ids) and trims the ledger
+    /// to its age and size limits.
     pub fn sweep(&self, now: Millis, retention: &Retention) -> Result<Swept, StoreError> {
+        let _writer = self.write_lock()?;
         let mut swept = Swept::default();
+        let mut batch = sled::Batch::default();
         for record in self.sessions()? {
             let idle = now.saturating_sub(record.last_activity);
             if !record.expired && idle > retention.session_idle_ms {
                 let expired = SessionRecord { expired: true, ..record };
-                self.sessions.insert(expired.token.as_bytes(), encode(&expired)).map_err(unavailable)?;
+                batch.insert(key(SESSION, expired.token.as_bytes()), encode(&expired));
                 swept.sessions_expired += 1;
-            } else if record.expired && idle > retention.session_idle_ms + retention.tombstone_ms {
-                (&self.sessions, &self.session_ids)
-                    .transaction(|(sessions, ids)| {
-                        sessions.remove(record.token.as_bytes())?;
-                        ids.remove(record.id.as_bytes())?;
-                        Ok::<_, ConflictableTransactionError<()>>(())
-                    })
-                    .map_err(|e| unavailable(format!("{e:?}")))?;
+            } else if record.expired
+                && idle > retention.session_idle_ms.saturating_add(retention.tombstone_ms)
+            {
+                batch.remove(key(SESSION, record.token.as_bytes()));
+                batch.remove(key(SESSION_ID, record.id.as_bytes()));
                 swept.sessions_forgotten += 1;
             }
         }
-        let over = self.ledger.len().saturating_sub(retention.ledger_max_entries);
-        for (i, entry) in self.ledger_by_time.iter().enumerate() {
-            let (key, _) = entry.map_err(unavailable)?;
-            let at = Millis::from_be_bytes(key[..8].try_into().expect("time keys start with 8 bytes"));
+        let over = self.ledger_len().saturating_sub(retention.ledger_max_entries);
+        for (i, entry) in self.db.scan_prefix(LEDGER_TIME).keys().enumerate() {
+            let time_key = entry.map_err(unavailable)?;
+            let rest = &time_key[LEDGER_TIME.len()..];
+            let at =
+                Millis::from_be_bytes(rest[..8].try_into().map_err(|_| corrupt("short ledger time key"))?);
             if i >= over && now.saturating_sub(at) <= retention.ledger_ttl_ms {
                 break;
             }
-            let id = &key[8..];
-            (&self.ledger, &self.ledger_by_time)
-                .transaction(|(ledger, by_time)| {
-                    ledger.remove(id)?;
-                    by_time.remove(&key)?;
-                    Ok::<_, ConflictableTransactionError<()>>(())
-                })
-                .map_err(|e| unavailable(format!("{e:?}")))?;
+            batch.remove(key(LEDGER, &rest[8..]));
+            batch.remove(time_key.to_vec());
             swept.ledger_dropped += 1;
         }
+        self.db.apply_batch(batch).map_err(unavailable)?;
         Ok(swept)
     }
 }
 
-/// Why a transaction was aborted.
-enum Abort {
-    Conflict(String),
-    Corrupt(String),
-}
-
-type Tx = TransactionalTree;
-
 impl Store for SledStore {
     fn session_by_token(&self, token: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.sessions.get(token.as_bytes()).map_err(unavailable)?.map(|b| decode(&b, "session")).transpose()
+        self.db
+            .get(key(SESSION, token.as_bytes()))
+            .map_err(unavailable)?
+            .map(|b| decode(&b, "session"))
+            .transpose()
     }
 
     fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
-        self.session_ids
-            .iter()
+        self.db
+            .scan_prefix(SESSION_ID)
             .keys()
-            .map(|k| k.map_err(unavailable).map(|k| String::from_utf8_lossy(&k).into_owned()))
+            .map(|k| {
+                k.map_err(unavailable).map(|k| String::from_utf8_lossy(&k[SESSION_ID.len()..]).into_owned())
+            })
             .collect()
     }
 
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
-        self.profiles.get(agent.as_bytes()).map_err(unavailable)?.map(|b| decode(&b, "profile")).transpose()
+        self.db
+            .get(key(PROFILE, agent.as_bytes()))
+            .map_err(unavailable)?
+            .map(|b| decode(&b, "profile"))
+            .transpose()
     }
 
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError> {
-        let Some(seq) = self.lock_index.get(lock_key(frontend, ir_hash)).map_err(unavailable)? else {
-            return Ok(None);
-        };
-        let bytes = self
-            .lock
-            .get(&seq)
-            .map_err(unavailable)?
-            .ok_or_else(|| corrupt("lock index points at a missing record"))?;
-        Ok(Some(decode::<LockRecord>(&bytes, "lock record")?.output))
+        match self.db.get(lock_index_key(frontend, ir_hash)).map_err(unavailable)? {
+            Some(seq) => Ok(Some(self.lock_record(&seq)?.output)),
+            None => Ok(None),
+        }
     }
 
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError> {
-        Ok(self
-            .ledger
-            .get(message_id.as_bytes())
-            .map_err(unavailable)?
-            .map(|b| decode::<LedgerEntry>(&b, "ledger entry"))
-            .transpose()?
-            .map(|e| e.state))
+        let entry = self.db.get(key(LEDGER, message_id.as_bytes())).map_err(unavailable)?;
+        Ok(entry.map(|b| decode::<LedgerEntry>(&b, "ledger entry")).transpose()?.map(|e| e.state))
     }
 
     fn commit(&self, changes: &Changes, now: Millis) -> Result<Vec<Frozen>, StoreError> {
         if changes.is_empty() {
             return Ok(Vec::new());
         }
-        let trees = (
-            &self.meta,
-            &self.sessions,
-            &self.session_ids,
-            &self.profiles,
-            &self.lock,
-            &self.lock_index,
-            &self.ledger,
-            &self.ledger_by_time,
-        );
-        let timestamp = time::iso8601(now);
-        let result = trees.transaction(
-            |(meta, sessions, session_ids, profiles, lock, lock_index, ledger, by_time)| {
-                for s in &changes.sessions {
-                    if let Some(holder) = session_ids.get(s.id.as_bytes())?
-                        && holder.as_ref() != s.token.as_bytes()
-                    {
-                        return Err(ConflictableTransactionError::Abort(Abort::Conflict(format!(
-                            "session id {} is held by another conversation",
-                            s.id
-                        ))));
-                    }
-                    sessions.insert(s.token.as_bytes(), encode(s))?;
-                    session_ids.insert(s.id.as_bytes(), s.token.as_bytes())?;
-                }
-                for (agent, profile) in &changes.profiles {
-                    profiles.insert(agent.as_bytes(), encode(profile))?;
-                }
-                for (id, state) in &changes.ledger {
-                    if let Some(old) = ledger.get(id.as_bytes())? {
-                        let old: LedgerEntry = serde_json::from_slice(&old).map_err(|e| {
-                            ConflictableTransactionError::Abort(Abort::Corrupt(format!("ledger entry: {e}")))
-                        })?;
-                        by_time.remove(time_key(old.at, id))?;
-                    }
-                    ledger.insert(id.as_bytes(), encode(&LedgerEntry { state: *state, at: now }))?;
-                    by_time.insert(time_key(now, id), &[])?;
-                }
-                let mut frozen = Vec::with_capacity(changes.freezes.len());
-                for f in &changes.freezes {
-                    frozen.push(
-                        self.freeze_in(
-                            meta, lock, lock_index, f.frontend, &f.ir_hash, &f.output, &timestamp,
-                        )?,
-                    );
-                }
-                Ok(frozen)
-            },
-        );
-        result.map_err(|e| match e {
-            TransactionError::Abort(Abort::Conflict(m)) => StoreError::Conflict(m),
-            TransactionError::Abort(Abort::Corrupt(m)) => StoreError::Corrupt(m),
-            TransactionError::Storage(e) => unavailable(e),
-        })
+        let _writer = self.write_lock()?;
+        let mut batch = sled::Batch::default();
+        let mut writes = 0usize;
+        for s in &changes.sessions {
+            if let Some(holder) = self.db.get(key(SESSION_ID, s.id.as_bytes())).map_err(unavailable)?
+                && holder.as_ref() != s.token.as_bytes()
+            {
+                return Err(StoreError::Conflict(format!(
+                    "session id {} is held by another conversation",
+                    s.id
+                )));
+            }
+            batch.insert(key(SESSION, s.token.as_bytes()), encode(s));
+            batch.insert(key(SESSION_ID, s.id.as_bytes()), s.token.as_bytes());
+            writes += 1;
+        }
+        for (agent, profile) in &changes.profiles {
+            batch.insert(key(PROFILE, agent.as_bytes()), encode(profile));
+            writes += 1;
+        }
+        for (id, state) in &changes.ledger {
+            if let Some(old) = self.db.get(key(LEDGER, id.as_bytes())).map_err(unavailable)? {
+                let old: LedgerEntry = decode(&old, "ledger entry")?;
+                batch.remove(ledger_time_key(old.at, id.as_bytes()));
+            }
+            batch.insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: *state, at: now }));
+            batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
+            writes += 1;
+        }
+        let mut head: Option<ChainHead> = None;
+        let mut new_entries: Vec<(Vec<u8>, String)> = Vec::new();
+        let mut frozen = Vec::with_capacity(changes.freezes.len());
+        for f in &changes.freezes {
+            let index_key = lock_index_key(f.frontend, &f.ir_hash);
+            // Frozen earlier, or earlier in this same commit.
+            let existing = match new_entries.iter().find(|(k, _)| *k == index_key) {
+                Some((_, output)) => Some(output.clone()),
+                None => match self.db.get(&index_key).map_err(unavailable)? {
+                    Some(seq) => Some(self.lock_record(&seq)?.output),
+                    None => None,
+                },
+            };
+            if let Some(output) = existing {
+                let drift = output != f.output;
+                frozen.push(Frozen { output, first: false, drift });
+                continue;
+            }
+            let chain = match head.take() {
+                Some(h) => h,
+                None => self.chain_head()?,
+            };
+            let record = self.sealer.next(
+                chain.records,
+                &chain.last_hash,
+                &f.ir_hash,
+                f.frontend.name(),
+                &f.output,
+                time::iso8601(now),
+            );
+            let seq = chain.records.to_be_bytes();
+            batch.insert(key(LOCK, &seq), encode(&record));
+            batch.insert(index_key.clone(), &seq);
+            head = Some(ChainHead { records: chain.records + 1, last_hash: record.record_hash });
+            new_entries.push((index_key, f.output.clone()));
+            frozen.push(Frozen { output: f.output.clone(), first: true, drift: false });
+        }
+        if let Some(head) = &head {
+            batch.insert(HEAD_KEY, encode(head));
+            writes += 1;
+        }
+        // A commit that only looked things up leaves nothing to write (or to flush).
+        if writes > 0 {
+            self.db.apply_batch(batch).map_err(unavailable)?;
+        }
+        Ok(frozen)
     }
 
     fn flush(&self) -> Result<(), StoreError> {
         self.db.flush().map(|_| ()).map_err(unavailable)
-    }
-}
-
-impl SledStore {
-    /// Inside a commit: the frozen entry of (frontend, IR hash), appending a chain record when
-    /// this is the first compile.
-    #[allow(clippy::too_many_arguments)]
-    fn freeze_in(
-        &self,
-        meta: &Tx,
-        lock: &Tx,
-        lock_index: &Tx,
-        frontend: Frontend,
-        ir_hash: &str,
-        output: &str,
-        timestamp: &str,
-    ) -> Result<Frozen, ConflictableTransactionError<Abort>> {
-        let bad = |what: &str, e: serde_json::Error| {
-            ConflictableTransactionError::Abort(Abort::Corrupt(format!("{what}: {e}")))
-        };
-        let key = lock_key(frontend, ir_hash);
-        if let Some(seq) = lock_index.get(&key)? {
-            let bytes = lock.get(&seq)?.ok_or_else(|| {
-                ConflictableTransactionError::Abort(Abort::Corrupt(
-                    "lock index points at a missing record".into(),
-                ))
-            })?;
-            let record: LockRecord = serde_json::from_slice(&bytes).map_err(|e| bad("lock record", e))?;
-            let drift = record.output != output;
-            return Ok(Frozen { output: record.output, first: false, drift });
-        }
-        let head: ChainHead = match meta.get("lock_head")? {
-            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| bad("chain head", e))?,
-            None => ChainHead { records: 0, last_hash: chain::GENESIS.to_owned() },
-        };
-        let record = self.sealer.next(
-            head.records,
-            &head.last_hash,
-            ir_hash,
-            frontend.name(),
-            output,
-            timestamp.to_owned(),
-        );
-        let seq_key = head.records.to_be_bytes();
-        lock.insert(&seq_key, encode(&record))?;
-        lock_index.insert(key, &seq_key)?;
-        meta.insert(
-            "lock_head",
-            encode(&ChainHead { records: head.records + 1, last_hash: record.record_hash }),
-        )?;
-        Ok(Frozen { output: output.to_owned(), first: true, drift: false })
     }
 }

@@ -1,0 +1,91 @@
+//! Disk and memory used by 1,000,000 compile.lock records and 1,000,000 ledger entries (plus the
+//! 1,296 sessions the id space allows), against the live data they hold.
+//! `cargo bench --bench store_size`; figures in docs/performance.md.
+
+use silpgate::gateway::session::{SessionPolicy, count_turn};
+use silpgate::gateway::store::{Changes, Freeze, LedgerState, Store};
+use silpgate::silp::Frontend;
+use silpgate::store::SledStore;
+use std::path::Path;
+use std::time::Instant;
+
+const N: u64 = 1_000_000;
+const BATCH: u64 = 1_000;
+
+fn dir_size(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => dir_size(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("silpgate-store-size-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = SledStore::open(&dir, None).expect("store opens");
+    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4 };
+    let rss_before = rss_kib();
+    let start = Instant::now();
+    let mut live = 0u64;
+    for i in 0..1296u64 {
+        let (_, s) = count_turn(&store, &format!("conversation-{i:06}"), 0, &policy).unwrap();
+        live += serde_json::to_vec(&s).unwrap().len() as u64 + s.token.len() as u64 + 2 * s.id.len() as u64;
+        store.commit(&Changes { sessions: vec![s], ..Changes::default() }, 0).unwrap();
+    }
+    for batch in 0..N / BATCH {
+        let mut changes = Changes::default();
+        for j in 0..BATCH {
+            let i = batch * BATCH + j;
+            let output = format!("if budget<=500: book(hotel{i},city=Shanghai)");
+            changes.freezes.push(Freeze {
+                ir_hash: format!("sha256:{i:064x}"),
+                frontend: Frontend::Code,
+                output,
+            });
+            changes.ledger.push((format!("message-{i:012}"), LedgerState::Published));
+        }
+        store.commit(&changes, batch).unwrap();
+    }
+    store.flush().unwrap();
+    let elapsed = start.elapsed();
+    // Live data: each lock record as stored plus its index entry, each ledger entry and its
+    // time-index key.
+    for record in store.lock_records().take(1) {
+        let r = record.unwrap();
+        let record_bytes = serde_json::to_vec(&r).unwrap().len() as u64 + 8;
+        let index_bytes = 5 + r.ir_hash.len() as u64 + 8;
+        live += N * (record_bytes + index_bytes);
+    }
+    let ledger_entry = br#"{"state":"Published","at":999}"#.len() as u64 + 20;
+    live += N * (ledger_entry + 8 + 20);
+    let rss_after = rss_kib();
+    drop(store);
+    let disk = dir_size(&dir);
+    println!("wrote 1,296 sessions, {N} lock records, {N} ledger entries in {:.1} s", elapsed.as_secs_f64());
+    println!("live data  {:>8.1} MiB", live as f64 / 1048576.0);
+    println!("disk       {:>8.1} MiB  ({:.2}x live)", disk as f64 / 1048576.0, disk as f64 / live as f64);
+    println!("RSS growth {:>8.1} MiB", (rss_after.saturating_sub(rss_before)) as f64 / 1024.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
