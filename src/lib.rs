@@ -6,6 +6,7 @@
 //! - [`nlip`]: the envelope layer (message model, JSON and CBOR, tokens, error messages).
 //! - [`gateway`]: the transport-free core that decides, for one envelope, what goes out where;
 //!   with its storage interface.
+//! - [`store`]: the durable implementation of the core's storage interface, in sled.
 //! - [`config`]: the TOML configuration; [`cli`]: the command line.
 
 pub mod cli;
