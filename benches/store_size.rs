@@ -9,7 +9,6 @@ use silpgate::store::SledStore;
 use std::path::Path;
 use std::time::Instant;
 
-const N: u64 = 1_000_000;
 const BATCH: u64 = 1_000;
 
 fn dir_size(path: &Path) -> u64 {
@@ -42,6 +41,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this as a quick smoke test.
+    let n: u64 = if std::env::args().any(|a| a == "--bench") { 1_000_000 } else { 2_000 };
     let dir = std::env::temp_dir().join(format!("silpgate-store-size-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = SledStore::open(&dir, None).expect("store opens");
@@ -54,7 +55,7 @@ fn main() {
         live += serde_json::to_vec(&s).unwrap().len() as u64 + s.token.len() as u64 + 2 * s.id.len() as u64;
         store.commit(&Changes { sessions: vec![s], ..Changes::default() }, 0).unwrap();
     }
-    for batch in 0..N / BATCH {
+    for batch in 0..n / BATCH {
         let mut changes = Changes::default();
         for j in 0..BATCH {
             let i = batch * BATCH + j;
@@ -76,14 +77,14 @@ fn main() {
         let r = record.unwrap();
         let record_bytes = serde_json::to_vec(&r).unwrap().len() as u64 + 8;
         let index_bytes = 5 + r.ir_hash.len() as u64 + 8;
-        live += N * (record_bytes + index_bytes);
+        live += n * (record_bytes + index_bytes);
     }
     let ledger_entry = br#"{"state":"Published","at":999}"#.len() as u64 + 20;
-    live += N * (ledger_entry + 8 + 20);
+    live += n * (ledger_entry + 8 + 20);
     let rss_after = rss_kib();
     drop(store);
     let disk = dir_size(&dir);
-    println!("wrote 1,296 sessions, {N} lock records, {N} ledger entries in {:.1} s", elapsed.as_secs_f64());
+    println!("wrote 1,296 sessions, {n} lock records, {n} ledger entries in {:.1} s", elapsed.as_secs_f64());
     println!("live data  {:>8.1} MiB", live as f64 / 1048576.0);
     println!("disk       {:>8.1} MiB  ({:.2}x live)", disk as f64 / 1048576.0, disk as f64 / live as f64);
     println!("RSS growth {:>8.1} MiB", (rss_after.saturating_sub(rss_before)) as f64 / 1024.0);

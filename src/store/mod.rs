@@ -121,12 +121,13 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 /// Opens the sled database, waiting briefly for a previous owner in this process (a store
 /// just dropped) to let go of the file lock.
 fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         match sled::Config::new().path(dir).open() {
             Ok(db) => return Ok(db),
+            // sled reports a held lock as an I/O error wrapping EWOULDBLOCK.
             Err(sled::Error::Io(e))
-                if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline =>
+                if e.to_string().contains("acquire lock") && std::time::Instant::now() < deadline =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
