@@ -19,6 +19,8 @@ pub struct Config {
     pub sessions: SessionConfig,
     /// The durable state store.
     pub store: StoreConfig,
+    /// The HTTP and WebSocket listener.
+    pub http: HttpConfig,
     /// Downstream agents and the frontends they accept.
     pub agents: Vec<AgentConfig>,
     /// Routing rules, tried in order; the first match wins.
@@ -118,6 +120,39 @@ impl Default for StoreConfig {
             ledger_ttl_secs: 86_400,
             ledger_max_entries: 1_000_000,
             tombstone_secs: 3600,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address to listen on. Default `127.0.0.1:8787`.
+    pub listen: String,
+    /// Serve plain HTTP and WebSocket without TLS. Only for local use: ECMA-434 asks for TLS
+    /// on every production hop. TLS (`tls_cert`/`tls_key`) is not built in yet, so this must be
+    /// true.
+    pub plain: bool,
+    /// Bearer tokens clients must present (`Authorization: Bearer <token>`). Empty, and
+    /// `tokens_env` unset: no client authentication (local use).
+    pub tokens: Vec<String>,
+    /// Environment variable holding more bearer tokens, comma-separated (for secrets).
+    pub tokens_env: Option<String>,
+    /// Seconds between server pings on an idle WebSocket. Default 20.
+    pub ws_ping_secs: u64,
+    /// A socket that has not answered a ping for this many seconds is closed. Default 60.
+    pub ws_dead_secs: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: "127.0.0.1:8787".into(),
+            plain: true,
+            tokens: Vec::new(),
+            tokens_env: None,
+            ws_ping_secs: 20,
+            ws_dead_secs: 60,
         }
     }
 }
@@ -222,6 +257,11 @@ impl Config {
                 "silp.req_id_len = {} is not in 4..=8",
                 self.silp.req_id_len
             )));
+        }
+        if !self.http.plain {
+            return Err(ConfigError::Invalid(
+                "http.plain = false asks for TLS, which this build does not serve yet; terminate TLS in front of silpgate and set http.plain = true".into(),
+            ));
         }
         for route in &self.routes {
             let known =

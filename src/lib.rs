@@ -7,11 +7,14 @@
 //! - [`gateway`]: the transport-free core that decides, for one envelope, what goes out where;
 //!   with its storage interface.
 //! - [`store`]: the durable implementation of the core's storage interface, in sled.
+//! - [`transport`]: the HTTP and WebSocket front door; [`daemon`]: `silpgate run`.
 //! - [`config`]: the TOML configuration; [`cli`]: the command line.
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod gateway;
 pub mod nlip;
 pub mod silp;
 pub mod store;
+pub mod transport;

@@ -37,12 +37,63 @@ enum Command {
     /// Inspect conversation sessions.
     #[command(subcommand)]
     Sessions(store::SessionsCommand),
+    /// Run the daemon: the HTTP and WebSocket front door on the configured store.
+    Run {
+        /// Configuration file; the built-in defaults when absent.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Listen on this address instead of the configured one (ADDR:PORT; port 0: any).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Use this store directory instead of the configured one.
+        #[arg(long)]
+        store: Option<std::path::PathBuf>,
+    },
 }
+
+pub use store::key_from_env as lock_key;
 
 /// Exit status for an invalid input.
 pub const EXIT_INVALID: u8 = 1;
 /// Exit status for a usage error (clap uses the same).
 pub const EXIT_USAGE: u8 = 2;
+
+fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Overrides) -> ExitCode {
+    let config = match config {
+        Some(path) => crate::config::Config::load(&path),
+        None => Ok(crate::config::Config::default()),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let result = runtime.block_on(async {
+        let (listener, front, store) = crate::daemon::start(config, overrides).await?;
+        let addr = listener.local_addr().map_err(crate::daemon::RunError::Serve)?;
+        eprintln!("silpgate: listening on http://{addr} (POST /nlip, GET /nlip/ws, /nlip/ws/text)");
+        crate::daemon::serve(listener, front, store, crate::daemon::signals()).await
+    });
+    match result {
+        Ok(()) => {
+            eprintln!("silpgate: stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
@@ -51,5 +102,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Gateway(command) => nlip::run_gateway(command),
         Command::Lock(command) => store::run_lock(command),
         Command::Sessions(command) => store::run_sessions(command),
+        Command::Run { config, listen, store } => {
+            run_daemon(config, crate::daemon::Overrides { listen, store })
+        }
     }
 }

@@ -1,0 +1,114 @@
+//! `silpgate run`: opens the store, builds the gateway, serves the HTTP/WebSocket front door,
+//! sweeps expired state in the background, and shuts down cleanly on SIGTERM or SIGINT
+//! (stop accepting, let in-flight requests finish, flush the store, exit 0).
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::nlip::Limits;
+use crate::store::{Retention, SledStore};
+use crate::transport::{Front, auth::Tokens, http};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot open the store: {0}")]
+    Store(#[from] crate::gateway::store::StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+    #[error("the server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("{0}")]
+    Key(String),
+}
+
+/// Overrides from the command line.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub store: Option<PathBuf>,
+}
+
+/// Opens everything the configuration names and binds the listener.
+pub async fn start(
+    config: Config,
+    overrides: Overrides,
+) -> Result<(TcpListener, Arc<Front>, Arc<SledStore>), RunError> {
+    let store_dir = overrides.store.unwrap_or_else(|| config.store.path.clone());
+    let key = crate::cli::lock_key(config.store.hmac_key_env.as_deref()).map_err(RunError::Key)?;
+    let store = Arc::new(SledStore::open(&store_dir, key)?);
+    let listen = overrides.listen.unwrap_or_else(|| config.http.listen.clone());
+    let listener = TcpListener::bind(&listen)
+        .await
+        .map_err(|source| RunError::Listen { addr: listen.clone(), source })?;
+    let limits = Limits {
+        max_bytes: config.nlip.max_message_bytes,
+        max_depth: config.nlip.max_depth,
+        max_submessages: config.nlip.max_submessages,
+    };
+    let front = Arc::new(Front {
+        auth: Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref()),
+        ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
+        ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
+        limits,
+        gateway: Gateway::new(Arc::new(config), store.clone()),
+    });
+    Ok((listener, front, store))
+}
+
+/// Serves until `shutdown` completes, then flushes the store.
+pub async fn serve(
+    listener: TcpListener,
+    front: Arc<Front>,
+    store: Arc<SledStore>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway.config())));
+    let app = http::router(front);
+    let served = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(RunError::Serve);
+    sweeper.abort();
+    store.flush_async().await?;
+    served
+}
+
+fn retention(config: &Config) -> Retention {
+    Retention {
+        ledger_ttl_ms: config.store.ledger_ttl_secs.saturating_mul(1000),
+        ledger_max_entries: config.store.ledger_max_entries,
+        session_idle_ms: config.sessions.idle_timeout_secs.saturating_mul(1000),
+        tombstone_ms: config.store.tombstone_secs.saturating_mul(1000),
+    }
+}
+
+/// Expires idle sessions and trims the ledger once a minute.
+async fn sweep_forever(store: Arc<SledStore>, retention: Retention) {
+    let mut every = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        every.tick().await;
+        let store = store.clone();
+        let swept =
+            tokio::task::spawn_blocking(move || store.sweep(crate::store::time::now_millis(), &retention))
+                .await;
+        if let Ok(Err(e)) = swept {
+            eprintln!("silpgate: sweeping the store failed: {e}");
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn signals() {
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,146 @@
+//! NLIP over HTTP (ECMA-431): `POST /nlip` and `POST /nlip/`, JSON or CBOR in, the reply in the
+//! same encoding; `GET /healthz` and `GET /readyz`; the WebSocket upgrades of [`super::ws`].
+//!
+//! Status codes (docs/protocol.md): 200 with the reply; 400 for bad input, 404 when no route
+//! takes the message, 410 for an expired session, 413 too large, 415 unknown content type,
+//! 401/403 for a missing/refused token, 503 when state or the agent is unavailable, 500 when
+//! silpgate itself is broken. Every non-2xx body is an NLIP error message, never a framework's.
+
+use super::{Front, auth::Refusal};
+use crate::gateway::Transport;
+use crate::nlip::reply::{self, Location};
+use crate::nlip::{self, Encoding, Message};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::sync::Arc;
+
+/// The router of the front door.
+pub fn router(front: Arc<Front>) -> Router {
+    Router::new()
+        .route("/nlip", post(post_nlip))
+        .route("/nlip/", post(post_nlip))
+        .route("/nlip/ws", get(super::ws::upgrade_cbor))
+        .route("/nlip/ws/text", get(super::ws::upgrade_text))
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(front)
+}
+
+async fn readyz(State(front): State<Arc<Front>>) -> Response {
+    // The store is open (it was opened at start) and answers a read.
+    match front.gateway.store().ledger("readiness-probe") {
+        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response(),
+    }
+}
+
+async fn not_found(request: Request) -> Response {
+    let message =
+        format!("no endpoint {} {}; NLIP is served at POST /nlip", request.method(), request.uri().path());
+    error_response(StatusCode::NOT_FOUND, "not_found", &message, Encoding::Json)
+}
+
+/// The HTTP status for an error code sent back in an NLIP error message.
+pub fn status_for(code: &str) -> StatusCode {
+    match code {
+        "too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+        "no_route" => StatusCode::NOT_FOUND,
+        "session_expired" => StatusCode::GONE,
+        "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        "unauthorized" => StatusCode::UNAUTHORIZED,
+        "forbidden" => StatusCode::FORBIDDEN,
+        "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "internal" => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+fn message_response(status: StatusCode, message: &Message, encoding: Encoding) -> Response {
+    let mut response = Response::new(Body::from(nlip::encode(message, encoding)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(encoding.content_type()));
+    response
+}
+
+fn error_response(status: StatusCode, code: &str, message: &str, encoding: Encoding) -> Response {
+    message_response(status, &reply::error_message(code, message, &Location::None), encoding)
+}
+
+/// Refuses a request without an accepted bearer token.
+pub fn authorize(front: &Front, headers: &HeaderMap) -> Result<(), Response> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    front.auth.check(authorization).map_err(|refusal| match refusal {
+        Refusal::Missing => {
+            let mut r = error_response(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a bearer token is required: send Authorization: Bearer <token>",
+                Encoding::Json,
+            );
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            r
+        }
+        Refusal::Wrong => error_response(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "the bearer token is not accepted",
+            Encoding::Json,
+        ),
+    })
+}
+
+async fn post_nlip(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(refused) = authorize(&front, &headers) {
+        return refused;
+    }
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let Some(encoding) = Encoding::from_content_type(content_type) else {
+        let message =
+            format!("content type '{content_type}' is not served; send application/json or application/cbor");
+        return error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            &message,
+            Encoding::Json,
+        );
+    };
+    let limit = front.limits.max_bytes;
+    let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            let message = format!("the body is larger than the limit of {limit} bytes");
+            return error_response(StatusCode::PAYLOAD_TOO_LARGE, "too_large", &message, encoding);
+        }
+    };
+    let envelope = match nlip::decode(&bytes, encoding, &front.limits) {
+        Ok(m) => m,
+        Err(e) => {
+            let outcome = front.gateway.reject_undecodable(e);
+            let code = match &outcome.status {
+                crate::gateway::Status::Failed(e) => e.code(),
+                _ => "invalid_envelope",
+            };
+            let reply = outcome.outbound.into_iter().next().map(|o| o.envelope);
+            let reply = reply
+                .unwrap_or_else(|| reply::error_message(code, "the message cannot be read", &Location::None));
+            return message_response(status_for(code), &reply, encoding);
+        }
+    };
+    let answer = front.answer(envelope, Transport::Http, "http").await;
+    let status = answer.error.map_or(StatusCode::OK, status_for);
+    // One request, one reply: the last envelope for the sender is the answer.
+    match answer.replies.last() {
+        Some(reply) => message_response(status, reply, encoding),
+        None => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the message produced no reply",
+            encoding,
+        ),
+    }
+}

@@ -1,0 +1,81 @@
+//! The network front door: NLIP over HTTP (ECMA-431) and WebSocket (ECMA-432), thin adapters
+//! around the gateway core. Each request or socket message is decoded, handed to
+//! [`Gateway::handle`](crate::gateway::Gateway::handle), its state flushed, and the reply
+//! written back in the encoding it came in.
+
+pub mod auth;
+pub mod http;
+pub mod ws;
+
+use crate::gateway::{Destination, Gateway, GatewayError, Inbound, Origin, Outcome, Status, Transport};
+use crate::nlip::reply::{self, Location};
+use crate::nlip::{Limits, Message};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything a listener needs, shared by all connections.
+pub struct Front {
+    pub gateway: Gateway,
+    pub limits: Limits,
+    pub auth: auth::Tokens,
+    pub ws_ping: Duration,
+    pub ws_dead: Duration,
+}
+
+/// What a transport sends back for one inbound message.
+pub struct Answer {
+    /// The envelopes for the sender, in order.
+    pub replies: Vec<Message>,
+    /// The error code when the message was not delivered.
+    pub error: Option<&'static str>,
+}
+
+impl Front {
+    /// Runs the core on one decoded envelope and makes its state durable before answering.
+    pub async fn answer(self: &Arc<Self>, envelope: Message, transport: Transport, source: &str) -> Answer {
+        let inbound = Inbound {
+            envelope,
+            origin: Origin::new(transport, source),
+            received_at: crate::store::time::now_millis(),
+        };
+        let outcome = self.gateway.handle(inbound);
+        if let Err(e) = self.gateway.store().flush() {
+            let error = GatewayError::Store(e);
+            let message = reply::error_message(error.code(), &error.detail(), &Location::None);
+            return Answer { replies: vec![message], error: Some(error.code()) };
+        }
+        self.settle(outcome)
+    }
+
+    /// The replies of an outcome. Messages for agents need an agent transport (AMQP), which a
+    /// front door alone does not have: they are refused as `unavailable`, not dropped.
+    fn settle(&self, outcome: Outcome) -> Answer {
+        let mut replies = Vec::new();
+        let mut unreachable = Vec::new();
+        for o in outcome.outbound {
+            match o.destination {
+                Destination::Reply => replies.push(o.envelope),
+                Destination::Agent(agent) => unreachable.push(agent),
+            }
+        }
+        match outcome.status {
+            Status::Failed(e) => {
+                if replies.is_empty() {
+                    replies.push(reply::error_message(e.code(), &e.detail(), &Location::None));
+                }
+                Answer { replies, error: Some(e.code()) }
+            }
+            _ if !unreachable.is_empty() => {
+                let message = format!(
+                    "agent {} is not reachable: no agent transport (AMQP) is configured",
+                    unreachable.join(", ")
+                );
+                Answer {
+                    replies: vec![reply::error_message("unavailable", &message, &Location::None)],
+                    error: Some("unavailable"),
+                }
+            }
+            _ => Answer { replies, error: None },
+        }
+    }
+}
