@@ -71,10 +71,10 @@ fn error_response(status: StatusCode, code: &str, message: &str, encoding: Encod
     message_response(status, &reply::error_message(code, message, &Location::None), encoding)
 }
 
-/// Refuses a request without an accepted bearer token.
-pub fn authorize(front: &Front, headers: &HeaderMap) -> Result<(), Response> {
+/// The refusal of a request without an accepted bearer token; `None` lets it through.
+pub fn refusal(front: &Front, headers: &HeaderMap) -> Option<Response> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    front.auth.check(authorization).map_err(|refusal| match refusal {
+    front.auth.check(authorization).err().map(|refusal| match refusal {
         Refusal::Missing => {
             let mut r = error_response(
                 StatusCode::UNAUTHORIZED,
@@ -95,7 +95,7 @@ pub fn authorize(front: &Front, headers: &HeaderMap) -> Result<(), Response> {
 }
 
 async fn post_nlip(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
-    if let Err(refused) = authorize(&front, &headers) {
+    if let Some(refused) = refusal(&front, &headers) {
         return refused;
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");

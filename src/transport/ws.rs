@@ -6,7 +6,7 @@
 //! not UTF-8, 1009 for a message over the size limit, 1008 for a dead peer (no pong).
 
 use super::Front;
-use super::http::authorize;
+use super::http::refusal;
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -34,7 +34,7 @@ pub async fn upgrade_text(State(front): State<Arc<Front>>, request: Request) -> 
 /// Answers the WebSocket handshake (RFC 6455 §4.2) and hands the upgraded connection to a
 /// socket task. Authentication happens here, before the upgrade.
 fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding) -> Response {
-    if let Err(refused) = authorize(&front, request.headers()) {
+    if let Some(refused) = refusal(&front, request.headers()) {
         return refused;
     }
     let headers = request.headers();

@@ -1,0 +1,341 @@
+//! The daemon's front door against real clients: a raw HTTP/1.1 client and tokio-tungstenite,
+//! on an ephemeral port, with a real sled store.
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use silpgate::config::Config;
+use silpgate::daemon::{self, Overrides};
+use silpgate::nlip::{self, Encoding};
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+const CONFIG: &str = r#"
+[sessions]
+heartbeat = 9999
+[[agents]]
+name = "planner"
+frontends = ["code"]
+[[routes]]
+name = "decode-back"
+destination = "reply"
+mode = "decode"
+[routes.match]
+label = "decode"
+[[routes]]
+name = "encode-back"
+destination = "reply"
+mode = "encode"
+frontend = "code"
+[routes.match]
+label = "encode"
+[[routes]]
+name = "to-planner"
+destination = "planner"
+mode = "encode"
+[routes.match]
+label = "planner"
+[http]
+ws_ping_secs = 1
+ws_dead_secs = 30
+"#;
+
+async fn start(extra: &str) -> SocketAddr {
+    let config = Config::parse(&format!("{CONFIG}{extra}")).expect("test config");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "front-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir) };
+    let (listener, front, store) = daemon::start(config, overrides).await.expect("daemon starts");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(daemon::serve(listener, front, store, std::future::pending()));
+    addr
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+struct Response {
+    status: u16,
+    headers: String,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// One request on a fresh connection, read until the server closes it.
+async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let _ = stream.write_all(body).await;
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw).await;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    Response { status, headers: head, body: raw[split + 4..].to_vec() }
+}
+
+async fn post_json(addr: SocketAddr, body: &Value) -> Response {
+    http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], body.to_string().as_bytes()).await
+}
+
+fn silp_code(code: &str, label: &str) -> Value {
+    json!({"format":"structured","subformat":"silp-code","content":code,"label":label,
+           "submessages":[{"format":"token","subformat":"conversation","content":"conv-1"},
+                          {"format":"token","subformat":"authentication_idp","content":"a-1"}]})
+}
+
+#[tokio::test]
+async fn http_answers_json_and_cbor_on_both_paths() {
+    let addr = start("").await;
+    let r = post_json(addr, &silp_code("if disk>90%: switch(backup_mode)", "decode")).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.headers.to_ascii_lowercase().contains("content-type: application/json"));
+    let reply = r.json();
+    assert_eq!(reply["subformat"], "silp-ir");
+    assert_eq!(reply["content"]["constraints"][0]["value"], "90%");
+    let tokens: Vec<&str> =
+        reply["submessages"].as_array().unwrap().iter().map(|s| s["subformat"].as_str().unwrap()).collect();
+    assert_eq!(tokens, ["conversation", "authentication_idp"]);
+
+    let message = nlip::decode(
+        silp_code("cancel(flight)", "decode").to_string().as_bytes(),
+        Encoding::Json,
+        &Default::default(),
+    )
+    .unwrap();
+    let cbor = nlip::encode(&message, Encoding::Cbor);
+    let r = http(addr, "POST", "/nlip/", &[("Content-Type", "application/cbor")], &cbor).await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers.to_ascii_lowercase().contains("content-type: application/cbor"));
+    let reply = nlip::decode(&r.body, Encoding::Cbor, &Default::default()).unwrap();
+    assert_eq!(reply.subformat, "silp-ir");
+
+    let r = post_json(addr, &json!({"format":"structured","subformat":"silp-ir","label":"encode","content":
+        {"intent":"!START","entities":[{"id":"act","value":"hike"}],"constraints":[{"type":"!rain","value":"true","time":"t+1"}],"meta":{"req_id":"abcd"}}})).await;
+    assert_eq!(r.json()["content"], "if !rain(t+1): start(hike)");
+
+    let ping = json!({"messagetype":"control","format":"text","subformat":"english","content":"//ping",
+        "submessages":[{"format":"structured","subformat":"json","content":{"silp":"v1","frontends":["json","code"]}}]});
+    let r = post_json(addr, &ping).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["content"]["preferred"], "json");
+}
+
+#[tokio::test]
+async fn every_error_path_gets_its_status_and_an_nlip_error() {
+    let addr = start("").await;
+    let code_of = |r: &Response| r.json()["submessages"][0]["content"]["code"].as_str().unwrap().to_owned();
+
+    let r = http(addr, "POST", "/nlip", &[("Content-Type", "text/plain")], b"hello").await;
+    assert_eq!((r.status, code_of(&r).as_str()), (415, "unsupported_media_type"));
+    let r =
+        http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], br#"{"format":"text","subf"#)
+            .await;
+    assert_eq!((r.status, code_of(&r).as_str()), (400, "invalid_encoding"));
+    let r = http(
+        addr,
+        "POST",
+        "/nlip",
+        &[("Content-Type", "application/json")],
+        b"{\"format\":\"text\",\"subformat\":\"en\",\"content\":\"\xff\xfe\"}",
+    )
+    .await;
+    assert_eq!((r.status, code_of(&r).as_str()), (400, "invalid_encoding"));
+    let r =
+        http(addr, "POST", "/nlip", &[("Content-Type", "application/cbor")], &[0xff, 0x13, 0x00, 0x9c]).await;
+    assert_eq!(r.status, 400);
+    let cbor_error =
+        nlip::decode(&r.body, Encoding::Cbor, &Default::default()).expect("a CBOR error message");
+    assert!(cbor_error.is_error());
+    let big = vec![b' '; 10 * 1024 * 1024];
+    let r = http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], &big).await;
+    assert_eq!((r.status, code_of(&r).as_str()), (413, "too_large"));
+    let deep = format!(
+        r#"{{"format":"structured","subformat":"json","content":{}1{}}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let r = http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], deep.as_bytes()).await;
+    assert_eq!((r.status, code_of(&r).as_str()), (400, "too_complex"));
+    let r = post_json(addr, &json!({"format":"text","content":"no subformat"})).await;
+    assert_eq!((r.status, code_of(&r).as_str()), (400, "invalid_envelope"));
+    assert_eq!(r.json()["submessages"][0]["content"]["path"], "subformat");
+    let r = post_json(addr, &silp_code("if rain > : cancel(x)", "decode")).await;
+    assert_eq!((r.status, code_of(&r).as_str()), (400, "invalid_syntax"));
+    let r =
+        post_json(addr, &json!({"format":"text","subformat":"english","content":"nobody routes me"})).await;
+    assert_eq!((r.status, code_of(&r).as_str()), (404, "no_route"));
+    let r = post_json(addr, &silp_code("book(hotel)", "planner")).await;
+    assert_eq!((r.status, code_of(&r).as_str()), (503, "unavailable"));
+    let r = http(addr, "GET", "/elsewhere", &[], b"").await;
+    assert_eq!(r.status, 404);
+    // And it still serves.
+    assert_eq!(http(addr, "GET", "/healthz", &[], b"").await.status, 200);
+    assert_eq!(http(addr, "GET", "/readyz", &[], b"").await.status, 200);
+}
+
+#[tokio::test]
+async fn bearer_tokens_are_required_when_configured() {
+    let addr = start("tokens = [\"s3cret\"]\n").await;
+    let body = silp_code("cancel(x)", "decode").to_string();
+    let r = http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], body.as_bytes()).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["submessages"][0]["content"]["code"], "unauthorized");
+    let r = http(
+        addr,
+        "POST",
+        "/nlip",
+        &[("Content-Type", "application/json"), ("Authorization", "Bearer wrong")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = http(
+        addr,
+        "POST",
+        "/nlip",
+        &[("Content-Type", "application/json"), ("Authorization", "Bearer s3cret")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let refused = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws")).await;
+    assert!(refused.is_err(), "the upgrade is refused without a token");
+}
+
+#[tokio::test]
+async fn websocket_cbor_and_text_answer_in_order() {
+    let addr = start("").await;
+    let (mut cbor, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws")).await.unwrap();
+    let message = nlip::decode(
+        silp_code("cancel(flight)", "decode").to_string().as_bytes(),
+        Encoding::Json,
+        &Default::default(),
+    )
+    .unwrap();
+    cbor.send(Frame::Binary(nlip::encode(&message, Encoding::Cbor).into())).await.unwrap();
+    let Some(Ok(Frame::Binary(reply))) = cbor.next().await else { panic!("a binary reply") };
+    assert_eq!(nlip::decode(&reply, Encoding::Cbor, &Default::default()).unwrap().subformat, "silp-ir");
+
+    // CBOR garbage: the ECMA-432 §11 answer, and the socket stays open.
+    cbor.send(Frame::Binary(vec![0xff, 0x00, 0x13].into())).await.unwrap();
+    let Some(Ok(Frame::Binary(reply))) = cbor.next().await else { panic!("an error reply") };
+    let error = nlip::decode(&reply, Encoding::Cbor, &Default::default()).unwrap();
+    assert!(
+        error.is_error()
+            && error
+                .content
+                .as_str()
+                .unwrap()
+                .contains("CBOR decoding failed. Fallback to text recommended.")
+    );
+    cbor.send(Frame::Binary(nlip::encode(&message, Encoding::Cbor).into())).await.unwrap();
+    assert!(matches!(cbor.next().await, Some(Ok(Frame::Binary(_)))));
+
+    // 1,000 pipelined messages on one text socket come back in order.
+    let (mut text, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
+    for i in 0..1000 {
+        let body = silp_code(&format!("cancel(item{i})"), "decode").to_string();
+        text.feed(Frame::Text(body.into())).await.unwrap();
+    }
+    text.flush().await.unwrap();
+    for i in 0..1000 {
+        let Some(Ok(Frame::Text(reply))) = text.next().await else { panic!("reply {i}") };
+        let reply: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["content"]["entities"][0]["value"], format!("item{i}"), "reply {i} out of order");
+    }
+}
+
+#[tokio::test]
+async fn protocol_errors_close_with_the_right_code() {
+    let addr = start("[nlip]\nmax_message_bytes = 4096\n").await;
+    let (mut cbor, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws")).await.unwrap();
+    cbor.send(Frame::Text("{}".into())).await.unwrap();
+    let Some(Ok(Frame::Close(Some(frame)))) = cbor.next().await else { panic!("a close frame") };
+    assert_eq!(frame.code, CloseCode::Unsupported);
+
+    let (mut text, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
+    text.send(Frame::Binary(vec![1, 2, 3].into())).await.unwrap();
+    let Some(Ok(Frame::Close(Some(frame)))) = text.next().await else { panic!("a close frame") };
+    assert_eq!(frame.code, CloseCode::Unsupported);
+
+    let (mut big, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
+    big.send(Frame::Text("x".repeat(10_000).into())).await.unwrap();
+    let Some(Ok(Frame::Close(Some(frame)))) = big.next().await else { panic!("a close frame") };
+    assert_eq!(frame.code, CloseCode::Size);
+}
+
+#[tokio::test]
+async fn two_hundred_sockets_at_once_share_sessions_by_conversation() {
+    let addr = start("").await;
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        tasks.push(tokio::spawn(async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
+            let body = json!({"format":"structured","subformat":"silp-code","content":format!("cancel(s{i})"),"label":"decode",
+                "submessages":[{"format":"token","subformat":"conversation","content":format!("shared-{}", i % 2)}]});
+            ws.send(Frame::Text(body.to_string().into())).await.unwrap();
+            let Some(Ok(Frame::Text(reply))) = ws.next().await else { panic!("socket {i}: no reply") };
+            let reply: Value = serde_json::from_str(&reply).unwrap();
+            (i % 2, reply["content"]["meta"]["session_id"].as_str().unwrap().to_owned())
+        }));
+    }
+    let mut ids = [None, None];
+    for t in tasks {
+        let (conversation, id) = t.await.unwrap();
+        let seen = ids[conversation].get_or_insert_with(|| id.clone());
+        assert_eq!(*seen, id, "one conversation, one session id across sockets");
+    }
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[test]
+fn silpgate_run_serves_and_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("run-{}", std::process::id()));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["run", "--listen", "127.0.0.1:0", "--store"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("silpgate run starts");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let health = runtime.block_on(http(addr, "GET", "/healthz", &[], b""));
+    assert_eq!(health.status, 200);
+    let status =
+        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "exit status after SIGTERM: {exit:?}");
+}
