@@ -95,6 +95,20 @@ async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str
     Response { status, headers: head, body: raw[split + 4..].to_vec() }
 }
 
+/// The next data or close frame; the server's pings are answered by the client and skipped.
+async fn next_frame<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Option<Frame>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match ws.next().await? {
+            Ok(Frame::Ping(_) | Frame::Pong(_)) => continue,
+            Ok(frame) => return Some(frame),
+            Err(_) => return None,
+        }
+    }
+}
+
 async fn post_json(addr: SocketAddr, body: &Value) -> Response {
     http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], body.to_string().as_bytes()).await
 }
@@ -235,12 +249,12 @@ async fn websocket_cbor_and_text_answer_in_order() {
     )
     .unwrap();
     cbor.send(Frame::Binary(nlip::encode(&message, Encoding::Cbor).into())).await.unwrap();
-    let Some(Ok(Frame::Binary(reply))) = cbor.next().await else { panic!("a binary reply") };
+    let Some(Frame::Binary(reply)) = next_frame(&mut cbor).await else { panic!("a binary reply") };
     assert_eq!(nlip::decode(&reply, Encoding::Cbor, &Default::default()).unwrap().subformat, "silp-ir");
 
     // CBOR garbage: the ECMA-432 §11 answer, and the socket stays open.
     cbor.send(Frame::Binary(vec![0xff, 0x00, 0x13].into())).await.unwrap();
-    let Some(Ok(Frame::Binary(reply))) = cbor.next().await else { panic!("an error reply") };
+    let Some(Frame::Binary(reply)) = next_frame(&mut cbor).await else { panic!("an error reply") };
     let error = nlip::decode(&reply, Encoding::Cbor, &Default::default()).unwrap();
     assert!(
         error.is_error()
@@ -251,7 +265,7 @@ async fn websocket_cbor_and_text_answer_in_order() {
                 .contains("CBOR decoding failed. Fallback to text recommended.")
     );
     cbor.send(Frame::Binary(nlip::encode(&message, Encoding::Cbor).into())).await.unwrap();
-    assert!(matches!(cbor.next().await, Some(Ok(Frame::Binary(_)))));
+    assert!(matches!(next_frame(&mut cbor).await, Some(Frame::Binary(_))));
 
     // 1,000 pipelined messages on one text socket come back in order.
     let (mut text, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
@@ -261,7 +275,7 @@ async fn websocket_cbor_and_text_answer_in_order() {
     }
     text.flush().await.unwrap();
     for i in 0..1000 {
-        let Some(Ok(Frame::Text(reply))) = text.next().await else { panic!("reply {i}") };
+        let Some(Frame::Text(reply)) = next_frame(&mut text).await else { panic!("reply {i}") };
         let reply: Value = serde_json::from_str(&reply).unwrap();
         assert_eq!(reply["content"]["entities"][0]["value"], format!("item{i}"), "reply {i} out of order");
     }
@@ -272,17 +286,17 @@ async fn protocol_errors_close_with_the_right_code() {
     let addr = start("[nlip]\nmax_message_bytes = 4096\n").await;
     let (mut cbor, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws")).await.unwrap();
     cbor.send(Frame::Text("{}".into())).await.unwrap();
-    let Some(Ok(Frame::Close(Some(frame)))) = cbor.next().await else { panic!("a close frame") };
+    let Some(Frame::Close(Some(frame))) = next_frame(&mut cbor).await else { panic!("a close frame") };
     assert_eq!(frame.code, CloseCode::Unsupported);
 
     let (mut text, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
     text.send(Frame::Binary(vec![1, 2, 3].into())).await.unwrap();
-    let Some(Ok(Frame::Close(Some(frame)))) = text.next().await else { panic!("a close frame") };
+    let Some(Frame::Close(Some(frame))) = next_frame(&mut text).await else { panic!("a close frame") };
     assert_eq!(frame.code, CloseCode::Unsupported);
 
     let (mut big, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
     big.send(Frame::Text("x".repeat(10_000).into())).await.unwrap();
-    let Some(Ok(Frame::Close(Some(frame)))) = big.next().await else { panic!("a close frame") };
+    let Some(Frame::Close(Some(frame))) = next_frame(&mut big).await else { panic!("a close frame") };
     assert_eq!(frame.code, CloseCode::Size);
 }
 
@@ -296,7 +310,7 @@ async fn two_hundred_sockets_at_once_share_sessions_by_conversation() {
             let body = json!({"format":"structured","subformat":"silp-code","content":format!("cancel(s{i})"),"label":"decode",
                 "submessages":[{"format":"token","subformat":"conversation","content":format!("shared-{}", i % 2)}]});
             ws.send(Frame::Text(body.to_string().into())).await.unwrap();
-            let Some(Ok(Frame::Text(reply))) = ws.next().await else { panic!("socket {i}: no reply") };
+            let Some(Frame::Text(reply)) = next_frame(&mut ws).await else { panic!("socket {i}: no reply") };
             let reply: Value = serde_json::from_str(&reply).unwrap();
             (i % 2, reply["content"]["meta"]["session_id"].as_str().unwrap().to_owned())
         }));
