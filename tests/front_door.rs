@@ -353,3 +353,32 @@ fn silpgate_run_serves_and_stops_cleanly_on_sigterm() {
     let exit = child.wait().unwrap();
     assert!(exit.success(), "exit status after SIGTERM: {exit:?}");
 }
+
+#[tokio::test]
+async fn a_text_message_that_is_not_utf8_closes_with_1007() {
+    let addr = start("").await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let handshake = format!(
+        "GET /nlip/ws/text HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream.write_all(handshake.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    // A masked text frame (FIN, opcode 1) whose payload is not UTF-8.
+    let payload = [0xffu8, 0xfe, 0xfd];
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    stream.write_all(&frame).await.unwrap();
+    let mut answer = [0u8; 4];
+    stream.read_exact(&mut answer).await.unwrap();
+    assert_eq!(answer[0], 0x88, "a close frame");
+    assert_eq!(u16::from_be_bytes([answer[2], answer[3]]), 1007);
+}
