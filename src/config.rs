@@ -142,6 +142,15 @@ pub struct HttpConfig {
     pub ws_ping_secs: u64,
     /// A socket that has not answered a ping for this many seconds is closed. Default 60.
     pub ws_dead_secs: u64,
+    /// Messages per second one client (bearer token, else address) may send on average;
+    /// 0: no limit. Default 500.
+    pub client_rate: f64,
+    /// Burst a client may send at once. Default 1000.
+    pub client_burst: f64,
+    /// Messages per second on one WebSocket; 0: no limit. Default 200.
+    pub connection_rate: f64,
+    /// Burst on one WebSocket. Default 1000.
+    pub connection_burst: f64,
 }
 
 impl Default for HttpConfig {
@@ -153,6 +162,10 @@ impl Default for HttpConfig {
             tokens_env: None,
             ws_ping_secs: 20,
             ws_dead_secs: 60,
+            client_rate: 500.0,
+            client_burst: 1000.0,
+            connection_rate: 200.0,
+            connection_burst: 1000.0,
         }
     }
 }

@@ -55,6 +55,8 @@ pub async fn start(
         auth: Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref()),
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
+        clients: crate::transport::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
+        connection_rate: (config.http.connection_rate, config.http.connection_burst),
         limits,
         gateway: Gateway::new(Arc::new(config), store.clone()),
     });

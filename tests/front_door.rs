@@ -382,3 +382,38 @@ async fn a_text_message_that_is_not_utf8_closes_with_1007() {
     assert_eq!(answer[0], 0x88, "a close frame");
     assert_eq!(u16::from_be_bytes([answer[2], answer[3]]), 1007);
 }
+
+#[tokio::test]
+async fn clients_and_sockets_over_their_rate_get_rate_limited_answers() {
+    let addr = start("client_rate = 1.0\nclient_burst = 3.0\n").await;
+    let body = silp_code("cancel(x)", "decode").to_string();
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(
+            http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], body.as_bytes())
+                .await
+                .status,
+        );
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let r = http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], body.as_bytes()).await;
+    assert!(r.headers.to_ascii_lowercase().contains("retry-after: "), "{}", r.headers);
+    assert_eq!(r.json()["submessages"][0]["content"]["code"], "rate_limited");
+
+    let addr = start("connection_rate = 1.0\nconnection_burst = 2.0\n").await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/nlip/ws/text")).await.unwrap();
+    for _ in 0..3 {
+        ws.send(Frame::Text(body.clone().into())).await.unwrap();
+    }
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let Some(Frame::Text(reply)) = next_frame(&mut ws).await else { panic!("a reply") };
+        let reply: Value = serde_json::from_str(&reply).unwrap();
+        codes.push(if reply["messagetype"] == "error" {
+            reply["submessages"][0]["content"]["code"].as_str().unwrap().to_owned()
+        } else {
+            "ok".into()
+        });
+    }
+    assert_eq!(codes, ["ok", "ok", "rate_limited"]);
+}

@@ -12,10 +12,11 @@ use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The router of the front door.
@@ -49,6 +50,7 @@ async fn not_found(request: Request) -> Response {
 pub fn status_for(code: &str) -> StatusCode {
     match code {
         "too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+        "rate_limited" => StatusCode::TOO_MANY_REQUESTS,
         "no_route" => StatusCode::NOT_FOUND,
         "session_expired" => StatusCode::GONE,
         "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
@@ -94,9 +96,24 @@ pub fn refusal(front: &Front, headers: &HeaderMap) -> Option<Response> {
     })
 }
 
-async fn post_nlip(State(front): State<Arc<Front>>, headers: HeaderMap, body: Body) -> Response {
+async fn post_nlip(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     if let Some(refused) = refusal(&front, &headers) {
         return refused;
+    }
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if let Err(retry_after) = front.clients.admit(&super::client_key(&front, authorization, peer)) {
+        let mut response = message_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            &super::rate_limited("this client", retry_after),
+            Encoding::Json,
+        );
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        return response;
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let Some(encoding) = Encoding::from_content_type(content_type) else {

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod http;
+pub mod limit;
 pub mod ws;
 
 use crate::gateway::{Destination, Gateway, GatewayError, Inbound, Origin, Outcome, Status, Transport};
@@ -20,6 +21,25 @@ pub struct Front {
     pub auth: auth::Tokens,
     pub ws_ping: Duration,
     pub ws_dead: Duration,
+    /// Per-client rate limit.
+    pub clients: limit::PerClient,
+    /// Rate and burst of a new WebSocket's own bucket.
+    pub connection_rate: (f64, f64),
+}
+
+/// The error message for a message over a rate limit.
+pub fn rate_limited(what: &str, retry_after: u64) -> Message {
+    let message = format!("{what} is over its rate limit; retry in {retry_after} s");
+    reply::error_message("rate_limited", &message, &Location::None)
+}
+
+/// Who a request comes from, for the per-client limit: its bearer token when tokens are
+/// configured (hashed, never kept in clear), else its address.
+pub fn client_key(front: &Front, authorization: Option<&str>, peer: std::net::SocketAddr) -> String {
+    match authorization.filter(|_| !front.auth.is_open()) {
+        Some(token) => format!("token:{}", crate::silp::ir::sha256_hex(token.as_bytes())),
+        None => format!("addr:{}", peer.ip()),
+    }
 }
 
 /// What a transport sends back for one inbound message.

@@ -7,15 +7,17 @@
 
 use super::Front;
 use super::http::refusal;
+use super::limit::Bucket;
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_tungstenite::WebSocketStream;
@@ -23,20 +25,30 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message as Frame};
 
-pub async fn upgrade_cbor(State(front): State<Arc<Front>>, request: Request) -> Response {
-    upgrade(front, request, Encoding::Cbor)
+pub async fn upgrade_cbor(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    upgrade(front, request, Encoding::Cbor, peer)
 }
 
-pub async fn upgrade_text(State(front): State<Arc<Front>>, request: Request) -> Response {
-    upgrade(front, request, Encoding::Json)
+pub async fn upgrade_text(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    upgrade(front, request, Encoding::Json, peer)
 }
 
 /// Answers the WebSocket handshake (RFC 6455 §4.2) and hands the upgraded connection to a
 /// socket task. Authentication happens here, before the upgrade.
-fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding) -> Response {
+fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: SocketAddr) -> Response {
     if let Some(refused) = refusal(&front, request.headers()) {
         return refused;
     }
+    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let client = super::client_key(&front, authorization, peer);
     let headers = request.headers();
     let is_upgrade = headers
         .get(header::UPGRADE)
@@ -60,7 +72,7 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding) -> Respo
                 let socket =
                     WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                         .await;
-                serve_socket(front, socket, encoding).await;
+                serve_socket(front, socket, encoding, client).await;
             }
             Err(e) => eprintln!("silpgate: WebSocket upgrade failed: {e}"),
         }
@@ -90,7 +102,7 @@ fn frame(message: &Message, encoding: Encoding) -> Frame {
 }
 
 /// One socket: messages in, replies out in the same order, pings while idle.
-async fn serve_socket<S>(front: Arc<Front>, socket: WebSocketStream<S>, encoding: Encoding)
+async fn serve_socket<S>(front: Arc<Front>, socket: WebSocketStream<S>, encoding: Encoding, client: String)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -98,6 +110,7 @@ where
     let mut ticker = tokio::time::interval(front.ws_ping);
     ticker.tick().await;
     let mut last_heard = Instant::now();
+    let mut connection = Bucket::new(front.connection_rate.0, front.connection_rate.1);
     loop {
         let next = tokio::select! {
             next = stream.next() => next,
@@ -148,6 +161,17 @@ where
             }
             (Some(Err(_)), _) => return,
         };
+        let admitted = if !connection.take(Instant::now()) {
+            Err(super::rate_limited("this connection", connection.retry_after().max(1)))
+        } else {
+            front.clients.admit(&client).map_err(|retry| super::rate_limited("this client", retry))
+        };
+        if let Err(refusal) = admitted {
+            if sink.send(frame(&refusal, encoding)).await.is_err() {
+                return;
+            }
+            continue;
+        }
         let replies = match nlip::decode(&bytes, encoding, &front.limits) {
             Ok(envelope) => front.answer(envelope, Transport::WebSocket, "ws").await.replies,
             Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
