@@ -73,7 +73,10 @@ impl PerClient {
                 probe.tokens + 1.0 < burst.min(rate * 3600.0)
             });
         }
-        let bucket = buckets.entry(client.to_owned()).or_insert_with(|| Bucket::new(self.rate, self.burst));
+        if !buckets.contains_key(client) {
+            buckets.insert(client.to_owned(), Bucket::new(self.rate, self.burst));
+        }
+        let bucket = buckets.get_mut(client).expect("inserted above");
         if bucket.take(now) { Ok(()) } else { Err(bucket.retry_after().max(1)) }
     }
 }

@@ -106,20 +106,20 @@ async fn serve_socket<S>(front: Arc<Front>, socket: WebSocketStream<S>, encoding
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let (mut sink, mut stream) = socket.split();
+    let mut socket = socket;
     let mut ticker = tokio::time::interval(front.ws_ping);
     ticker.tick().await;
     let mut last_heard = Instant::now();
     let mut connection = Bucket::new(front.connection_rate.0, front.connection_rate.1);
     loop {
         let next = tokio::select! {
-            next = stream.next() => next,
+            next = socket.next() => next,
             _ = ticker.tick() => {
                 if last_heard.elapsed() > front.ws_dead {
-                    let _ = sink.send(close(CloseCode::Policy, "no answer to pings")).await;
+                    let _ = socket.send(close(CloseCode::Policy, "no answer to pings")).await;
                     return;
                 }
-                if sink.send(Frame::Ping(Vec::new().into())).await.is_err() {
+                if socket.send(Frame::Ping(Vec::new().into())).await.is_err() {
                     return;
                 }
                 continue;
@@ -131,7 +131,7 @@ where
             (Some(Ok(Frame::Binary(b))), Encoding::Cbor) => b.to_vec(),
             (Some(Ok(Frame::Text(t))), Encoding::Json) => t.as_bytes().to_vec(),
             (Some(Ok(Frame::Text(_))), Encoding::Cbor) => {
-                let _ = sink
+                let _ = socket
                     .send(close(
                         CloseCode::Unsupported,
                         "/nlip/ws takes binary CBOR messages; JSON text goes to /nlip/ws/text",
@@ -140,7 +140,7 @@ where
                 return;
             }
             (Some(Ok(Frame::Binary(_))), Encoding::Json) => {
-                let _ = sink
+                let _ = socket
                     .send(close(
                         CloseCode::Unsupported,
                         "/nlip/ws/text takes JSON text messages; CBOR goes to /nlip/ws",
@@ -152,11 +152,11 @@ where
             (Some(Ok(_)), _) => continue, // ping, pong
             (Some(Err(tungstenite::Error::Capacity(e))), _) => {
                 let reason = format!("message too big: {e}");
-                let _ = sink.send(close(CloseCode::Size, &reason)).await;
+                let _ = socket.send(close(CloseCode::Size, &reason)).await;
                 return;
             }
             (Some(Err(tungstenite::Error::Utf8(_))), _) => {
-                let _ = sink.send(close(CloseCode::Invalid, "a text message must be UTF-8")).await;
+                let _ = socket.send(close(CloseCode::Invalid, "a text message must be UTF-8")).await;
                 return;
             }
             (Some(Err(_)), _) => return,
@@ -167,7 +167,7 @@ where
             front.clients.admit(&client).map_err(|retry| super::rate_limited("this client", retry))
         };
         if let Err(refusal) = admitted {
-            if sink.send(frame(&refusal, encoding)).await.is_err() {
+            if socket.send(frame(&refusal, encoding)).await.is_err() {
                 return;
             }
             continue;
@@ -182,7 +182,7 @@ where
             Err(e) => front.gateway.reject_undecodable(e).outbound.into_iter().map(|o| o.envelope).collect(),
         };
         for reply in &replies {
-            if sink.send(frame(reply, encoding)).await.is_err() {
+            if socket.send(frame(reply, encoding)).await.is_err() {
                 return;
             }
         }

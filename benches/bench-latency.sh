@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Round-trip latency of a small text envelope, sequential over one keep-alive connection, median
+# and p99 of 1,000 requests after 200 warm-up ones: silpgate over HTTP and WebSocket, and the
+# reference Python server (nlip-server 0.1.3, uvicorn nlip_server.echo:app) on the same machine
+# in the same run. Installs what it needs (a venv in target/bench-venv). The last line is
+#   median ratio nlip-server/silpgate: http X, ws Y
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/bench-venv
+if ! "$venv/bin/python" -c 'import nlip_server, uvicorn' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-server==0.1.3 uvicorn
+fi
+
+cargo build --release --quiet --bin silpgate
+cargo bench --quiet --bench latency --no-run 2>/dev/null
+
+config=$(mktemp)
+store=$(mktemp -d)
+cat > "$config" <<'TOML'
+# An echo route: every text message goes back to the sender unchanged.
+[[routes]]
+name = "echo"
+destination = "reply"
+mode = "validate"
+[http]
+client_rate = 0.0
+connection_rate = 0.0
+TOML
+target/release/silpgate run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>/dev/null &
+silpgate_pid=$!
+(cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) &
+reference_pid=$!
+trap 'kill $silpgate_pid $reference_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT
+for port in 18990 18991; do
+  for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+done
+
+load() { cargo bench --quiet --bench latency -- "$@" 2>/dev/null | tail -1; }
+read -r s_http_med s_http_p99 < <(load http 127.0.0.1:18990 /nlip)
+read -r s_ws_med s_ws_p99 < <(load ws ws://127.0.0.1:18990/nlip/ws/text)
+read -r r_http_med r_http_p99 < <(load http 127.0.0.1:18991 /nlip/)
+
+printf '%-28s %12s %12s\n' "round trip (µs)" median p99
+printf '%-28s %12s %12s\n' "silpgate HTTP" "$s_http_med" "$s_http_p99"
+printf '%-28s %12s %12s\n' "silpgate WebSocket" "$s_ws_med" "$s_ws_p99"
+printf '%-28s %12s %12s\n' "nlip-server 0.1.3 HTTP" "$r_http_med" "$r_http_p99"
+awk -v r="$r_http_med" -v h="$s_http_med" -v w="$s_ws_med" \
+  'BEGIN { printf "median ratio nlip-server/silpgate: http %.1f, ws %.1f\n", r / h, r / w }'

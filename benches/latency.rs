@@ -1,0 +1,118 @@
+//! A small load client for benches/bench-latency.sh: sequential round trips of a small text
+//! envelope over one keep-alive HTTP/1.1 connection or one WebSocket, 200 warm-up then 1,000
+//! measured; prints `median_us p99_us`.
+//!
+//! `cargo bench --bench latency -- http HOST:PORT PATH` or `... ws ws://HOST:PORT/PATH`.
+//! Under `cargo test` (no arguments) it does nothing.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+const WARM_UP: usize = 200;
+const MEASURED: usize = 1000;
+const BODY: &str = r#"{"format":"text","subformat":"english","content":"hello"}"#;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let times = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["http", addr, path] => http(addr, path),
+        ["ws", url] => ws(url),
+        _ => return,
+    };
+    let mut micros: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+    micros.sort_by(f64::total_cmp);
+    let median = micros[micros.len() / 2];
+    let p99 = micros[micros.len() * 99 / 100];
+    println!("{median:.1} {p99:.1}");
+}
+
+fn http(addr: &str, path: &str) -> Vec<Duration> {
+    let stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_nodelay(true).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let mut times = Vec::with_capacity(MEASURED);
+    for i in 0..WARM_UP + MEASURED {
+        let start = Instant::now();
+        writer.write_all(request.as_bytes()).unwrap();
+        let mut length = 0usize;
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "unexpected answer: {status}");
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).unwrap();
+        if i >= WARM_UP {
+            times.push(start.elapsed());
+        }
+    }
+    times
+}
+
+/// A minimal blocking WebSocket client (RFC 6455: handshake, masked text frames out, unmasked
+/// frames in), so that both protocols are driven the same way and the server is what is timed.
+fn ws(url: &str) -> Vec<Duration> {
+    let rest = url.strip_prefix("ws://").expect("a ws:// URL");
+    let (addr, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_nodelay(true).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    let handshake = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    writer.write_all(handshake.as_bytes()).unwrap();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81, 0x80 | BODY.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(BODY.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let mut times = Vec::with_capacity(MEASURED);
+    for i in 0..WARM_UP + MEASURED {
+        let start = Instant::now();
+        writer.write_all(&frame).unwrap();
+        loop {
+            let mut head = [0u8; 2];
+            reader.read_exact(&mut head).unwrap();
+            let mut length = u64::from(head[1] & 0x7f);
+            if length == 126 {
+                let mut ext = [0u8; 2];
+                reader.read_exact(&mut ext).unwrap();
+                length = u64::from(u16::from_be_bytes(ext));
+            } else if length == 127 {
+                let mut ext = [0u8; 8];
+                reader.read_exact(&mut ext).unwrap();
+                length = u64::from_be_bytes(ext);
+            }
+            let mut payload = vec![0u8; length as usize];
+            reader.read_exact(&mut payload).unwrap();
+            if head[0] & 0x0f == 0x1 {
+                break; // the text reply; pings in between are skipped
+            }
+        }
+        if i >= WARM_UP {
+            times.push(start.elapsed());
+        }
+    }
+    times
+}
