@@ -25,6 +25,7 @@ name = "echo"
 destination = "reply"
 mode = "validate"
 [http]
+plain = true
 client_rate = 0.0
 connection_rate = 0.0
 TOML

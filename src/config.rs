@@ -129,10 +129,14 @@ impl Default for StoreConfig {
 pub struct HttpConfig {
     /// Address to listen on. Default `127.0.0.1:8787`.
     pub listen: String,
-    /// Serve plain HTTP and WebSocket without TLS. Only for local use: ECMA-434 asks for TLS
-    /// on every production hop. TLS (`tls_cert`/`tls_key`) is not built in yet, so this must be
-    /// true.
+    /// Serve plain HTTP and WebSocket when no TLS certificate is configured. Only for local
+    /// use: ECMA-434 asks for TLS on every production hop. Default false: without `tls_cert`
+    /// and `tls_key`, the listener refuses to start unless this says plain is wanted.
     pub plain: bool,
+    /// PEM certificate chain for https/wss.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key for https/wss.
+    pub tls_key: Option<std::path::PathBuf>,
     /// Bearer tokens clients must present (`Authorization: Bearer <token>`). Empty, and
     /// `tokens_env` unset: no client authentication (local use).
     pub tokens: Vec<String>,
@@ -157,7 +161,9 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: "127.0.0.1:8787".into(),
-            plain: true,
+            plain: false,
+            tls_cert: None,
+            tls_key: None,
             tokens: Vec::new(),
             tokens_env: None,
             ws_ping_secs: 20,
@@ -252,6 +258,11 @@ impl Config {
     }
 
     /// Parses and checks a configuration; parse errors carry line and column.
+    /// True when the listener serves TLS.
+    pub fn tls(&self) -> bool {
+        self.http.tls_cert.is_some() && self.http.tls_key.is_some()
+    }
+
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         config.check()?;
@@ -271,10 +282,13 @@ impl Config {
                 self.silp.req_id_len
             )));
         }
-        if !self.http.plain {
-            return Err(ConfigError::Invalid(
-                "http.plain = false asks for TLS, which this build does not serve yet; terminate TLS in front of silpgate and set http.plain = true".into(),
-            ));
+        match (&self.http.tls_cert, &self.http.tls_key) {
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "http.tls_cert and http.tls_key go together: set both, or neither".into(),
+                ));
+            }
+            _ => {}
         }
         for route in &self.routes {
             let known =

@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::nlip::Limits;
 use crate::store::{Retention, SledStore};
-use crate::transport::{Front, auth::Tokens, http};
+use crate::transport::{Front, auth::Tokens, http, tls};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +25,8 @@ pub enum RunError {
     Serve(std::io::Error),
     #[error("{0}")]
     Key(String),
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// Overrides from the command line.
@@ -39,6 +41,11 @@ pub async fn start(
     config: Config,
     overrides: Overrides,
 ) -> Result<(TcpListener, Arc<Front>, Arc<SledStore>), RunError> {
+    if !config.tls() && !config.http.plain {
+        return Err(RunError::Tls(
+            "no TLS certificate is configured (http.tls_cert, http.tls_key); set http.plain = true to serve plain HTTP for local use".into(),
+        ));
+    }
     let store_dir = overrides.store.unwrap_or_else(|| config.store.path.clone());
     let key = crate::cli::lock_key(config.store.hmac_key_env.as_deref()).map_err(RunError::Key)?;
     let store = Arc::new(SledStore::open(&store_dir, key)?);
@@ -71,11 +78,18 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway.config())));
+    let tls = match (&front.gateway.config().http.tls_cert, &front.gateway.config().http.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(RunError::Tls)?),
+        _ => None,
+    };
     let app = http::router(front);
-    let served = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(RunError::Serve);
+    let served = match tls {
+        Some(acceptor) => tls::serve(listener, acceptor, app, shutdown).await.map_err(RunError::Serve),
+        None => axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(RunError::Serve),
+    };
     sweeper.abort();
     store.flush_async().await?;
     served

@@ -37,6 +37,7 @@ mode = "encode"
 [routes.match]
 label = "planner"
 [http]
+plain = true
 ws_ping_secs = 1
 ws_dead_secs = 30
 "#;
@@ -330,7 +331,14 @@ fn silpgate_run_serves_and_stops_cleanly_on_sigterm() {
     let dir =
         std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("run-{}", std::process::id()));
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
-        .args(["run", "--listen", "127.0.0.1:0", "--store"])
+        .args([
+            "run",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml"),
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+        ])
         .arg(&dir)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -416,4 +424,93 @@ async fn clients_and_sockets_over_their_rate_get_rate_limited_answers() {
         });
     }
     assert_eq!(codes, ["ok", "ok", "rate_limited"]);
+}
+
+#[test]
+fn without_tls_or_an_explicit_plain_the_daemon_refuses_to_start() {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("refuse-{}", std::process::id()));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["run", "--listen", "127.0.0.1:0", "--store"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the daemon started plain without being asked to");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("http.plain = true"), "{stderr}");
+}
+
+#[tokio::test]
+async fn https_and_wss_with_a_configured_certificate() {
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, identity.cert.pem()).unwrap();
+    std::fs::write(&key, identity.signing_key.serialize_pem()).unwrap();
+    let addr = start(&format!(
+        "tls_cert = {:?}\ntls_key = {:?}\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ))
+    .await;
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(identity.cert.der().to_vec())).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = ServerName::try_from("localhost").unwrap();
+
+    // https: one request, read until the server closes.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = connector.connect(name.clone(), tcp).await.expect("TLS handshake");
+    let body = silp_code("cancel(flight)", "decode").to_string();
+    let request = format!(
+        "POST /nlip HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"subformat\":\"silp-ir\""), "{text}");
+
+    // wss over the same certificate.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector.connect(name, tcp).await.expect("TLS handshake");
+    let (mut ws, _) =
+        tokio_tungstenite::client_async("wss://localhost/nlip/ws/text", tls).await.expect("wss upgrade");
+    ws.send(Frame::Text(body.into())).await.unwrap();
+    let Some(Frame::Text(reply)) = next_frame(&mut ws).await else { panic!("a reply over wss") };
+    assert!(reply.contains("silp-ir"), "{reply}");
+
+    // A plain-text client gets no HTTP answer from a TLS listener.
+    let plain = http_or_nothing(addr).await;
+    assert!(!plain.starts_with("HTTP/1.1 200"), "{plain}");
+}
+
+async fn http_or_nothing(addr: SocketAddr) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), stream.read_to_end(&mut raw)).await;
+    String::from_utf8_lossy(&raw).into_owned()
 }

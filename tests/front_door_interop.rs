@@ -13,6 +13,8 @@ destination = "reply"
 mode = "decode"
 [routes.match]
 label = "decode"
+[http]
+plain = true
 "#;
 
 #[tokio::test(flavor = "multi_thread")]

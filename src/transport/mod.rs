@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod http;
 pub mod limit;
+pub mod tls;
 pub mod ws;
 
 use crate::gateway::{Destination, Gateway, GatewayError, Inbound, Origin, Outcome, Status, Transport};
