@@ -39,7 +39,6 @@ label = "planner"
 [http]
 plain = true
 ws_ping_secs = 1
-ws_dead_secs = 30
 "#;
 
 async fn start(extra: &str) -> SocketAddr {
@@ -513,4 +512,40 @@ async fn http_or_nothing(addr: SocketAddr) -> String {
     let mut raw = Vec::new();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), stream.read_to_end(&mut raw)).await;
     String::from_utf8_lossy(&raw).into_owned()
+}
+
+#[tokio::test]
+async fn a_socket_that_stops_answering_pings_is_closed_with_1008() {
+    let addr = start("ws_dead_secs = 2\n").await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let handshake = format!(
+        "GET /nlip/ws/text HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream.write_all(handshake.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    // A raw client that never answers: pings arrive every second, then the close.
+    let mut pings = 0;
+    let code = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            let mut frame_head = [0u8; 2];
+            stream.read_exact(&mut frame_head).await.unwrap();
+            let mut payload = vec![0u8; usize::from(frame_head[1] & 0x7f)];
+            stream.read_exact(&mut payload).await.unwrap();
+            match frame_head[0] & 0x0f {
+                0x9 => pings += 1,
+                0x8 => return u16::from_be_bytes([payload[0], payload[1]]),
+                other => panic!("unexpected frame opcode {other}"),
+            }
+        }
+    })
+    .await
+    .expect("the server closes a dead socket");
+    assert_eq!(code, 1008);
+    assert!(pings >= 1, "pings before the close: {pings}");
 }
