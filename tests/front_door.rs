@@ -364,19 +364,7 @@ fn silpgate_run_serves_and_stops_cleanly_on_sigterm() {
 #[tokio::test]
 async fn a_text_message_that_is_not_utf8_closes_with_1007() {
     let addr = start("").await;
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let handshake = format!(
-        "GET /nlip/ws/text HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    stream.write_all(handshake.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    let mut stream = raw_websocket(addr).await;
     // A masked text frame (FIN, opcode 1) whose payload is not UTF-8.
     let payload = [0xffu8, 0xfe, 0xfd];
     let mask = [1u8, 2, 3, 4];
@@ -517,18 +505,7 @@ async fn http_or_nothing(addr: SocketAddr) -> String {
 #[tokio::test]
 async fn a_socket_that_stops_answering_pings_is_closed_with_1008() {
     let addr = start("ws_dead_secs = 2\n").await;
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let handshake = format!(
-        "GET /nlip/ws/text HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    stream.write_all(handshake.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        stream.read_exact(&mut byte).await.unwrap();
-        head.push(byte[0]);
-    }
+    let mut stream = raw_websocket(addr).await;
     // A raw client that never answers: pings arrive every second, then the close.
     let mut pings = 0;
     let code = tokio::time::timeout(std::time::Duration::from_secs(10), async {
@@ -548,4 +525,22 @@ async fn a_socket_that_stops_answering_pings_is_closed_with_1008() {
     .expect("the server closes a dead socket");
     assert_eq!(code, 1008);
     assert!(pings >= 1, "pings before the close: {pings}");
+}
+
+/// A WebSocket to /nlip/ws/text opened by hand, for sending frames no client library would.
+async fn raw_websocket(addr: SocketAddr) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let handshake = format!(
+        "GET /nlip/ws/text HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream.write_all(handshake.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        stream.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    stream
 }

@@ -14,39 +14,34 @@ pub fn compile(ir: &Ir) -> String {
     out.push_str("{\"intent\":");
     write_text(&mut out, &ir.intent);
     if needs_explicit_entities(ir) {
-        out.push_str(",\"entities\":[");
-        for (i, e) in ir.entities.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            e.write_json(&mut out, Style::FRONTEND);
-        }
-        out.push(']');
+        write_objects(&mut out, "entities", &ir.entities, |e, out| e.write_json(out, Style::FRONTEND));
     } else {
         write_flat_entities(&mut out, ir);
     }
     if !ir.constraints.is_empty() {
-        out.push_str(",\"constraints\":[");
-        for (i, c) in ir.constraints.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            c.write_json(&mut out, Style::FRONTEND);
-        }
-        out.push(']');
+        write_objects(&mut out, "constraints", &ir.constraints, |c, out| c.write_json(out, Style::FRONTEND));
     }
     if !ir.alternatives.is_empty() {
-        out.push_str(",\"alternatives\":[");
-        for (i, a) in ir.alternatives.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            a.write_json(&mut out, Style::FRONTEND);
-        }
-        out.push(']');
+        write_objects(&mut out, "alternatives", &ir.alternatives, |a, out| {
+            a.write_json(out, Style::FRONTEND)
+        });
     }
     out.push('}');
     out
+}
+
+/// `,"<key>":[<item>,<item>..]`.
+fn write_objects<T>(out: &mut String, key: &str, items: &[T], write: impl Fn(&T, &mut String)) {
+    out.push_str(",\"");
+    out.push_str(key);
+    out.push_str("\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write(item, out);
+    }
+    out.push(']');
 }
 
 /// Strings in this frontend escape the invisible characters, so that the sanitiser (which
