@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::gateway::store::Store;
 use crate::nlip::Limits;
 use crate::store::{Retention, SledStore};
 use crate::transport::{Front, auth::Tokens, http, tls};

@@ -122,7 +122,18 @@ pub trait Store: Send + Sync {
 
     /// Makes every committed change durable. A message is acknowledged only after this.
     fn flush(&self) -> Result<(), StoreError>;
+
+    /// [`Store::flush`] for async callers: it does not block the runtime, and concurrent
+    /// flushes may share one disk sync.
+    fn flush_async(&self) -> FlushFuture<'_> {
+        let result = self.flush();
+        Box::pin(std::future::ready(result))
+    }
 }
+
+/// The future of [`Store::flush_async`].
+pub type FlushFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 /// All state in memory, behind one mutex.
 #[derive(Debug, Default)]

@@ -3,8 +3,8 @@
 //!
 //! sled (0.34.7, unmaintained) stays behind this one module, with a schema version key, so that
 //! it can be replaced. It only makes a write durable on an explicit flush: a message's changes
-//! are written as one atomic batch, and [`Store::flush`] (or [`SledStore::flush_async`]) is
-//! called before the message is acknowledged.
+//! are written as one atomic batch, and [`Store::flush`] (or [`Store::flush_async`]) is called
+//! before the message is acknowledged.
 //!
 //! Everything lives in sled's default tree under key prefixes, so that one message is one
 //! atomic `apply_batch` and costs one log flush; sled's multi-tree transactions measured twice
@@ -154,11 +154,6 @@ impl SledStore {
             }
         }
         Ok(SledStore { db, sealer: Sealer::new(key), writer: Mutex::new(()) })
-    }
-
-    /// Makes every committed change durable, without blocking the async runtime.
-    pub async fn flush_async(&self) -> Result<(), StoreError> {
-        self.db.flush_async().await.map(|_| ()).map_err(unavailable)
     }
 
     fn write_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, StoreError> {
@@ -384,5 +379,9 @@ impl Store for SledStore {
 
     fn flush(&self) -> Result<(), StoreError> {
         self.db.flush().map(|_| ()).map_err(unavailable)
+    }
+
+    fn flush_async(&self) -> crate::gateway::store::FlushFuture<'_> {
+        Box::pin(async move { self.db.flush_async().await.map(|_| ()).map_err(unavailable) })
     }
 }

@@ -60,7 +60,7 @@ impl Front {
             received_at: crate::store::time::now_millis(),
         };
         let outcome = self.gateway.handle(inbound);
-        if let Err(e) = self.gateway.store().flush() {
+        if let Err(e) = self.gateway.store().flush_async().await {
             let error = GatewayError::Store(e);
             let message = reply::error_message(error.code(), &error.detail(), &Location::None);
             return Answer { replies: vec![message], error: Some(error.code()) };
