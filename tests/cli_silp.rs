@@ -170,3 +170,24 @@ fn oversized_input_is_refused() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("larger than the limit of 16 bytes"), "{}", stderr(&o));
 }
+
+#[test]
+fn config_check_names_the_line_and_column_of_a_bad_key() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let bad = dir.join("bad-config.toml");
+    std::fs::write(&bad, "[gateway]\nname = \"x\"\nbogus = 1\n").unwrap();
+    let o = silpgate(&["config", "check", bad.to_str().unwrap()], "");
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("line 3, column 1") && err.contains("unknown field `bogus`"), "{err}");
+    let heartbeat = dir.join("bad-heartbeat.toml");
+    std::fs::write(&heartbeat, "[sessions]\nheartbeat = 7\n").unwrap();
+    let o = silpgate(&["config", "check", heartbeat.to_str().unwrap()], "");
+    assert!(
+        stderr(&o).contains("sessions.heartbeat = 7 is not one of [1, 5, 10, 15, 20, 9999]"),
+        "{}",
+        stderr(&o)
+    );
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
+    assert!(silpgate(&["config", "check", good], "").status.success(), "the shipped configuration is valid");
+}

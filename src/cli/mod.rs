@@ -37,6 +37,9 @@ enum Command {
     /// Inspect conversation sessions.
     #[command(subcommand)]
     Sessions(store::SessionsCommand),
+    /// Check a configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Run the daemon: the HTTP and WebSocket front door on the configured store.
     Run {
         /// Configuration file; the built-in defaults when absent.
@@ -52,6 +55,12 @@ enum Command {
 }
 
 pub use store::key_from_env as lock_key;
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Parse and check FILE: exit 0 when valid, else exit 1 with the error, its line and column.
+    Check { file: std::path::PathBuf },
+}
 
 /// Exit status for an invalid input.
 pub const EXIT_INVALID: u8 = 1;
@@ -102,6 +111,16 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Gateway(command) => nlip::run_gateway(command),
         Command::Lock(command) => store::run_lock(command),
         Command::Sessions(command) => store::run_sessions(command),
+        Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::load(&file) {
+            Ok(_) => {
+                println!("ok: {} is a valid configuration", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        },
         Command::Run { config, listen, store } => {
             run_daemon(config, crate::daemon::Overrides { listen, store })
         }

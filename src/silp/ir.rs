@@ -117,11 +117,6 @@ pub fn is_action_code(s: &str) -> bool {
         && b[2..].iter().all(|c| c.is_ascii_uppercase() || *c == b'_')
 }
 
-/// The code frontend's function name for an action code: `!CANCEL` -> `cancel`.
-pub fn function_name(action: &str) -> String {
-    action.strip_prefix('!').unwrap_or(action).to_ascii_lowercase()
-}
-
 impl Ir {
     /// Builds the IR from a JSON value that already passed the schema ([`super::schema`]), so
     /// every field has its schema type. Absent defaults are filled in as the reference does.
