@@ -64,7 +64,7 @@ fn store(c: &mut Criterion) {
                 let id = format!("message-{n}");
                 assert_eq!(store.ledger(black_box(&id)).unwrap(), None);
                 store
-                    .commit(&Changes { ledger: vec![(id, LedgerState::Pending)], ..Changes::default() }, n)
+                    .commit(&Changes { ledger: vec![(id, LedgerState::Pending { turn: None })], ..Changes::default() }, n)
                     .unwrap();
                 if flush {
                     store.flush().unwrap();
@@ -87,7 +87,7 @@ fn store(c: &mut Criterion) {
             let changes = Changes {
                 sessions: vec![s],
                 freezes: vec![f],
-                ledger: vec![(id, LedgerState::Pending)],
+                ledger: vec![(id, LedgerState::Pending { turn: None })],
                 ..Changes::default()
             };
             store.commit(&changes, n).unwrap();

@@ -21,6 +21,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The HTTP and WebSocket listener.
     pub http: HttpConfig,
+    /// The RabbitMQ connection (AMQP 0-9-1). Absent: no broker, HTTP and WebSocket only.
+    pub amqp: Option<AmqpConfig>,
     /// Downstream agents and the frontends they accept.
     pub agents: Vec<AgentConfig>,
     /// Routing rules, tried in order; the first match wins.
@@ -176,6 +178,87 @@ impl Default for HttpConfig {
     }
 }
 
+/// Where silpgate meets RabbitMQ, and how it delivers. docs/protocol.md describes the
+/// topology these names build.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AmqpConfig {
+    /// Broker URI. Default `amqp://guest:guest@127.0.0.1:5672/%2f` (a local broker).
+    pub url: String,
+    /// Environment variable holding the broker URI, which carries a password; when set and
+    /// present it replaces `url`.
+    pub url_env: Option<String>,
+    /// Inbound quorum queues, each bound to `inbound_exchange` with its own name as routing
+    /// key. Routes match a queue's name as the message's `source`. Default `["silpgate.in"]`.
+    pub inbound: Vec<String>,
+    /// Durable direct exchange producers publish NLIP messages to. Default `silpgate.in`.
+    pub inbound_exchange: String,
+    /// Durable direct exchange for downstream agents; the routing key is the agent's
+    /// `routing_key`, else its name. Default `silpgate.agents`.
+    pub agents_exchange: String,
+    /// Durable fanout exchange for messages silpgate gives up on. Default `silpgate.dlx`.
+    pub dead_letter_exchange: String,
+    /// Quorum queue bound to the dead-letter exchange. Default `silpgate.dead`.
+    pub dead_letter_queue: String,
+    /// Deliveries the broker sends before any is acknowledged (basic.qos). Default 256.
+    pub prefetch: u16,
+    /// Messages handled at once. Messages of one conversation always go one after another;
+    /// different conversations spread over the workers. Default 64.
+    pub workers: usize,
+    /// Attempts at a message whose failure is transient (store, unroutable or refused
+    /// publish) before it is dead-lettered with the reason; broker redeliveries count.
+    /// Default 20.
+    pub max_attempts: u32,
+    /// First and longest wait between two attempts at a message, in milliseconds (doubling,
+    /// with jitter). Defaults 100 and 5000.
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    /// First and longest wait between two connection attempts, in milliseconds (doubling, with
+    /// jitter). Defaults 200 and 10000.
+    pub reconnect_initial_ms: u64,
+    pub reconnect_max_ms: u64,
+    /// A publish not confirmed by the broker within this many milliseconds failed. Default 10000.
+    pub confirm_timeout_ms: u64,
+    /// On SIGTERM, how long in-flight messages may take to finish; what is unfinished then is
+    /// left to the broker to redeliver. Default 30 seconds.
+    pub drain_secs: u64,
+    /// The broker's own limit on deliveries of one message (`x-delivery-limit` on the inbound
+    /// quorum queues), past which it dead-letters the message itself: a safety net above
+    /// `max_attempts`. Default 100.
+    pub delivery_limit: u32,
+}
+
+impl Default for AmqpConfig {
+    fn default() -> Self {
+        AmqpConfig {
+            url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            url_env: None,
+            inbound: vec!["silpgate.in".into()],
+            inbound_exchange: "silpgate.in".into(),
+            agents_exchange: "silpgate.agents".into(),
+            dead_letter_exchange: "silpgate.dlx".into(),
+            dead_letter_queue: "silpgate.dead".into(),
+            prefetch: 256,
+            workers: 64,
+            max_attempts: 20,
+            retry_initial_ms: 100,
+            retry_max_ms: 5000,
+            reconnect_initial_ms: 200,
+            reconnect_max_ms: 10_000,
+            confirm_timeout_ms: 10_000,
+            drain_secs: 30,
+            delivery_limit: 100,
+        }
+    }
+}
+
+impl AmqpConfig {
+    /// The broker URI: from `url_env` when that variable is set, else `url`.
+    pub fn uri(&self) -> String {
+        self.url_env.as_deref().and_then(|name| std::env::var(name).ok()).unwrap_or_else(|| self.url.clone())
+    }
+}
+
 /// The heartbeat values of draft §5.2.
 pub const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
 
@@ -187,6 +270,26 @@ pub struct AgentConfig {
     /// Frontends the agent accepts, most preferred first.
     #[serde(deserialize_with = "frontends")]
     pub frontends: Vec<Frontend>,
+    /// Routing key of the agent on `amqp.agents_exchange`. Default: the agent's name.
+    pub routing_key: Option<String>,
+    /// A queue silpgate declares (quorum, durable) and binds for the agent, for deployments
+    /// where silpgate owns the topology. Default: none (the agent declares its own).
+    pub queue: Option<String>,
+    /// Encoding of messages sent to the agent: `application/json` or `application/cbor`.
+    /// Default `application/json`.
+    #[serde(default = "json_content_type")]
+    pub content_type: String,
+}
+
+impl AgentConfig {
+    /// The agent's routing key on the agents exchange.
+    pub fn routing_key(&self) -> &str {
+        self.routing_key.as_deref().unwrap_or(&self.name)
+    }
+}
+
+fn json_content_type() -> String {
+    "application/json".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -289,6 +392,21 @@ impl Config {
                 ));
             }
             _ => {}
+        }
+        for agent in &self.agents {
+            if crate::nlip::Encoding::from_content_type(&agent.content_type).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "agent '{}': content_type '{}' is neither application/json nor application/cbor",
+                    agent.name, agent.content_type
+                )));
+            }
+        }
+        if let Some(amqp) = &self.amqp {
+            if amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0 {
+                return Err(ConfigError::Invalid(
+                    "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
+                ));
+            }
         }
         for route in &self.routes {
             let known =

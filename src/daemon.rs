@@ -1,12 +1,14 @@
-//! `silpgate run`: opens the store, builds the gateway, serves the HTTP/WebSocket front door,
-//! sweeps expired state in the background, and shuts down cleanly on SIGTERM or SIGINT
-//! (stop accepting, let in-flight requests finish, flush the store, exit 0).
+//! `silpgate run`: opens the store, builds the gateway, serves the HTTP/WebSocket front door
+//! and, when configured, the AMQP side; sweeps expired state in the background; and shuts down
+//! cleanly on SIGTERM or SIGINT (stop accepting and consuming, let in-flight work finish, flush
+//! the store, exit 0).
 
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::gateway::store::Store;
 use crate::nlip::Limits;
 use crate::store::{Retention, SledStore};
+use crate::transport::amqp::{Amqp, AmqpError};
 use crate::transport::{Front, auth::Tokens, http, tls};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,6 +30,16 @@ pub enum RunError {
     Key(String),
     #[error("{0}")]
     Tls(String),
+    #[error(transparent)]
+    Amqp(#[from] AmqpError),
+}
+
+/// A started daemon, ready to serve.
+pub struct Daemon {
+    listener: TcpListener,
+    front: Arc<Front>,
+    store: Arc<SledStore>,
+    amqp: Option<Amqp>,
 }
 
 /// Overrides from the command line.
@@ -38,10 +50,7 @@ pub struct Overrides {
 }
 
 /// Opens everything the configuration names and binds the listener.
-pub async fn start(
-    config: Config,
-    overrides: Overrides,
-) -> Result<(TcpListener, Arc<Front>, Arc<SledStore>), RunError> {
+pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunError> {
     if !config.tls() && !config.http.plain {
         return Err(RunError::Tls(
             "no TLS certificate is configured (http.tls_cert, http.tls_key); set http.plain = true to serve plain HTTP for local use".into(),
@@ -59,41 +68,74 @@ pub async fn start(
         max_depth: config.nlip.max_depth,
         max_submessages: config.nlip.max_submessages,
     };
+    let config = Arc::new(config);
+    let amqp = config.amqp.clone().map(|amqp| Amqp::new(config.clone(), amqp, store.clone()));
     let front = Arc::new(Front {
+        broker: amqp.as_ref().map(Amqp::readiness),
         auth: Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref()),
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
         clients: crate::transport::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
         connection_rate: (config.http.connection_rate, config.http.connection_burst),
         limits,
-        gateway: Gateway::new(Arc::new(config), store.clone()),
+        gateway: Gateway::new(config, store.clone()),
     });
-    Ok((listener, front, store))
+    Ok(Daemon { listener, front, store, amqp })
 }
 
-/// Serves until `shutdown` completes, then flushes the store.
-pub async fn serve(
-    listener: TcpListener,
-    front: Arc<Front>,
-    store: Arc<SledStore>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), RunError> {
-    let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway.config())));
-    let tls = match (&front.gateway.config().http.tls_cert, &front.gateway.config().http.tls_key) {
-        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(RunError::Tls)?),
-        _ => None,
-    };
-    let app = http::router(front);
-    let served = match tls {
-        Some(acceptor) => tls::serve(listener, acceptor, app, shutdown).await.map_err(RunError::Serve),
-        None => axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(RunError::Serve),
-    };
-    sweeper.abort();
-    store.flush_async().await?;
-    served
+impl Daemon {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes or the AMQP side fails for good, then drains the AMQP
+    /// side and flushes the store.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
+        let Daemon { listener, front, store, amqp } = self;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let amqp = amqp.map(|amqp| tokio::spawn(amqp.run(stopped.clone())));
+        let (http_stop, http_stopped) = (stop.clone(), stopped.clone());
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = http_stop.send(true);
+        });
+        let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway.config())));
+        let tls = match (&front.gateway.config().http.tls_cert, &front.gateway.config().http.tls_key) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(RunError::Tls)?),
+            _ => None,
+        };
+        let app = http::router(front);
+        let http_shutdown = async move {
+            let mut stopped = http_stopped;
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let http = async {
+            match tls {
+                Some(acceptor) => tls::serve(listener, acceptor, app, http_shutdown).await.map_err(RunError::Serve),
+                None => axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+                    .with_graceful_shutdown(http_shutdown)
+                    .await
+                    .map_err(RunError::Serve),
+            }
+        };
+        // The AMQP side stopping on its own (a damaged store) stops the listener as well.
+        let amqp_result = async {
+            match amqp {
+                Some(task) => {
+                    let result = task.await.unwrap_or(Ok(()));
+                    let _ = stop.send(true);
+                    result
+                }
+                None => Ok(()),
+            }
+        };
+        let (served, amqp_result) = tokio::join!(http, amqp_result);
+        sweeper.abort();
+        store.flush_async().await?;
+        served?;
+        amqp_result.map_err(RunError::from)
+    }
 }
 
 fn retention(config: &Config) -> Retention {
@@ -128,4 +170,11 @@ pub async fn signals() {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
+}
+
+/// Structured logs on stderr; `SILPGATE_LOG` filters them (tracing's `EnvFilter` syntax).
+pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SILPGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -49,9 +49,9 @@ async fn start(extra: &str) -> SocketAddr {
         rand_suffix()
     ));
     let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir) };
-    let (listener, front, store) = daemon::start(config, overrides).await.expect("daemon starts");
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(daemon::serve(listener, front, store, std::future::pending()));
+    let daemon = daemon::start(config, overrides).await.expect("daemon starts");
+    let addr = daemon.local_addr().unwrap();
+    tokio::spawn(daemon.serve(std::future::pending()));
     addr
 }
 

@@ -21,9 +21,9 @@ plain = true
 async fn the_python_sdk_talks_to_silpgate_over_http_and_websocket() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("interop-{}", std::process::id()));
     let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir) };
-    let (listener, front, store) = daemon::start(Config::parse(CONFIG).unwrap(), overrides).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(daemon::serve(listener, front, store, std::future::pending()));
+    let daemon = daemon::start(Config::parse(CONFIG).unwrap(), overrides).await.unwrap();
+    let addr = daemon.local_addr().unwrap();
+    tokio::spawn(daemon.serve(std::future::pending()));
 
     let python = std::env::var_os("SILPGATE_PYTHON")
         .map(PathBuf::from)

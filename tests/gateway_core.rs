@@ -429,7 +429,7 @@ fn a_published_message_id_is_a_duplicate_and_a_pending_one_is_handled_again() {
     let g = gateway();
     let with_id = |id: &str| {
         let mut i = inbound(
-            json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode"}),
+            json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-R"}]}),
             "ingress",
             0,
         );
@@ -438,10 +438,15 @@ fn a_published_message_id_is_a_duplicate_and_a_pending_one_is_handled_again() {
     };
     let first = g.handle(with_id("m-1"));
     assert!(matches!(first.status, Status::Delivered));
-    assert_eq!(g.store().ledger("m-1").unwrap(), Some(LedgerState::Pending));
+    let Some(LedgerState::Pending { turn: Some(turn) }) = g.store().ledger("m-1").unwrap() else {
+        panic!("a pending entry with the turn it counted")
+    };
+    assert_eq!(turn.turn, 1);
     let redelivered = g.handle(with_id("m-1"));
     assert!(matches!(redelivered.status, Status::Delivered), "pending: publish again");
     assert_eq!(out_json(&first, 0), out_json(&redelivered, 0));
+    let session = g.store().session_by_token("conv-R").unwrap().unwrap();
+    assert_eq!(session.turns, 1, "a redelivery does not count the turn again");
     let published = Changes { ledger: vec![("m-1".into(), LedgerState::Published)], ..Changes::default() };
     g.store().commit(&published, 1).unwrap();
     let duplicate = g.handle(with_id("m-1"));

@@ -50,7 +50,7 @@ fn every_record_kind_survives_a_reopen() {
             sessions: vec![session],
             profiles: vec![("planner".into(), profile)],
             freezes: vec![freeze("aa", Frontend::Code, "cancel(x)")],
-            ledger: vec![("m-1".into(), LedgerState::Pending)],
+            ledger: vec![("m-1".into(), LedgerState::Pending { turn: None })],
         };
         let frozen = store.commit(&changes, 10).unwrap();
         assert!(frozen[0].first);
@@ -61,7 +61,7 @@ fn every_record_kind_survives_a_reopen() {
     assert_eq!((session.id.as_str(), session.turns), ("aa", 1));
     assert_eq!(store.profile("planner").unwrap().unwrap().frontends, vec![Frontend::Json, Frontend::Natural]);
     assert_eq!(store.frozen("sha256:aa", Frontend::Code).unwrap().as_deref(), Some("cancel(x)"));
-    assert_eq!(store.ledger("m-1").unwrap(), Some(LedgerState::Pending));
+    assert_eq!(store.ledger("m-1").unwrap(), Some(LedgerState::Pending { turn: None }));
     assert_eq!(store.verify_lock(), Ok(1));
 }
 
@@ -99,7 +99,7 @@ fn a_commit_is_all_or_nothing() {
     let changes = Changes {
         sessions: vec![thief],
         freezes: vec![freeze("cc", Frontend::Code, "x()")],
-        ledger: vec![("m-9".into(), LedgerState::Pending)],
+        ledger: vec![("m-9".into(), LedgerState::Pending { turn: None })],
         ..Changes::default()
     };
     assert!(matches!(store.commit(&changes, 2), Err(StoreError::Conflict(_))));

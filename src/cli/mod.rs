@@ -79,6 +79,7 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    crate::daemon::init_logs();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -87,10 +88,10 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
         }
     };
     let result = runtime.block_on(async {
-        let (listener, front, store) = crate::daemon::start(config, overrides).await?;
-        let addr = listener.local_addr().map_err(crate::daemon::RunError::Serve)?;
+        let daemon = crate::daemon::start(config, overrides).await?;
+        let addr = daemon.local_addr().map_err(crate::daemon::RunError::Serve)?;
         eprintln!("silpgate: listening on http://{addr} (POST /nlip, GET /nlip/ws, /nlip/ws/text)");
-        crate::daemon::serve(listener, front, store, crate::daemon::signals()).await
+        daemon.serve(crate::daemon::signals()).await
     });
     match result {
         Ok(()) => {

@@ -145,11 +145,15 @@ impl Gateway {
     fn plan(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Plan, (GatewayError, Location)> {
         let message = &inbound.envelope;
         let message_id = inbound.origin.message_id.as_deref();
-        if let Some(id) = message_id
-            && self.store.ledger(id).map_err(|e| nowhere(e.into()))? == Some(LedgerState::Published)
-        {
-            return Ok(Plan::Duplicate);
-        }
+        // A redelivery: if it was published, it is done; if its state was applied but its
+        // publishes not all confirmed, it is planned again from the turn it already counted, so
+        // that it goes out the same and counts nothing twice.
+        let replay = match message_id.map(|id| self.store.ledger(id)).transpose() {
+            Err(e) => return Err(nowhere(e.into())),
+            Ok(Some(Some(LedgerState::Published))) => return Ok(Plan::Duplicate),
+            Ok(Some(Some(LedgerState::Pending { turn }))) => Some(turn),
+            Ok(_) => None,
+        };
         if negotiate::is_ping(message) {
             return self.answer_ping(inbound, notes).map(Plan::Reply).map_err(nowhere);
         }
@@ -175,8 +179,9 @@ impl Gateway {
 
         let mut changes = Changes::default();
         let mut outbound = Vec::with_capacity(2);
-        let session = match message.conversation_token() {
-            Some(token) if !units.is_empty() => {
+        let session = match (replay, message.conversation_token()) {
+            (Some(turn), _) => turn,
+            (None, Some(token)) if !units.is_empty() => {
                 let policy = SessionPolicy {
                     heartbeat: self.config.sessions.heartbeat,
                     idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
@@ -188,7 +193,7 @@ impl Gateway {
                 changes.sessions.push(record);
                 Some(turn)
             }
-            _ => None,
+            (None, _) => None,
         };
 
         let destination = match route.destination.as_str() {
@@ -242,7 +247,7 @@ impl Gateway {
             pending.push((unit, form));
         }
         if let Some(id) = message_id {
-            changes.ledger.push((id.to_owned(), LedgerState::Pending));
+            changes.ledger.push((id.to_owned(), LedgerState::Pending { turn: session.clone() }));
         }
 
         // One atomic state step; the compile.lock answers with what is frozen.

@@ -22,7 +22,7 @@ pub struct SessionPolicy {
 }
 
 /// The session state after counting one turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Turn {
     pub id: String,
     pub turn: u64,

@@ -67,10 +67,11 @@ pub struct Frozen {
 }
 
 /// Where an inbound message stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LedgerState {
-    /// Handled, state changed, publishes not yet all confirmed.
-    Pending,
+    /// Handled, state changed, publishes not yet all confirmed. `turn` is the session turn the
+    /// message counted: a redelivery sends the same envelopes again without counting it twice.
+    Pending { turn: Option<super::session::Turn> },
     /// Every publish confirmed; a redelivery must not publish again.
     Published,
 }
@@ -184,7 +185,7 @@ impl Store for MemoryStore {
     }
 
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError> {
-        self.with(|m| m.ledger.get(message_id).copied())
+        self.with(|m| m.ledger.get(message_id).cloned())
     }
 
     fn commit(&self, changes: &Changes, _now: Millis) -> Result<Vec<Frozen>, StoreError> {
@@ -209,7 +210,7 @@ impl Store for MemoryStore {
                 m.profiles.insert(agent.clone(), profile.clone());
             }
             for (id, state) in &changes.ledger {
-                m.ledger.insert(id.clone(), *state);
+                m.ledger.insert(id.clone(), state.clone());
             }
             Ok(changes
                 .freezes

@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The layout version written into the store; a store with another version is refused.
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION: &str = "3";
 
 /// Retention of the ledger and of expired sessions.
 #[derive(Debug, Clone, Copy)]
@@ -338,7 +338,7 @@ impl Store for SledStore {
                 let old: LedgerEntry = decode(&old, "ledger entry")?;
                 batch.remove(ledger_time_key(old.at, id.as_bytes()));
             }
-            batch.insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: *state, at: now }));
+            batch.insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: state.clone(), at: now }));
             batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
             writes += 1;
         }

@@ -33,10 +33,16 @@ pub fn router(front: Arc<Front>) -> Router {
 }
 
 async fn readyz(State(front): State<Arc<Front>>) -> Response {
-    // The store is open (it was opened at start) and answers a read.
-    match front.gateway.store().ledger("readiness-probe") {
-        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response(),
+    // The store is open (it was opened at start) and answers a read, and the broker, when
+    // there is one, is connected and consumed from.
+    if let Err(e) = front.gateway.store().ledger("readiness-probe") {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response();
+    }
+    match &front.broker {
+        Some(up) if !up.load(std::sync::atomic::Ordering::SeqCst) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready: the broker is not connected\n").into_response()
+        }
+        _ => (StatusCode::OK, "ready\n").into_response(),
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`Gateway::handle`](crate::gateway::Gateway::handle), its state flushed, and the reply
 //! written back in the encoding it came in.
 
+pub mod amqp;
 pub mod auth;
 pub mod http;
 pub mod limit;
@@ -26,6 +27,8 @@ pub struct Front {
     pub clients: limit::PerClient,
     /// Rate and burst of a new WebSocket's own bucket.
     pub connection_rate: (f64, f64),
+    /// Whether the broker is connected, when an AMQP side is configured.
+    pub broker: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The error message for a message over a rate limit.

@@ -1,0 +1,244 @@
+//! NLIP over AMQP 0-9-1 (RabbitMQ): the broker-attached side of silpgate. A supervisor keeps
+//! one connection up (reconnecting with capped, jittered backoff and re-declaring the topology
+//! each time), consumes the inbound queues, and hands each delivery to a worker; the worker
+//! ([`worker::Pipeline`]) takes it through the gateway core to its acknowledgement.
+//!
+//! Ordering: a conversation's messages always go to the same worker, which handles one
+//! message at a time, so they stay in order; different conversations run in parallel. In-flight
+//! work is bounded by the prefetch count and the workers' bounded queues.
+//!
+//! Shutdown: stop consuming, let the workers finish within `amqp.drain_secs`, then close the
+//! connection; the broker requeues whatever was not acknowledged.
+
+pub mod backoff;
+pub mod properties;
+pub mod publish;
+pub mod topology;
+pub mod worker;
+
+use crate::config::{AmqpConfig, Config};
+use crate::gateway::Gateway;
+use crate::gateway::store::Store;
+use crate::nlip::Limits;
+use backoff::Backoff;
+use futures_util::StreamExt;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, watch};
+use tracing::{info, warn};
+use worker::{Job, Pipeline};
+
+/// Messages waiting per worker; with the prefetch count this bounds what is held in memory.
+const WORKER_QUEUE: usize = 16;
+
+/// Why the AMQP side stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum AmqpError {
+    #[error("the store is damaged; stopped consuming so that nothing more is acknowledged")]
+    StoreDamaged,
+}
+
+/// The AMQP service: what it needs, and whether it is connected.
+pub struct Amqp {
+    config: Arc<Config>,
+    amqp: Arc<AmqpConfig>,
+    store: Arc<dyn Store>,
+    /// True while connected and consuming; `/readyz` reports it.
+    ready: Arc<AtomicBool>,
+}
+
+/// How one connection ended.
+enum Ended {
+    Shutdown,
+    Lost(String),
+    Fatal,
+}
+
+impl Amqp {
+    pub fn new(config: Arc<Config>, amqp: AmqpConfig, store: Arc<dyn Store>) -> Self {
+        Amqp { config, amqp: Arc::new(amqp), store, ready: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// The readiness flag, for `/readyz`.
+    pub fn readiness(&self) -> Arc<AtomicBool> {
+        self.ready.clone()
+    }
+
+    /// Runs until `shutdown` turns true (then drains and returns `Ok`), reconnecting whenever
+    /// the broker goes away.
+    ///
+    /// # Errors
+    /// [`AmqpError::StoreDamaged`] when a message hit a damaged store.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AmqpError> {
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.amqp.reconnect_initial_ms),
+            Duration::from_millis(self.amqp.reconnect_max_ms),
+        );
+        loop {
+            let stopping = *shutdown.borrow();
+            if stopping {
+                break;
+            }
+            let ended = match self.connect().await {
+                Ok((connection, consume, publish)) => {
+                    info!(queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
+                    backoff.reset();
+                    self.ready.store(true, Ordering::SeqCst);
+                    let ended = self.consume(&consume, publish, shutdown.clone()).await;
+                    self.ready.store(false, Ordering::SeqCst);
+                    // Closing requeues every delivery not acknowledged.
+                    let _ = connection.close(200, "silpgate closing".into()).await;
+                    ended
+                }
+                Err(e) => Ended::Lost(e.to_string()),
+            };
+            match ended {
+                Ended::Shutdown => break,
+                Ended::Fatal => return Err(AmqpError::StoreDamaged),
+                Ended::Lost(reason) => {
+                    let delay = backoff.next_delay();
+                    warn!(error = %reason, retry_in_ms = delay.as_millis() as u64, "Broker connection lost.");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = stopped(&mut shutdown) => break,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects, declares the topology, and opens a consuming and a confirm-mode channel.
+    async fn connect(&self) -> lapin::Result<(Connection, Channel, Channel)> {
+        let connection = Connection::connect(&self.amqp.uri(), ConnectionProperties::default()).await?;
+        let declare = connection.create_channel().await?;
+        topology::declare(&declare, &self.amqp, &self.config.agents).await?;
+        let _ = declare.close(200, "declared".into()).await;
+        let consume = connection.create_channel().await?;
+        consume.basic_qos(self.amqp.prefetch, BasicQosOptions { global: false }).await?;
+        let publish = connection.create_channel().await?;
+        publish.confirm_select(ConfirmSelectOptions::default()).await?;
+        Ok((connection, consume, publish))
+    }
+
+    /// Consumes until shutdown, connection loss or a fatal error; returns once every worker
+    /// has finished (or the drain deadline has passed).
+    async fn consume(&self, channel: &Channel, publish: Channel, mut shutdown: watch::Receiver<bool>) -> Ended {
+        let pipeline = Arc::new(Pipeline {
+            gateway: Gateway::new(self.config.clone(), self.store.clone()),
+            amqp: self.amqp.clone(),
+            limits: Limits {
+                max_bytes: self.config.nlip.max_message_bytes,
+                max_depth: self.config.nlip.max_depth,
+                max_submessages: self.config.nlip.max_submessages,
+            },
+            publisher: publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms)),
+            shutdown: shutdown.clone(),
+            broken: Arc::new(Notify::new()),
+            fatal: Arc::new(Notify::new()),
+        });
+
+        let mut consumers = Vec::with_capacity(self.amqp.inbound.len());
+        let mut tags = Vec::with_capacity(self.amqp.inbound.len());
+        for queue in &self.amqp.inbound {
+            let tag = format!("silpgate-{}-{queue}", std::process::id());
+            match channel
+                .basic_consume(queue.as_str().into(), tag.as_str().into(), BasicConsumeOptions::default(), FieldTable::default())
+                .await
+            {
+                Ok(consumer) => {
+                    let queue: Arc<str> = queue.as_str().into();
+                    consumers.push(consumer.map(move |d| (queue.clone(), d)));
+                    tags.push(tag);
+                }
+                Err(e) => return Ended::Lost(e.to_string()),
+            }
+        }
+        let mut deliveries = futures_util::stream::select_all(consumers);
+
+        let (senders, mut workers): (Vec<_>, Vec<_>) = (0..self.amqp.workers)
+            .map(|_| {
+                let (tx, mut rx) = mpsc::channel::<Job>(WORKER_QUEUE);
+                let pipeline = pipeline.clone();
+                let worker = tokio::spawn(async move {
+                    while let Some(job) = rx.recv().await {
+                        pipeline.process(job).await;
+                    }
+                });
+                (tx, worker)
+            })
+            .unzip();
+
+        let ended = loop {
+            tokio::select! {
+                biased;
+                () = stopped(&mut shutdown) => break Ended::Shutdown,
+                () = pipeline.fatal.notified() => break Ended::Fatal,
+                () = pipeline.broken.notified() => break Ended::Lost("a channel failed".into()),
+                next = deliveries.next() => match next {
+                    Some((queue, Ok(delivery))) => {
+                        let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
+                        let decoded = pipeline.decode(&delivery.data, &envelope);
+                        let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
+                        let job = Job { delivery, queue, envelope, decoded };
+                        if senders[shard].send(job).await.is_err() {
+                            break Ended::Lost("a worker stopped".into());
+                        }
+                    }
+                    Some((_, Err(e))) => break Ended::Lost(e.to_string()),
+                    None => break Ended::Lost("the broker cancelled the consumer".into()),
+                },
+            }
+        };
+
+        if matches!(ended, Ended::Shutdown) {
+            // Stop intake first; deliveries prefetched but not yet handed out are requeued when
+            // the connection closes.
+            for tag in &tags {
+                let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
+            }
+        }
+        drop(senders);
+        drop(deliveries);
+        let drain = Duration::from_secs(self.amqp.drain_secs);
+        let all = futures_util::future::join_all(workers.iter_mut());
+        if tokio::time::timeout(drain, all).await.is_err() {
+            warn!(drain_secs = self.amqp.drain_secs, "In-flight messages did not finish in time; the broker will redeliver them.");
+            for worker in &workers {
+                worker.abort();
+            }
+        }
+        if let Err(e) = self.store.flush_async().await {
+            warn!(error = %e, "Flushing the store failed.");
+        }
+        ended
+    }
+}
+
+/// Completes once `shutdown` turns true (or its sender is gone).
+pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, before any caller's next await.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// The worker for a delivery: by conversation, so that a conversation's messages keep their
+/// order; else by message id; else anywhere.
+fn shard_of(
+    decoded: &Result<crate::nlip::Message, crate::nlip::NlipError>,
+    envelope: &properties::Envelope,
+    tag: u64,
+    workers: usize,
+) -> usize {
+    let mut hasher = DefaultHasher::new();
+    match (decoded.as_ref().ok().and_then(|m| m.conversation_token()), &envelope.message_id) {
+        (Some(token), _) => token.hash(&mut hasher),
+        (None, Some(id)) => id.hash(&mut hasher),
+        (None, None) => tag.hash(&mut hasher),
+    }
+    (hasher.finish() % workers as u64) as usize
+}

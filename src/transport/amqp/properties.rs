@@ -1,0 +1,257 @@
+//! The NLIP AMQP binding on AMQP 0-9-1 message properties: what an inbound delivery says about
+//! itself (encoding, reply addresses, correlation, identity) and the properties silpgate puts
+//! on everything it publishes.
+//!
+//! The binding (ECMA-433 working draft) maps one NLIP message to one AMQP message, with
+//! `content-type` `application/json` or `application/cbor`, `correlation-id` copied to the
+//! response, the response sent to `reply-to`, and `nlip-reply-<content-type>` application
+//! properties (AMQP 0-9-1 headers here) asking for responses in several encodings at several
+//! addresses. RabbitMQ's default exchange routes a reply to the queue `reply-to` names.
+
+use crate::nlip::Encoding;
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+
+/// Header prefix of the binding's multi-format reply requests.
+const REPLY_HEADER_PREFIX: &str = "nlip-reply-";
+/// Header that carries an inbound message's `user_id` onward: RabbitMQ refuses a publish whose
+/// `user_id` is not the publishing connection's user, so the property itself cannot travel.
+pub const USER_ID_HEADER: &str = "nlip-user-id";
+/// Dead-letter headers: the error code and the human-readable reason.
+pub const ERROR_CODE_HEADER: &str = "x-silpgate-error-code";
+pub const ERROR_HEADER: &str = "x-silpgate-error";
+/// Dead-letter header: the queue the message was consumed from.
+pub const SOURCE_QUEUE_HEADER: &str = "x-silpgate-source-queue";
+/// Longest error text put in a header.
+const MAX_ERROR_HEADER: usize = 4096;
+
+/// Persistent delivery mode.
+const PERSISTENT: u8 = 2;
+
+/// What an inbound delivery's properties say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// The encoding the body is in; `Err` holds an unsupported content type.
+    pub encoding: Result<Encoding, String>,
+    pub message_id: Option<String>,
+    pub correlation_id: Option<String>,
+    pub reply_to: Option<String>,
+    pub user_id: Option<String>,
+    /// Where replies go, in which encoding: the `nlip-reply-*` headers, else `reply_to` in the
+    /// inbound encoding, else nowhere.
+    pub replies: Vec<(Encoding, String)>,
+    /// Deliveries of this message before this one, as the broker counts them (quorum queues'
+    /// `x-delivery-count`; classic queues only say whether it is a redelivery).
+    pub earlier_deliveries: u32,
+}
+
+impl Envelope {
+    /// Reads the properties of a delivery.
+    pub fn read(properties: &BasicProperties, redelivered: bool) -> Envelope {
+        let text = |v: &Option<ShortString>| v.as_ref().map(|s| s.as_str().to_owned()).filter(|s| !s.is_empty());
+        // A missing content type is read as JSON, the binding's text form; an unknown one is an
+        // error the sender hears about.
+        let encoding = match properties.content_type() {
+            None => Ok(Encoding::Json),
+            Some(ct) => Encoding::from_content_type(ct.as_str()).ok_or_else(|| ct.as_str().to_owned()),
+        };
+        let headers = properties.headers().as_ref();
+        let mut replies: Vec<(Encoding, String)> = headers
+            .map(|h| {
+                h.inner()
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        let content_type = k.as_str().strip_prefix(REPLY_HEADER_PREFIX)?;
+                        Some((Encoding::from_content_type(content_type)?, value_text(v)?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let reply_to = text(properties.reply_to());
+        if replies.is_empty()
+            && let (Some(address), Ok(encoding)) = (&reply_to, &encoding)
+        {
+            replies.push((*encoding, address.clone()));
+        }
+        let earlier_deliveries = headers
+            .and_then(|h| h.inner().get("x-delivery-count"))
+            .and_then(value_number)
+            .unwrap_or(u32::from(redelivered));
+        Envelope {
+            encoding,
+            message_id: text(properties.message_id()),
+            correlation_id: text(properties.correlation_id()),
+            reply_to,
+            user_id: text(properties.user_id()),
+            replies,
+            earlier_deliveries,
+        }
+    }
+
+    /// Properties of a message silpgate publishes on behalf of this one: persistent, in
+    /// `encoding`, with its own stable `message_id` and this message's correlation.
+    pub fn outbound_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
+        let mut properties = BasicProperties::default()
+            .with_delivery_mode(PERSISTENT)
+            .with_content_type(encoding.content_type().into())
+            .with_message_id(message_id.into());
+        if let Some(correlation_id) = &self.correlation_id {
+            properties = properties.with_correlation_id(correlation_id.as_str().into());
+        }
+        let mut headers = FieldTable::default();
+        if let Some(user) = &self.user_id {
+            headers.insert(USER_ID_HEADER.into(), long_string(user));
+        }
+        properties.with_headers(headers)
+    }
+
+    /// Properties of a message forwarded to an agent: as [`Envelope::outbound_properties`],
+    /// and the sender's reply addresses travel with it, so that the agent can answer the
+    /// original requester (the binding's reply-to rule, one hop further).
+    pub fn forward_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
+        let mut properties = self.outbound_properties(encoding, message_id);
+        if let Some(reply_to) = &self.reply_to {
+            properties = properties.with_reply_to(reply_to.as_str().into());
+        }
+        let mut headers = properties.headers().clone().unwrap_or_default();
+        for (encoding, address) in self.replies.iter().filter(|(_, a)| Some(a) != self.reply_to.as_ref()) {
+            headers.insert(format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(), long_string(address));
+        }
+        properties.with_headers(headers)
+    }
+}
+
+/// The properties of a message being dead-lettered: its own, with why it was given up, and
+/// its `user_id` moved into a header (the broker refuses another user's id from silpgate).
+pub fn dead_letter_properties(original: &BasicProperties, code: &str, reason: &str, queue: &str) -> BasicProperties {
+    let mut headers = original.headers().clone().unwrap_or_default();
+    headers.insert(ERROR_CODE_HEADER.into(), long_string(code));
+    headers.insert(ERROR_HEADER.into(), long_string(truncate(reason, MAX_ERROR_HEADER)));
+    headers.insert(SOURCE_QUEUE_HEADER.into(), long_string(queue));
+    if let Some(user) = original.user_id() {
+        headers.insert(USER_ID_HEADER.into(), long_string(user.as_str()));
+    }
+    let mut properties = BasicProperties::default().with_delivery_mode(PERSISTENT).with_headers(headers);
+    if let Some(v) = original.content_type() {
+        properties = properties.with_content_type(v.clone());
+    }
+    if let Some(v) = original.message_id() {
+        properties = properties.with_message_id(v.clone());
+    }
+    if let Some(v) = original.correlation_id() {
+        properties = properties.with_correlation_id(v.clone());
+    }
+    if let Some(v) = original.reply_to() {
+        properties = properties.with_reply_to(v.clone());
+    }
+    properties
+}
+
+/// The id of the `index`-th message published for an inbound message: stable across
+/// redeliveries, so that receivers can drop duplicates.
+pub fn outbound_id(inbound_id: &str, index: usize) -> String {
+    format!("{inbound_id}:{index}")
+}
+
+/// An id for a message that came without one: its body's hash, the same on every redelivery.
+pub fn content_id(body: &[u8]) -> String {
+    let hex = crate::silp::ir::sha256_hex(body);
+    format!("sha256-{}", &hex[..32])
+}
+
+/// Reads a header as text.
+pub fn value_text(value: &AMQPValue) -> Option<String> {
+    match value {
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn value_number(value: &AMQPValue) -> Option<u32> {
+    let n: i64 = match *value {
+        AMQPValue::ShortShortInt(n) => n.into(),
+        AMQPValue::ShortShortUInt(n) => n.into(),
+        AMQPValue::ShortInt(n) => n.into(),
+        AMQPValue::ShortUInt(n) => n.into(),
+        AMQPValue::LongInt(n) => n.into(),
+        AMQPValue::LongUInt(n) => n.into(),
+        AMQPValue::LongLongInt(n) => n,
+        _ => return None,
+    };
+    u32::try_from(n).ok()
+}
+
+fn long_string(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+        let mut table = FieldTable::default();
+        for (k, v) in pairs {
+            table.insert((*k).into(), v.clone());
+        }
+        table
+    }
+
+    #[test]
+    fn reply_headers_override_reply_to_and_content_type_selects_the_encoding() {
+        let properties = BasicProperties::default()
+            .with_content_type("application/cbor".into())
+            .with_reply_to("requester".into())
+            .with_correlation_id("c-1".into())
+            .with_headers(headers(&[
+                ("nlip-reply-application/json", long_string("json-inbox")),
+                ("nlip-reply-application/cbor", long_string("cbor-inbox")),
+                ("x-delivery-count", AMQPValue::LongLongInt(3)),
+            ]));
+        let e = Envelope::read(&properties, true);
+        assert_eq!(e.encoding, Ok(Encoding::Cbor));
+        let mut replies = e.replies.clone();
+        replies.sort_by(|a, b| a.1.cmp(&b.1));
+        assert_eq!(replies, [(Encoding::Cbor, "cbor-inbox".into()), (Encoding::Json, "json-inbox".into())]);
+        assert_eq!(e.earlier_deliveries, 3);
+        assert_eq!(e.correlation_id.as_deref(), Some("c-1"));
+    }
+
+    #[test]
+    fn reply_to_gets_the_inbound_encoding_and_unknown_types_are_reported() {
+        let properties = BasicProperties::default().with_reply_to("inbox".into());
+        let e = Envelope::read(&properties, true);
+        assert_eq!(e.replies, [(Encoding::Json, "inbox".into())]);
+        assert_eq!(e.earlier_deliveries, 1, "a classic-queue redelivery counts once");
+        let odd = BasicProperties::default().with_content_type("text/plain".into());
+        assert_eq!(Envelope::read(&odd, false).encoding, Err("text/plain".into()));
+    }
+
+    #[test]
+    fn dead_letters_keep_the_message_and_say_why() {
+        let original = BasicProperties::default()
+            .with_message_id("m-7".into())
+            .with_user_id("alice".into())
+            .with_headers(headers(&[("app", long_string("kept"))]));
+        let p = dead_letter_properties(&original, "invalid_envelope", &"x".repeat(10_000), "in");
+        let h = p.headers().as_ref().unwrap().inner();
+        assert_eq!(value_text(&h[ERROR_CODE_HEADER]).as_deref(), Some("invalid_envelope"));
+        assert_eq!(value_text(&h[ERROR_HEADER]).unwrap().len(), MAX_ERROR_HEADER);
+        assert_eq!(value_text(&h["app"]).as_deref(), Some("kept"));
+        assert_eq!(value_text(&h[USER_ID_HEADER]).as_deref(), Some("alice"));
+        assert!(p.user_id().is_none(), "the broker would refuse another user's id");
+        assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("m-7"));
+    }
+}

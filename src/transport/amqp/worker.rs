@@ -1,0 +1,257 @@
+//! One inbound delivery, from bytes to acknowledgement: decode, hand to the gateway core,
+//! make its state durable, publish what it produced and wait for the broker's confirms, and
+//! only then acknowledge. Poison goes to the dead-letter exchange with the reason; transient
+//! failures are retried with backoff, then dead-lettered once the attempts run out.
+//!
+//! Why this order: an acknowledged message is gone from the broker, so everything it caused
+//! must already be safe elsewhere (sled flushed, downstream confirmed). A crash anywhere before
+//! the ack leaves the message unacknowledged; the broker redelivers it, and the ledger makes
+//! the redelivery publish again (same `message_id`s) without counting anything twice.
+
+use super::backoff::Backoff;
+use super::stopped;
+use super::properties::{self, Envelope};
+use super::publish::{Publication, PublishError, Publisher};
+use crate::config::AmqpConfig;
+use crate::gateway::store::{Changes, LedgerState, StoreError};
+use crate::gateway::{Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport};
+use crate::nlip::{self, Encoding, Message, NlipError};
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tracing::{debug, error, warn};
+
+/// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
+/// to pick the worker).
+pub struct Job {
+    pub delivery: Delivery,
+    pub queue: Arc<str>,
+    pub envelope: Envelope,
+    pub decoded: Result<Message, NlipError>,
+}
+
+/// Why an attempt at a message failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    #[error("publishing to {destination}: {error}")]
+    Publish { destination: String, error: PublishError },
+}
+
+impl Failure {
+    fn disposition(&self) -> Disposition {
+        match self {
+            Failure::Gateway(e) => e.disposition(),
+            Failure::Publish { .. } => Disposition::Transient,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Failure::Gateway(e) => e.code(),
+            Failure::Publish { error, .. } => error.code(),
+        }
+    }
+}
+
+/// What the workers of one connection share.
+pub struct Pipeline {
+    pub gateway: Gateway,
+    pub amqp: Arc<AmqpConfig>,
+    pub limits: nlip::Limits,
+    pub publisher: Publisher,
+    /// Set when silpgate is shutting down: stop retrying, leave the message to the broker.
+    pub shutdown: watch::Receiver<bool>,
+    /// Told when the connection is unusable, so that the supervisor reconnects.
+    pub broken: Arc<Notify>,
+    /// Told when the store is damaged: silpgate must stop.
+    pub fatal: Arc<Notify>,
+}
+
+impl Pipeline {
+    /// Decodes a delivery's body by its content type.
+    pub fn decode(&self, body: &[u8], envelope: &Envelope) -> Result<Message, NlipError> {
+        match &envelope.encoding {
+            Ok(encoding) => nlip::decode(body, *encoding, &self.limits),
+            Err(content_type) => Err(NlipError::new(
+                nlip::NlipErrorKind::InvalidEncoding,
+                format!("content type '{content_type}' is neither application/json nor application/cbor"),
+            )),
+        }
+    }
+
+    /// Takes one delivery to its end: acknowledged, dead-lettered, or left to the broker.
+    pub async fn process(&self, job: Job) {
+        let mut backoff =
+            Backoff::new(Duration::from_millis(self.amqp.retry_initial_ms), Duration::from_millis(self.amqp.retry_max_ms));
+        let mut attempts = job.envelope.earlier_deliveries;
+        loop {
+            attempts += 1;
+            let failure = match self.attempt(&job).await {
+                Ok(()) => return self.ack(&job).await,
+                Err(failure) => failure,
+            };
+            let message_id = job.envelope.message_id.as_deref().unwrap_or("-");
+            match failure.disposition() {
+                Disposition::Duplicate => return self.ack(&job).await,
+                Disposition::Poison => {
+                    warn!(message_id, queue = %job.queue, code = failure.code(), error = %failure, "Message rejected to the dead-letter exchange.");
+                    if self.dead_letter(&job, failure.code(), &failure.to_string()).await {
+                        return;
+                    }
+                }
+                Disposition::Transient if attempts >= self.amqp.max_attempts => {
+                    let reason = format!("gave up after {attempts} attempts: {failure}");
+                    warn!(message_id, queue = %job.queue, code = failure.code(), error = %reason, "Message dead-lettered.");
+                    if self.dead_letter(&job, failure.code(), &reason).await {
+                        return;
+                    }
+                }
+                Disposition::Transient => {
+                    warn!(message_id, queue = %job.queue, attempt = attempts, code = failure.code(), error = %failure, "Message failed; retrying.");
+                }
+                Disposition::Fatal => {
+                    error!(message_id, code = failure.code(), error = %failure, "Stopping: the store is damaged.");
+                    let _ = job.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await;
+                    self.fatal.notify_one();
+                    return;
+                }
+            }
+            if !self.publisher.channel().status().connected() {
+                // The broker has requeued the delivery already; acking it now would fail.
+                self.broken.notify_one();
+                return;
+            }
+            let mut shutdown = self.shutdown.clone();
+            tokio::select! {
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+                () = stopped(&mut shutdown) => return,
+            }
+        }
+    }
+
+    /// One attempt: everything up to, but not including, the acknowledgement.
+    async fn attempt(&self, job: &Job) -> Result<(), Failure> {
+        let outcome = match &job.decoded {
+            Ok(message) => self.gateway.handle(Inbound {
+                envelope: message.clone(),
+                origin: Origin {
+                    transport: Transport::Amqp,
+                    source: job.queue.to_string(),
+                    reply_to: job.envelope.reply_to.clone(),
+                    correlation_id: job.envelope.correlation_id.clone(),
+                    message_id: job.envelope.message_id.clone(),
+                },
+                received_at: crate::store::time::now_millis(),
+            }),
+            Err(e) => self.gateway.reject_undecodable(e.clone()),
+        };
+        let base_id = job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
+        match outcome.status {
+            Status::Duplicate => Ok(()),
+            Status::Failed(error) => {
+                if error.disposition() == Disposition::Poison {
+                    // The sender hears why; if that fails, the dead-letter copy still says it.
+                    if let Err(e) = self.publish(job, &base_id, outcome.outbound).await {
+                        debug!(error = %e, "Error reply not delivered.");
+                    }
+                }
+                Err(error.into())
+            }
+            Status::Delivered => {
+                self.gateway.store().flush_async().await.map_err(GatewayError::Store)?;
+                self.publish(job, &base_id, outcome.outbound).await?;
+                if let Some(id) = &job.envelope.message_id {
+                    // Not flushed on purpose: if this is lost, a redelivery publishes again
+                    // with the same ids, which receivers drop.
+                    let done = Changes { ledger: vec![(id.clone(), LedgerState::Published)], ..Changes::default() };
+                    if let Err(e) = self.gateway.store().commit(&done, crate::store::time::now_millis()) {
+                        warn!(message_id = %id, error = %e, "Could not mark the message published.");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Publishes an outcome's envelopes: to agents on the agents exchange, replies to every
+    /// reply address in its encoding.
+    async fn publish(&self, job: &Job, base_id: &str, outbound: Vec<Outbound>) -> Result<(), Failure> {
+        let config = self.gateway.config();
+        let mut publications = Vec::with_capacity(outbound.len());
+        for (index, out) in outbound.iter().enumerate() {
+            let id = properties::outbound_id(base_id, index);
+            match &out.destination {
+                Destination::Agent(name) => {
+                    let agent = config.agents.iter().find(|a| &a.name == name);
+                    let encoding =
+                        agent.and_then(|a| Encoding::from_content_type(&a.content_type)).unwrap_or(Encoding::Json);
+                    publications.push(Publication {
+                        exchange: &self.amqp.agents_exchange,
+                        routing_key: agent.map_or(name.as_str(), |a| a.routing_key()),
+                        body: nlip::encode(&out.envelope, encoding),
+                        properties: job.envelope.forward_properties(encoding, &id),
+                    });
+                }
+                Destination::Reply if job.envelope.replies.is_empty() => {
+                    debug!(message_id = %id, "No reply address; the reply is dropped.");
+                }
+                Destination::Reply => {
+                    for (encoding, address) in &job.envelope.replies {
+                        publications.push(Publication {
+                            exchange: "",
+                            routing_key: address,
+                            body: nlip::encode(&out.envelope, *encoding),
+                            properties: job.envelope.outbound_properties(*encoding, &id),
+                        });
+                    }
+                }
+            }
+        }
+        self.publisher.publish_all(publications).await.map_err(|error| {
+            if matches!(error, PublishError::Channel(_)) {
+                self.broken.notify_one();
+            }
+            Failure::Publish { destination: "downstream".into(), error }
+        })
+    }
+
+    /// Publishes the message, as it came, to the dead-letter exchange with why, then
+    /// acknowledges it. False when the dead-letter copy could not be made safe (retry).
+    async fn dead_letter(&self, job: &Job, code: &str, reason: &str) -> bool {
+        let publication = Publication {
+            exchange: &self.amqp.dead_letter_exchange,
+            routing_key: &job.queue,
+            body: job.delivery.data.clone(),
+            properties: properties::dead_letter_properties(&job.delivery.properties, code, reason, &job.queue),
+        };
+        match self.publisher.publish_all(vec![publication]).await {
+            Ok(()) => {
+                self.ack(job).await;
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "Dead-lettering failed; retrying.");
+                false
+            }
+        }
+    }
+
+    async fn ack(&self, job: &Job) {
+        // Acks are individual: confirms, and so acks, complete out of order across workers.
+        if let Err(e) = job.delivery.acker.ack(BasicAckOptions { multiple: false }).await {
+            // The channel is gone and the broker will redeliver: the ledger handles that.
+            debug!(error = %e, "Acknowledgement not sent.");
+            self.broken.notify_one();
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Gateway(GatewayError::Store(e))
+    }
+}

@@ -1,0 +1,385 @@
+//! The AMQP side against the real RabbitMQ on 127.0.0.1:5672, with silpgate as a child process:
+//! delivery exactly once in the plain case, poison to the dead-letter queue, forced connection
+//! closes, SIGKILL and SIGTERM mid-stream, and a blocked or unroutable downstream. Every test
+//! counts by message id, and checks session state (turns per conversation) from the store.
+
+mod support;
+
+use lapin::BasicProperties;
+use lapin::options::{QueueBindOptions, QueueDeclareOptions, QueuePurgeOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use silpgate::nlip::{self, Encoding, Limits};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+use support::broker::{self, Daemon, Names, Received};
+
+/// The tests share one broker on two cores: one at a time keeps their timing honest.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const LONG: Duration = Duration::from_secs(180);
+
+fn props(i: usize) -> BasicProperties {
+    BasicProperties::default()
+        .with_message_id(format!("m-{i}").into())
+        .with_correlation_id(format!("c-{i}").into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2)
+}
+
+fn header(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value.as_bytes().to_vec()))
+}
+
+/// `count` envelopes over `conversations` conversations, all to the transcoding route.
+fn plain_batch(names: &Names, count: usize, conversations: usize) -> Vec<(String, Vec<u8>, BasicProperties)> {
+    (0..count).map(|i| (names.inbound(), broker::envelope(i, i % conversations, None), props(i))).collect()
+}
+
+fn decode(r: &Received) -> nlip::Message {
+    let encoding = Encoding::from_content_type(r.content_type.as_deref().unwrap_or_default()).expect("content type");
+    nlip::decode(&r.body, encoding, &Limits::default()).expect("silpgate publishes valid NLIP")
+}
+
+/// The inbound id of a forwarded message (`m-<i>:<n>`), or `None` for a control notice.
+fn forwarded_id(r: &Received) -> Option<String> {
+    if decode(r).is_control() {
+        return None;
+    }
+    Some(r.message_id.rsplit_once(':').expect("outbound ids are <inbound id>:<n>").0.to_owned())
+}
+
+fn distinct_forwarded(got: &[Received]) -> usize {
+    got.iter().filter_map(forwarded_id).collect::<HashSet<_>>().len()
+}
+
+/// Asserts that every conversation counted exactly its messages: nothing applied twice.
+fn assert_turns(store: &std::path::Path, count: usize, conversations: usize) {
+    let turns = broker::session_turns(store);
+    for c in 0..conversations {
+        let expected = (0..count).filter(|i| i % conversations == c).count() as u64;
+        assert_eq!(turns.get(&format!("conv-{c}")), Some(&expected), "turns of conv-{c}");
+    }
+}
+
+async fn declare_plain_queue(channel: &lapin::Channel, queue: &str, arguments: FieldTable) {
+    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(queue.into(), options, arguments).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_envelopes_arrive_once_each_and_replies_reach_reply_to() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("thousand");
+    let dir = broker::temp_dir("amqp-thousand");
+    let (connection, channel) = broker::channel().await;
+    declare_plain_queue(&channel, &names.replies(), FieldTable::default()).await;
+    declare_plain_queue(&channel, &names.cbor_replies(), FieldTable::default()).await;
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "", true), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+
+    const N: usize = 1000;
+    const CONVERSATIONS: usize = 25;
+    let messages = (0..N)
+        .map(|i| {
+            let decode_back = i % 10 == 0;
+            let body = broker::envelope(i, i % CONVERSATIONS, decode_back.then_some("decode"));
+            let mut properties = props(i).with_reply_to(names.replies().into());
+            let body = if i % 4 == 1 {
+                // CBOR in, by content type.
+                properties = properties.with_content_type("application/cbor".into());
+                let message = nlip::decode(&body, Encoding::Json, &Limits::default()).unwrap();
+                nlip::encode(&message, Encoding::Cbor)
+            } else {
+                body
+            };
+            if i % 20 == 0 {
+                // Replies asked for in two encodings at two addresses.
+                let mut h = FieldTable::default();
+                h.insert("nlip-reply-application/json".into(), header(&names.replies()));
+                h.insert("nlip-reply-application/cbor".into(), header(&names.cbor_replies()));
+                properties = properties.with_headers(h);
+            }
+            (names.inbound(), body, properties)
+        })
+        .collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), messages).await;
+
+    let sink = broker::collect(&channel, &names.sink(), LONG, |got| distinct_forwarded(got) == N * 9 / 10).await;
+    // Anything more would be a duplicate: give it a moment to show up.
+    let late = broker::collect(&channel, &names.sink(), Duration::from_millis(500), |_| false).await;
+    let mut per_id: HashMap<String, usize> = HashMap::new();
+    for r in sink.iter().chain(&late) {
+        let Some(id) = forwarded_id(r) else { continue };
+        *per_id.entry(id.clone()).or_default() += 1;
+        let i: usize = id[2..].parse().unwrap();
+        assert_eq!(r.correlation_id.as_deref(), Some(format!("c-{i}").as_str()));
+        assert_eq!(r.content_type.as_deref(), Some("application/cbor"), "the agent takes CBOR");
+        assert_eq!(decode(r).subformat, "silp-json", "transcoded for the agent");
+        assert_eq!(r.headers.get("nlip-reply-application/json").is_some(), i % 20 == 0);
+    }
+    assert_eq!(per_id.len(), N * 9 / 10);
+    assert!(per_id.values().all(|&n| n == 1), "exactly once each: {:?}", per_id.iter().find(|(_, n)| **n != 1));
+
+    let is_reply = |r: &Received| !decode(r).is_control();
+    let replies = broker::collect(&channel, &names.replies(), LONG, |got| got.iter().filter(|r| is_reply(r)).count() == N / 10).await;
+    let cbor_replies = broker::collect(&channel, &names.cbor_replies(), LONG, |got| got.iter().filter(|r| is_reply(r)).count() == N / 20).await;
+    for (r, content_type) in replies.iter().map(|r| (r, "application/json")).chain(cbor_replies.iter().map(|r| (r, "application/cbor"))) {
+        if !is_reply(r) {
+            continue;
+        }
+        let i: usize = r.message_id[2..].split(':').next().unwrap().parse().unwrap();
+        assert_eq!(i % 10, 0, "only decode-route messages are answered");
+        assert_eq!(r.correlation_id.as_deref(), Some(format!("c-{i}").as_str()));
+        assert_eq!(r.content_type.as_deref(), Some(content_type));
+        assert_eq!(decode(r).subformat, "silp-ir", "decoded back for the sender");
+    }
+    assert_eq!(replies.iter().filter(|r| is_reply(r)).count(), N / 10);
+    assert_eq!(cbor_replies.iter().filter(|r| is_reply(r)).count(), N / 20);
+
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    assert_turns(&dir.join("store"), N, CONVERSATIONS);
+    assert_eq!(broker::queue_counts(&names.inbound()), (0, 0));
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_is_dead_lettered_with_its_code_and_good_messages_pass_it() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("poison");
+    let dir = broker::temp_dir("amqp-poison");
+    let (connection, channel) = broker::channel().await;
+    declare_plain_queue(&channel, &names.replies(), FieldTable::default()).await;
+    // One worker: a poison message that blocked its worker would block everything behind it.
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "workers = 1\nmax_attempts = 1000", true), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+
+    const N: usize = 200;
+    let mut expected_codes = HashMap::new();
+    let messages = (0..N)
+        .map(|i| {
+            let mut properties = props(i).with_reply_to(names.replies().into());
+            let body = match i % 16 {
+                3 => b"{ not json".to_vec(),
+                7 => br#"{"format":"nonsense","subformat":"x","content":"y"}"#.to_vec(),
+                11 => br#"{"format":"structured","subformat":"silp-code","content":"cancel((","submessages":[{"format":"token","subformat":"conversation","content":"conv-0"}]}"#.to_vec(),
+                15 => {
+                    properties = properties.with_content_type("text/plain".into());
+                    broker::envelope(i, 0, None)
+                }
+                _ => broker::envelope(i, i % 5, None),
+            };
+            let code = match i % 16 {
+                3 | 15 => Some("invalid_encoding"),
+                7 => Some("invalid_envelope"),
+                11 => Some("invalid_syntax"),
+                _ => None,
+            };
+            if let Some(code) = code {
+                expected_codes.insert(format!("m-{i}"), code);
+            }
+            (names.inbound(), body, properties)
+        })
+        .collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), messages).await;
+    let good = N - expected_codes.len();
+
+    let sink = broker::collect(&channel, &names.sink(), LONG, |got| distinct_forwarded(got) == good).await;
+    assert_eq!(distinct_forwarded(&sink), good, "every good message arrives");
+    let dead = broker::collect(&channel, &names.dead(), LONG, |got| got.len() == expected_codes.len()).await;
+    assert_eq!(dead.len(), expected_codes.len());
+    for d in &dead {
+        let code = expected_codes.get(&d.message_id).unwrap_or_else(|| panic!("{} is not poison", d.message_id));
+        assert_eq!(d.headers.get("x-silpgate-error-code").map(String::as_str), Some(*code), "{}", d.message_id);
+        let reason = &d.headers["x-silpgate-error"];
+        assert!(!reason.is_empty() && !reason.starts_with("gave up"), "dead-lettered at once: {reason}");
+        assert_eq!(d.headers.get("x-silpgate-source-queue"), Some(&names.inbound()));
+    }
+    // Each poison message's sender hears why, correlated.
+    let replies = broker::collect(&channel, &names.replies(), LONG, |got| got.len() == expected_codes.len()).await;
+    let answered: HashSet<_> = replies
+        .iter()
+        .map(|r| {
+            let message = decode(r);
+            assert!(message.is_error(), "an NLIP error message");
+            r.correlation_id.clone().unwrap().replacen('c', "m", 1)
+        })
+        .collect();
+    assert_eq!(answered, expected_codes.keys().cloned().collect::<HashSet<_>>());
+
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+/// Waits until the sink queue holds at least `at_least` messages.
+async fn wait_for_sink(names: &Names, at_least: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ready, _) = broker::queue_counts(&names.sink());
+        if ready >= at_least {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the sink stopped growing at {ready}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Collects the sink until every one of `n` messages has arrived at least once, and checks
+/// that copies of one message are identical.
+async fn assert_all_arrived(channel: &lapin::Channel, names: &Names, n: usize) {
+    let sink = broker::collect(channel, &names.sink(), LONG, |got| distinct_forwarded(got) == n).await;
+    assert_eq!(distinct_forwarded(&sink), n, "nothing lost");
+    let mut bodies: HashMap<&str, &[u8]> = HashMap::new();
+    for r in &sink {
+        let first = bodies.entry(r.message_id.as_str()).or_insert(r.body.as_slice());
+        assert_eq!(*first, r.body.as_slice(), "duplicates of {} are the same message", r.message_id);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_connection_closes_lose_nothing_and_apply_nothing_twice() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("closes");
+    let dir = broker::temp_dir("amqp-closes");
+    const N: usize = 1500;
+    const CONVERSATIONS: usize = 30;
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "", true), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    {
+        let (connection, channel) = broker::channel().await;
+        broker::publish_all(&channel, &names.inbound_exchange(), plain_batch(&names, N, CONVERSATIONS)).await;
+        // The test holds no connection while every connection is being closed.
+        connection.close(200, "published".into()).await.unwrap();
+    }
+    for round in 1..=3u64 {
+        wait_for_sink(&names, round * 200).await;
+        broker::rabbitmqctl(&["close_all_connections", "silpgate test: forced close"]);
+    }
+    daemon.wait_ready(Duration::from_secs(30));
+    let (connection, channel) = broker::channel().await;
+    assert_all_arrived(&channel, &names, N).await;
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    assert_turns(&dir.join("store"), N, CONVERSATIONS);
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_stream_five_times_loses_nothing_and_applies_each_once() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("sigkill");
+    let dir = broker::temp_dir("amqp-sigkill");
+    const N: usize = 1500;
+    const CONVERSATIONS: usize = 30;
+    let config = names.config(&dir.join("store"), "", true);
+    // The first start declares the topology; publish before anything is consumed.
+    Daemon::start(&config, &dir).kill();
+    let (connection, channel) = broker::channel().await;
+    broker::publish_all(&channel, &names.inbound_exchange(), plain_batch(&names, N, CONVERSATIONS)).await;
+    for round in 1..=5u64 {
+        let daemon = Daemon::start(&config, &dir);
+        wait_for_sink(&names, round * 150).await;
+        daemon.kill();
+    }
+    let daemon = Daemon::start(&config, &dir);
+    assert_all_arrived(&channel, &names, N).await;
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    assert_turns(&dir.join("store"), N, CONVERSATIONS);
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_500_in_flight_exits_0_in_time_and_loses_nothing() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("sigterm");
+    let dir = broker::temp_dir("amqp-sigterm");
+    const N: usize = 2000;
+    const CONVERSATIONS: usize = 40;
+    let config = names.config(&dir.join("store"), "prefetch = 500\ndrain_secs = 10", true);
+    Daemon::start(&config, &dir).kill();
+    let (connection, channel) = broker::channel().await;
+    broker::publish_all(&channel, &names.inbound_exchange(), plain_batch(&names, N, CONVERSATIONS)).await;
+    let daemon = Daemon::start(&config, &dir);
+    wait_for_sink(&names, 100).await;
+    let (_, in_flight) = broker::queue_counts(&names.inbound());
+    let (status, took) = daemon.terminate(Duration::from_secs(30));
+    assert!(status.success(), "exit status {status:?}");
+    assert!(took < Duration::from_secs(12), "exited after {took:?}, past the 10 s drain deadline");
+    eprintln!("SIGTERM with {in_flight} deliveries unacknowledged; exited in {took:?}");
+    let (_, unacked) = broker::queue_counts(&names.inbound());
+    assert_eq!(unacked, 0, "nothing is held once silpgate has gone");
+
+    let daemon = Daemon::start(&config, &dir);
+    assert_all_arrived(&channel, &names, N).await;
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    assert_turns(&dir.join("store"), N, CONVERSATIONS);
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unroutable_or_full_downstream_holds_the_message_until_it_clears() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("blocked");
+    let dir = broker::temp_dir("amqp-blocked");
+    let (connection, channel) = broker::channel().await;
+    // silpgate does not declare the sink: nothing is bound to its routing key yet.
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "max_attempts = 100000", false), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+
+    let one = |i: usize| vec![(names.inbound(), broker::envelope(i, 0, None), props(i))];
+    broker::publish_all(&channel, &names.inbound_exchange(), one(1)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(broker::queue_counts(&names.inbound()), (0, 1), "unroutable: held, not acknowledged");
+    let mut full = FieldTable::default();
+    full.insert("x-max-length".into(), AMQPValue::LongInt(1));
+    full.insert("x-overflow".into(), header("reject-publish"));
+    declare_plain_queue(&channel, &names.sink(), full).await;
+    let bind = QueueBindOptions::default();
+    channel
+        .queue_bind(names.sink().as_str().into(), names.agents_exchange().as_str().into(), names.sink().as_str().into(), bind, FieldTable::default())
+        .await
+        .unwrap();
+    let arrived = broker::collect(&channel, &names.sink(), Duration::from_secs(30), |got| !got.is_empty()).await;
+    assert_eq!(arrived.first().and_then(forwarded_id).as_deref(), Some("m-1"), "through once routable");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(broker::queue_counts(&names.inbound()), (0, 0));
+
+    // Full: the sink holds one message and refuses more.
+    broker::publish_all(&channel, "", vec![(names.sink(), b"filler".to_vec(), BasicProperties::default())]).await;
+    broker::publish_all(&channel, &names.inbound_exchange(), one(2)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(broker::queue_counts(&names.inbound()), (0, 1), "refused downstream: held, not acknowledged");
+    assert_eq!(broker::queue_counts(&names.sink()), (1, 0));
+    channel.queue_purge(names.sink().as_str().into(), QueuePurgeOptions::default()).await.unwrap();
+    let arrived = broker::collect(&channel, &names.sink(), Duration::from_secs(30), |got| !got.is_empty()).await;
+    assert_eq!(arrived.first().and_then(forwarded_id).as_deref(), Some("m-2"), "through once there is room");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(broker::queue_counts(&names.inbound()), (0, 0));
+
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+#[test]
+fn without_a_broker_http_still_serves_and_readyz_says_not_ready() {
+    let dir = broker::temp_dir("amqp-away");
+    let config = format!(
+        "[store]\npath = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\nplain = true\n[amqp]\nurl = \"amqp://guest:guest@127.0.0.1:1/%2f\"\nreconnect_max_ms = 200\n",
+        dir.join("store").display()
+    );
+    let daemon = Daemon::start(&config, &dir);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(daemon.readyz(), 503);
+    let (status, _) = daemon.terminate(Duration::from_secs(20));
+    assert!(status.success(), "shuts down cleanly while reconnecting");
+}

@@ -1,0 +1,347 @@
+//! Test support for the AMQP side: a real RabbitMQ on 127.0.0.1:5672 (the tests fail, loudly,
+//! when it is not there), randomly named topology per test, silpgate run as a child process,
+//! and helpers that publish with confirms and read queues back.
+
+#![allow(dead_code, reason = "each test binary uses its own part of the support module")]
+
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeleteOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Connects to the broker, or fails the test saying how to start one.
+pub async fn connect() -> Connection {
+    Connection::connect(BROKER, ConnectionProperties::default()).await.unwrap_or_else(|e| {
+        panic!("RabbitMQ is required at 127.0.0.1:5672 (guest/guest); start it with `rabbitmq-server -detached`: {e}")
+    })
+}
+
+/// A confirm-mode channel on a fresh connection.
+pub async fn channel() -> (Connection, Channel) {
+    let connection = connect().await;
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    (connection, channel)
+}
+
+/// The names of one test's topology, unique per run.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub prefix: String,
+}
+
+impl Names {
+    pub fn new(test: &str) -> Names {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        Names { prefix: format!("sgtest.{test}.{}.{nanos:x}", std::process::id()) }
+    }
+    pub fn inbound(&self) -> String {
+        format!("{}.in", self.prefix)
+    }
+    pub fn inbound_exchange(&self) -> String {
+        format!("{}.in-x", self.prefix)
+    }
+    pub fn agents_exchange(&self) -> String {
+        format!("{}.agents", self.prefix)
+    }
+    pub fn dlx(&self) -> String {
+        format!("{}.dlx", self.prefix)
+    }
+    pub fn dead(&self) -> String {
+        format!("{}.dead", self.prefix)
+    }
+    pub fn sink(&self) -> String {
+        format!("{}.sink", self.prefix)
+    }
+    pub fn replies(&self) -> String {
+        format!("{}.replies", self.prefix)
+    }
+    pub fn cbor_replies(&self) -> String {
+        format!("{}.cbor-replies", self.prefix)
+    }
+
+    /// Deletes every queue and exchange of the test.
+    pub async fn clean_up(&self, channel: &Channel) {
+        for q in [self.inbound(), self.dead(), self.sink(), self.replies(), self.cbor_replies()] {
+            let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+        }
+        for x in [self.inbound_exchange(), self.agents_exchange(), self.dlx()] {
+            let _ = channel.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()).await;
+        }
+    }
+
+    /// A silpgate configuration for this topology: a transcoding route to the agent `sink`
+    /// (CBOR, silp-json), and `label = "decode"` payloads decoded back to the sender.
+    /// `sink_queue`: whether silpgate declares the sink's queue itself.
+    pub fn config(&self, store: &std::path::Path, amqp_extra: &str, sink_queue: bool) -> String {
+        let queue = if sink_queue { format!("queue = \"{}\"\n", self.sink()) } else { String::new() };
+        format!(
+            r#"[gateway]
+name = "silpgate-test"
+[sessions]
+heartbeat = 10
+[store]
+path = "{store}"
+[http]
+listen = "127.0.0.1:0"
+plain = true
+[amqp]
+url = "{BROKER}"
+inbound = ["{inbound}"]
+inbound_exchange = "{inbound_x}"
+agents_exchange = "{agents}"
+dead_letter_exchange = "{dlx}"
+dead_letter_queue = "{dead}"
+retry_initial_ms = 50
+retry_max_ms = 400
+reconnect_initial_ms = 100
+reconnect_max_ms = 1000
+{amqp_extra}
+[[agents]]
+name = "sink"
+frontends = ["json"]
+routing_key = "{sink}"
+content_type = "application/cbor"
+{queue}
+[[routes]]
+name = "decode-for-sender"
+destination = "reply"
+mode = "decode"
+[routes.match]
+label = "decode"
+
+[[routes]]
+name = "to-sink"
+destination = "sink"
+mode = "transcode"
+"#,
+            store = store.display(),
+            inbound = self.inbound(),
+            inbound_x = self.inbound_exchange(),
+            agents = self.agents_exchange(),
+            dlx = self.dlx(),
+            dead = self.dead(),
+            sink = self.sink(),
+        )
+    }
+}
+
+/// A SILP envelope of conversation `conv`; `label` picks the route.
+pub fn envelope(i: usize, conv: usize, label: Option<&str>) -> Vec<u8> {
+    let label = label.map(|l| format!(r#","label":"{l}""#)).unwrap_or_default();
+    format!(
+        r#"{{"format":"structured","subformat":"silp-code","content":"cancel(order{i})"{label},"submessages":[{{"format":"token","subformat":"conversation","content":"conv-{conv}"}}]}}"#
+    )
+    .into_bytes()
+}
+
+/// Publishes with confirms and waits for all of them.
+pub async fn publish_all(channel: &Channel, exchange: &str, messages: Vec<(String, Vec<u8>, BasicProperties)>) {
+    let mut confirms = Vec::with_capacity(messages.len());
+    for (routing_key, body, properties) in messages {
+        let options = BasicPublishOptions { mandatory: true, immediate: false };
+        confirms.push(
+            channel.basic_publish(exchange.into(), routing_key.as_str().into(), options, &body, properties).await.unwrap(),
+        );
+    }
+    for c in confirms {
+        assert_eq!(c.await.unwrap(), lapin::Confirmation::Ack(None), "the test's own publish is confirmed");
+    }
+}
+
+/// A message read back from a queue.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub message_id: String,
+    pub correlation_id: Option<String>,
+    pub content_type: Option<String>,
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// Reads messages from `queue` (acknowledging them) until `done` says so or `timeout` passes.
+pub async fn collect(
+    channel: &Channel,
+    queue: &str,
+    timeout: Duration,
+    mut done: impl FnMut(&[Received]) -> bool,
+) -> Vec<Received> {
+    use futures_util::StreamExt;
+    let mut consumer = channel
+        .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap_or_else(|e| panic!("consume {queue}: {e}"));
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done(&got) {
+        let next = tokio::time::timeout_at(deadline, consumer.next()).await;
+        let Ok(Some(Ok(d))) = next else { break };
+        let text = |v: &Option<lapin::types::ShortString>| v.as_ref().map(|s| s.as_str().to_owned());
+        let headers = d
+            .properties
+            .headers()
+            .as_ref()
+            .map(|h| {
+                h.inner()
+                    .iter()
+                    .filter_map(|(k, v)| match v {
+                        lapin::types::AMQPValue::LongString(s) => {
+                            Some((k.as_str().to_owned(), String::from_utf8_lossy(s.as_bytes()).into_owned()))
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        got.push(Received {
+            message_id: text(d.properties.message_id()).unwrap_or_default(),
+            correlation_id: text(d.properties.correlation_id()),
+            content_type: text(d.properties.content_type()),
+            headers,
+            body: d.data.clone(),
+        });
+        d.acker.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    got
+}
+
+/// `rabbitmqctl` with arguments; its standard output.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let out = Command::new("rabbitmqctl").args(args).output().expect("rabbitmqctl runs");
+    assert!(out.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// (ready, unacknowledged) messages of a queue, as the broker counts them.
+pub fn queue_counts(queue: &str) -> (u64, u64) {
+    let out = rabbitmqctl(&["list_queues", "--quiet", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged"]);
+    for line in out.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.first() == Some(&queue) && fields.len() == 3 {
+            return (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+        }
+    }
+    panic!("queue {queue} not listed by rabbitmqctl:\n{out}")
+}
+
+/// A scratch directory.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{nanos:x}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// silpgate as a child process.
+pub struct Daemon {
+    pub child: Child,
+    pub http: String,
+}
+
+impl Daemon {
+    /// Starts `silpgate run` with the configuration text; waits until it listens.
+    pub fn start(config_text: &str, dir: &std::path::Path) -> Daemon {
+        let path = dir.join("silpgate.toml");
+        std::fs::write(&path, config_text).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+            .args(["run", "--config"])
+            .arg(&path)
+            .env("SILPGATE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("silpgate starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut sent = false;
+            while let Some(Ok(line)) = lines.next() {
+                if !sent && let Some(rest) = line.split("listening on http://").nth(1) {
+                    let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+                    sent = true;
+                }
+                eprintln!("[silpgate {}] {line}", std::process::id());
+            }
+        });
+        let http = rx.recv_timeout(Duration::from_secs(30)).expect("silpgate reports its address");
+        Daemon { child, http }
+    }
+
+    /// Waits until `/readyz` says ready (the broker is connected and consumed from).
+    pub fn wait_ready(&self, timeout: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            if self.readyz() == 200 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("silpgate not ready within {timeout:?}");
+    }
+
+    /// The status `/readyz` answers.
+    pub fn readyz(&self) -> u16 {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(&self.http) else { return 0 };
+        let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut response = String::new();
+        let _ = s.read_to_string(&mut response);
+        response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Sends SIGTERM and waits for the exit, up to `timeout`; the exit status and how long it took.
+    pub fn terminate(mut self, timeout: Duration) -> (std::process::ExitStatus, Duration) {
+        let started = Instant::now();
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                let _ = self.child.kill();
+                panic!("silpgate did not exit within {timeout:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Session turns per conversation token, read from a stopped daemon's store with the CLI.
+pub fn session_turns(store: &std::path::Path) -> HashMap<String, u64> {
+    let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["sessions", "list", "--store"])
+        .arg(store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sessions list: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["token"].as_str().unwrap().to_owned(), v["turns"].as_u64().unwrap())
+        })
+        .collect()
+}
