@@ -64,7 +64,13 @@ fn store(c: &mut Criterion) {
                 let id = format!("message-{n}");
                 assert_eq!(store.ledger(black_box(&id)).unwrap(), None);
                 store
-                    .commit(&Changes { ledger: vec![(id, LedgerState::Pending { turn: None })], ..Changes::default() }, n)
+                    .commit(
+                        &Changes {
+                            ledger: vec![(id, LedgerState::Pending { turn: None })],
+                            ..Changes::default()
+                        },
+                        n,
+                    )
                     .unwrap();
                 if flush {
                     store.flush().unwrap();

@@ -401,12 +401,12 @@ impl Config {
                 )));
             }
         }
-        if let Some(amqp) = &self.amqp {
-            if amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0 {
-                return Err(ConfigError::Invalid(
-                    "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
-                ));
-            }
+        if let Some(amqp) = &self.amqp
+            && (amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0)
+        {
+            return Err(ConfigError::Invalid(
+                "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
+            ));
         }
         for route in &self.routes {
             let known =

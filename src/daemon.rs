@@ -112,7 +112,9 @@ impl Daemon {
         };
         let http = async {
             match tls {
-                Some(acceptor) => tls::serve(listener, acceptor, app, http_shutdown).await.map_err(RunError::Serve),
+                Some(acceptor) => {
+                    tls::serve(listener, acceptor, app, http_shutdown).await.map_err(RunError::Serve)
+                }
                 None => axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
                     .with_graceful_shutdown(http_shutdown)
                     .await
@@ -175,6 +177,10 @@ pub async fn signals() {
 /// Structured logs on stderr; `SILPGATE_LOG` filters them (tracing's `EnvFilter` syntax).
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SILPGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
 }

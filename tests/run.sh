@@ -15,6 +15,20 @@ if ! "$venv/bin/python" -c 'import nlip_sdk, websockets' 2>/dev/null; then
 fi
 export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 
+# A RabbitMQ broker on 127.0.0.1:5672 (guest/guest) for the AMQP tests: installed when absent,
+# started when down, and waited for (the node answers `await_startup` only once registered).
+if ! command -v rabbitmq-server >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
+fi
+if ! rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1; then
+  rabbitmq-server -detached
+  for _ in $(seq 120); do
+    rabbitmqctl -q await_startup --timeout 60 >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+fi
+rabbitmqctl -q await_startup --timeout 10 || { echo "tests/run.sh: RabbitMQ did not start" >&2; exit 1; }
+
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked --all-targets

@@ -63,6 +63,9 @@ pub struct SledStore {
     /// even then); one that starts covers every batch written before it.
     written: AtomicU64,
     flushed: AtomicU64,
+    /// One disk sync at a time; whoever waited for the turn usually finds its writes covered
+    /// by the sync before it (group commit).
+    flush_turn: tokio::sync::Mutex<()>,
 }
 
 /// The chain's length and last record hash, kept so that truncation is evident.
@@ -165,6 +168,7 @@ impl SledStore {
             writer: Mutex::new(()),
             written: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            flush_turn: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -406,9 +410,20 @@ impl Store for SledStore {
         if self.flushed.load(Ordering::Acquire) >= target {
             return Box::pin(std::future::ready(Ok(())));
         }
+        // sled's own `flush_async` was seen to never complete under many concurrent callers;
+        // a blocking flush on tokio's blocking pool, one at a time, does not.
         Box::pin(async move {
-            self.db.flush_async().await.map_err(unavailable)?;
-            self.flushed.fetch_max(target, Ordering::AcqRel);
+            let _turn = self.flush_turn.lock().await;
+            if self.flushed.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            let covers = self.written.load(Ordering::Acquire);
+            let db = self.db.clone();
+            tokio::task::spawn_blocking(move || db.flush())
+                .await
+                .map_err(unavailable)?
+                .map_err(unavailable)?;
+            self.flushed.fetch_max(covers, Ordering::AcqRel);
             Ok(())
         })
     }

@@ -41,7 +41,8 @@ pub struct Names {
 
 impl Names {
     pub fn new(test: &str) -> Names {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
         Names { prefix: format!("sgtest.{test}.{}.{nanos:x}", std::process::id()) }
     }
     pub fn inbound(&self) -> String {
@@ -145,12 +146,19 @@ pub fn envelope(i: usize, conv: usize, label: Option<&str>) -> Vec<u8> {
 }
 
 /// Publishes with confirms and waits for all of them.
-pub async fn publish_all(channel: &Channel, exchange: &str, messages: Vec<(String, Vec<u8>, BasicProperties)>) {
+pub async fn publish_all(
+    channel: &Channel,
+    exchange: &str,
+    messages: Vec<(String, Vec<u8>, BasicProperties)>,
+) {
     let mut confirms = Vec::with_capacity(messages.len());
     for (routing_key, body, properties) in messages {
         let options = BasicPublishOptions { mandatory: true, immediate: false };
         confirms.push(
-            channel.basic_publish(exchange.into(), routing_key.as_str().into(), options, &body, properties).await.unwrap(),
+            channel
+                .basic_publish(exchange.into(), routing_key.as_str().into(), options, &body, properties)
+                .await
+                .unwrap(),
         );
     }
     for c in confirms {
@@ -163,6 +171,7 @@ pub async fn publish_all(channel: &Channel, exchange: &str, messages: Vec<(Strin
 pub struct Received {
     pub message_id: String,
     pub correlation_id: Option<String>,
+    pub reply_to: Option<String>,
     pub content_type: Option<String>,
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
@@ -205,6 +214,7 @@ pub async fn collect(
         got.push(Received {
             message_id: text(d.properties.message_id()).unwrap_or_default(),
             correlation_id: text(d.properties.correlation_id()),
+            reply_to: text(d.properties.reply_to()),
             content_type: text(d.properties.content_type()),
             headers,
             body: d.data.clone(),
@@ -223,7 +233,14 @@ pub fn rabbitmqctl(args: &[&str]) -> String {
 
 /// (ready, unacknowledged) messages of a queue, as the broker counts them.
 pub fn queue_counts(queue: &str) -> (u64, u64) {
-    let out = rabbitmqctl(&["list_queues", "--quiet", "--no-table-headers", "name", "messages_ready", "messages_unacknowledged"]);
+    let out = rabbitmqctl(&[
+        "list_queues",
+        "--quiet",
+        "--no-table-headers",
+        "name",
+        "messages_ready",
+        "messages_unacknowledged",
+    ]);
     for line in out.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields.first() == Some(&queue) && fields.len() == 3 {
@@ -233,10 +250,28 @@ pub fn queue_counts(queue: &str) -> (u64, u64) {
     panic!("queue {queue} not listed by rabbitmqctl:\n{out}")
 }
 
+/// Waits until the broker reports `counts` (ready, unacknowledged) for `queue`; its statistics
+/// lag by a few seconds.
+pub async fn wait_counts(queue: &str, counts: (u64, u64), message: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = queue_counts(queue);
+        if now == counts {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{message}: {queue} has {now:?} (ready, unacknowledged), not {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A scratch directory.
 pub fn temp_dir(name: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{nanos:x}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{nanos:x}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -255,7 +290,7 @@ impl Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
             .args(["run", "--config"])
             .arg(&path)
-            .env("SILPGATE_LOG", "warn")
+            .env("SILPGATE_LOG", std::env::var("SILPGATE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

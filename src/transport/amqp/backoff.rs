@@ -53,7 +53,11 @@ mod tests {
         let ceilings = [100, 200, 400, 800, 1000, 1000, 1000, 1000];
         for (delay, ceiling) in delays.iter().zip(ceilings) {
             let ceiling = Duration::from_millis(ceiling);
-            assert!(*delay >= ceiling / 2 && *delay <= ceiling, "{delay:?} not in [{:?}, {ceiling:?}]", ceiling / 2);
+            assert!(
+                *delay >= ceiling / 2 && *delay <= ceiling,
+                "{delay:?} not in [{:?}, {ceiling:?}]",
+                ceiling / 2
+            );
         }
         assert!(delays[4..].windows(2).any(|w| w[0] != w[1]), "capped delays are jittered");
         b.reset();

@@ -128,7 +128,12 @@ impl Amqp {
 
     /// Consumes until shutdown, connection loss or a fatal error; returns once every worker
     /// has finished (or the drain deadline has passed).
-    async fn consume(&self, channel: &Channel, publish: Channel, mut shutdown: watch::Receiver<bool>) -> Ended {
+    async fn consume(
+        &self,
+        channel: &Channel,
+        publish: Channel,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Ended {
         let pipeline = Arc::new(Pipeline {
             gateway: Gateway::new(self.config.clone(), self.store.clone()),
             amqp: self.amqp.clone(),
@@ -148,7 +153,12 @@ impl Amqp {
         for queue in &self.amqp.inbound {
             let tag = format!("silpgate-{}-{queue}", std::process::id());
             match channel
-                .basic_consume(queue.as_str().into(), tag.as_str().into(), BasicConsumeOptions::default(), FieldTable::default())
+                .basic_consume(
+                    queue.as_str().into(),
+                    tag.as_str().into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
                 .await
             {
                 Ok(consumer) => {
@@ -208,7 +218,10 @@ impl Amqp {
         let drain = Duration::from_secs(self.amqp.drain_secs);
         let all = futures_util::future::join_all(workers.iter_mut());
         if tokio::time::timeout(drain, all).await.is_err() {
-            warn!(drain_secs = self.amqp.drain_secs, "In-flight messages did not finish in time; the broker will redeliver them.");
+            warn!(
+                drain_secs = self.amqp.drain_secs,
+                "In-flight messages did not finish in time; the broker will redeliver them."
+            );
             for worker in &workers {
                 worker.abort();
             }

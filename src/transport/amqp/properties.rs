@@ -48,7 +48,8 @@ pub struct Envelope {
 impl Envelope {
     /// Reads the properties of a delivery.
     pub fn read(properties: &BasicProperties, redelivered: bool) -> Envelope {
-        let text = |v: &Option<ShortString>| v.as_ref().map(|s| s.as_str().to_owned()).filter(|s| !s.is_empty());
+        let text =
+            |v: &Option<ShortString>| v.as_ref().map(|s| s.as_str().to_owned()).filter(|s| !s.is_empty());
         // A missing content type is read as JSON, the binding's text form; an unknown one is an
         // error the sender hears about.
         let encoding = match properties.content_type() {
@@ -69,9 +70,10 @@ impl Envelope {
             .unwrap_or_default();
         let reply_to = text(properties.reply_to());
         if replies.is_empty()
-            && let (Some(address), Ok(encoding)) = (&reply_to, &encoding)
+            && let Some(address) = &reply_to
         {
-            replies.push((*encoding, address.clone()));
+            // A sender whose content type is not understood still hears why, in JSON.
+            replies.push((encoding.clone().unwrap_or(Encoding::Json), address.clone()));
         }
         let earlier_deliveries = headers
             .and_then(|h| h.inner().get("x-delivery-count"))
@@ -115,7 +117,10 @@ impl Envelope {
         }
         let mut headers = properties.headers().clone().unwrap_or_default();
         for (encoding, address) in self.replies.iter().filter(|(_, a)| Some(a) != self.reply_to.as_ref()) {
-            headers.insert(format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(), long_string(address));
+            headers.insert(
+                format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(),
+                long_string(address),
+            );
         }
         properties.with_headers(headers)
     }
@@ -123,7 +128,12 @@ impl Envelope {
 
 /// The properties of a message being dead-lettered: its own, with why it was given up, and
 /// its `user_id` moved into a header (the broker refuses another user's id from silpgate).
-pub fn dead_letter_properties(original: &BasicProperties, code: &str, reason: &str, queue: &str) -> BasicProperties {
+pub fn dead_letter_properties(
+    original: &BasicProperties,
+    code: &str,
+    reason: &str,
+    queue: &str,
+) -> BasicProperties {
     let mut headers = original.headers().clone().unwrap_or_default();
     headers.insert(ERROR_CODE_HEADER.into(), long_string(code));
     headers.insert(ERROR_HEADER.into(), long_string(truncate(reason, MAX_ERROR_HEADER)));

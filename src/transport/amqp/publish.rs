@@ -2,8 +2,8 @@
 //! publish succeeds only when the broker confirms it. A message the broker returns as
 //! unroutable is confirmed too (RabbitMQ confirms guide), so a return is a failure here.
 
-use lapin::options::BasicPublishOptions;
 use lapin::Confirmation;
+use lapin::options::BasicPublishOptions;
 use lapin::{BasicProperties, Channel};
 use std::time::Duration;
 
@@ -12,7 +12,9 @@ use std::time::Duration;
 pub enum PublishError {
     #[error("unroutable: no queue is bound to exchange '{exchange}' with routing key '{routing_key}'")]
     Unroutable { exchange: String, routing_key: String },
-    #[error("refused by the broker (nack) on exchange '{exchange}', routing key '{routing_key}': a target queue may be full")]
+    #[error(
+        "refused by the broker (nack) on exchange '{exchange}', routing key '{routing_key}': a target queue may be full"
+    )]
     Refused { exchange: String, routing_key: String },
     #[error("not confirmed within {0:?}")]
     Timeout(Duration),
@@ -69,7 +71,13 @@ impl Publisher {
             let options = BasicPublishOptions { mandatory: true, immediate: false };
             let confirm = self
                 .channel
-                .basic_publish(p.exchange.into(), p.routing_key.into(), options, &p.body, p.properties.clone())
+                .basic_publish(
+                    p.exchange.into(),
+                    p.routing_key.into(),
+                    options,
+                    &p.body,
+                    p.properties.clone(),
+                )
                 .await?;
             confirms.push(confirm);
         }

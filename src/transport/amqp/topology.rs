@@ -30,7 +30,10 @@ pub async fn declare(channel: &Channel, amqp: &AmqpConfig, agents: &[AgentConfig
         // The broker's own dead-lettering is the safety net behind silpgate's: a message that
         // keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
         arguments.insert("x-dead-letter-exchange".into(), text(&amqp.dead_letter_exchange));
-        arguments.insert("x-delivery-limit".into(), AMQPValue::LongInt(amqp.delivery_limit.try_into().unwrap_or(i32::MAX)));
+        arguments.insert(
+            "x-delivery-limit".into(),
+            AMQPValue::LongInt(amqp.delivery_limit.try_into().unwrap_or(i32::MAX)),
+        );
         declare_quorum(channel, queue, arguments).await?;
         bind(channel, queue, &amqp.inbound_exchange, queue).await?;
     }
@@ -51,7 +54,13 @@ async fn declare_quorum(channel: &Channel, queue: &str, mut arguments: FieldTabl
 
 async fn bind(channel: &Channel, queue: &str, exchange: &str, routing_key: &str) -> lapin::Result<()> {
     channel
-        .queue_bind(queue.into(), exchange.into(), routing_key.into(), QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            queue.into(),
+            exchange.into(),
+            routing_key.into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await
 }
 

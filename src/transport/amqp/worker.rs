@@ -9,12 +9,14 @@
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
 use super::backoff::Backoff;
-use super::stopped;
 use super::properties::{self, Envelope};
 use super::publish::{Publication, PublishError, Publisher};
+use super::stopped;
 use crate::config::AmqpConfig;
 use crate::gateway::store::{Changes, LedgerState, StoreError};
-use crate::gateway::{Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport};
+use crate::gateway::{
+    Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport,
+};
 use crate::nlip::{self, Encoding, Message, NlipError};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
@@ -22,6 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tracing::{debug, error, warn};
+
+/// Conflicting updates retried at once before they count as a failed attempt.
+const MAX_RACES: u32 = 8;
 
 /// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
 /// to pick the worker).
@@ -47,6 +52,10 @@ impl Failure {
             Failure::Gateway(e) => e.disposition(),
             Failure::Publish { .. } => Disposition::Transient,
         }
+    }
+
+    fn is_race(&self) -> bool {
+        matches!(self, Failure::Gateway(GatewayError::Store(StoreError::Conflict(_))))
     }
 
     fn code(&self) -> &'static str {
@@ -85,15 +94,24 @@ impl Pipeline {
 
     /// Takes one delivery to its end: acknowledged, dead-lettered, or left to the broker.
     pub async fn process(&self, job: Job) {
-        let mut backoff =
-            Backoff::new(Duration::from_millis(self.amqp.retry_initial_ms), Duration::from_millis(self.amqp.retry_max_ms));
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.amqp.retry_initial_ms),
+            Duration::from_millis(self.amqp.retry_max_ms),
+        );
         let mut attempts = job.envelope.earlier_deliveries;
+        let mut races = 0;
         loop {
-            attempts += 1;
             let failure = match self.attempt(&job).await {
                 Ok(()) => return self.ack(&job).await,
                 Err(failure) => failure,
             };
+            // Two new conversations took the same free session id at once; the loser plans
+            // again at once and finds the id taken. Not a failure of the message.
+            if failure.is_race() && races < MAX_RACES {
+                races += 1;
+                continue;
+            }
+            attempts += 1;
             let message_id = job.envelope.message_id.as_deref().unwrap_or("-");
             match failure.disposition() {
                 Disposition::Duplicate => return self.ack(&job).await,
@@ -115,7 +133,8 @@ impl Pipeline {
                 }
                 Disposition::Fatal => {
                     error!(message_id, code = failure.code(), error = %failure, "Stopping: the store is damaged.");
-                    let _ = job.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await;
+                    let _ =
+                        job.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await;
                     self.fatal.notify_one();
                     return;
                 }
@@ -149,7 +168,8 @@ impl Pipeline {
             }),
             Err(e) => self.gateway.reject_undecodable(e.clone()),
         };
-        let base_id = job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
+        let base_id =
+            job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
         match outcome.status {
             Status::Duplicate => Ok(()),
             Status::Failed(error) => {
@@ -167,7 +187,8 @@ impl Pipeline {
                 if let Some(id) = &job.envelope.message_id {
                     // Not flushed on purpose: if this is lost, a redelivery publishes again
                     // with the same ids, which receivers drop.
-                    let done = Changes { ledger: vec![(id.clone(), LedgerState::Published)], ..Changes::default() };
+                    let done =
+                        Changes { ledger: vec![(id.clone(), LedgerState::Published)], ..Changes::default() };
                     if let Err(e) = self.gateway.store().commit(&done, crate::store::time::now_millis()) {
                         warn!(message_id = %id, error = %e, "Could not mark the message published.");
                     }
@@ -187,8 +208,9 @@ impl Pipeline {
             match &out.destination {
                 Destination::Agent(name) => {
                     let agent = config.agents.iter().find(|a| &a.name == name);
-                    let encoding =
-                        agent.and_then(|a| Encoding::from_content_type(&a.content_type)).unwrap_or(Encoding::Json);
+                    let encoding = agent
+                        .and_then(|a| Encoding::from_content_type(&a.content_type))
+                        .unwrap_or(Encoding::Json);
                     publications.push(Publication {
                         exchange: &self.amqp.agents_exchange,
                         routing_key: agent.map_or(name.as_str(), |a| a.routing_key()),
@@ -226,7 +248,12 @@ impl Pipeline {
             exchange: &self.amqp.dead_letter_exchange,
             routing_key: &job.queue,
             body: job.delivery.data.clone(),
-            properties: properties::dead_letter_properties(&job.delivery.properties, code, reason, &job.queue),
+            properties: properties::dead_letter_properties(
+                &job.delivery.properties,
+                code,
+                reason,
+                &job.queue,
+            ),
         };
         match self.publisher.publish_all(vec![publication]).await {
             Ok(()) => {
@@ -247,11 +274,5 @@ impl Pipeline {
             debug!(error = %e, "Acknowledgement not sent.");
             self.broken.notify_one();
         }
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Self {
-        Failure::Gateway(GatewayError::Store(e))
     }
 }
