@@ -1,0 +1,375 @@
+//! silpgate against a bare relay on the same broker, in one run: throughput over N queued
+//! envelopes, and end-to-end latency at a paced rate. The bare relay is lapin alone: consume,
+//! republish with confirms, ack after the confirm, nothing else. silpgate runs as its release
+//! binary on a transcoding route with the sled store.
+//!
+//! `bash benches/bench-amqp.sh [N] [RATE] [SECONDS]`; the last line printed is
+//! `throughput ratio silpgate/bare: X, p99 at 1000/s silpgate Y ms bare Z ms`.
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const CONVERSATIONS: usize = 200;
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(50_000);
+    let rate: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let seconds: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(15);
+    let run = format!("sgbench.{}", std::process::id());
+    println!("AMQP relay benchmark: N = {n}, paced {rate}/s for {seconds} s, broker {BROKER}");
+
+    let bare = Relay::Bare { input: format!("{run}.bare.in"), output: format!("{run}.bare.out") };
+    let silpgate = Relay::Silpgate { prefix: format!("{run}.sg") };
+    let mut results = Vec::new();
+    for relay in [&bare, &silpgate] {
+        let throughput = relay.throughput(n).await;
+        let latency = relay.latency(rate, seconds).await;
+        println!(
+            "{:<9} throughput {:>7.0} msg/s | at {rate}/s: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            relay.name(),
+            throughput,
+            latency.p(0.50),
+            latency.p(0.90),
+            latency.p(0.99),
+            latency.p(1.0),
+        );
+        results.push((throughput, latency.p(0.99)));
+        relay.clean_up().await;
+    }
+    let ((bare_tp, bare_p99), (sg_tp, sg_p99)) = (results[0], results[1]);
+    println!(
+        "throughput ratio silpgate/bare: {:.2}, p99 at {rate}/s silpgate {sg_p99:.2} ms bare {bare_p99:.2} ms",
+        sg_tp / bare_tp
+    );
+}
+
+enum Relay {
+    Bare { input: String, output: String },
+    Silpgate { prefix: String },
+}
+
+/// A relay running under test: the bare relay's task, or silpgate's process.
+enum Running {
+    Bare(tokio::task::JoinHandle<()>, Connection),
+    Silpgate(Child),
+}
+
+impl Running {
+    async fn stop(self) {
+        match self {
+            Running::Bare(task, connection) => {
+                task.abort();
+                let _ = connection.close(200, "done".into()).await;
+            }
+            Running::Silpgate(mut child) => {
+                let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Relay {
+    fn name(&self) -> &'static str {
+        match self {
+            Relay::Bare { .. } => "bare",
+            Relay::Silpgate { .. } => "silpgate",
+        }
+    }
+
+    fn input(&self) -> String {
+        match self {
+            Relay::Bare { input, .. } => input.clone(),
+            Relay::Silpgate { prefix } => format!("{prefix}.in"),
+        }
+    }
+
+    fn output(&self) -> String {
+        match self {
+            Relay::Bare { output, .. } => output.clone(),
+            Relay::Silpgate { prefix } => format!("{prefix}.sink"),
+        }
+    }
+
+    fn store(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("{}.store", self.input()))
+    }
+
+    /// Starts the relay; returns once it consumes.
+    async fn start(&self) -> Running {
+        match self {
+            Relay::Bare { input, output } => {
+                let connection = connect().await;
+                let channel = connection.create_channel().await.unwrap();
+                for q in [input, output] {
+                    declare_quorum(&channel, q).await;
+                }
+                let task = tokio::spawn(bare_relay(connection.create_channel().await.unwrap(), input.clone(), output.clone()));
+                Running::Bare(task, connection)
+            }
+            Relay::Silpgate { prefix } => {
+                let dir = self.store();
+                let config_path = std::env::temp_dir().join(format!("{prefix}.toml"));
+                std::fs::write(&config_path, silpgate_config(prefix, &dir)).unwrap();
+                let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                    .args(["run", "--config"])
+                    .arg(&config_path)
+                    .env("SILPGATE_LOG", "error")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("silpgate starts");
+                // Ready once its topology exists and it consumes.
+                let connection = connect().await;
+                for _ in 0..200 {
+                    let channel = connection.create_channel().await.unwrap();
+                    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+                    if let Ok(q) = channel.queue_declare(self.input().into(), passive, FieldTable::default()).await
+                        && q.consumer_count() > 0
+                    {
+                        let _ = connection.close(200, "ready".into()).await;
+                        return Running::Silpgate(child);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let _ = child.kill();
+                panic!("silpgate did not start consuming");
+            }
+        }
+    }
+
+    /// Envelopes per second moved from a pre-filled input queue to the output.
+    async fn throughput(&self, n: usize) -> f64 {
+        // The topology first, then the backlog, then the relay on the backlog.
+        self.start().await.stop().await;
+        let connection = connect().await;
+        let channel = confirm_channel(&connection).await;
+        publish_backlog(&channel, &self.input(), n).await;
+        let counter = connect().await;
+        let counted = tokio::spawn(count_until(counter.create_channel().await.unwrap(), self.output(), n));
+        let running = self.start().await;
+        let (first, last) = counted.await.unwrap();
+        running.stop().await;
+        let _ = counter.close(200, "done".into()).await;
+        let _ = connection.close(200, "done".into()).await;
+        (n - 1) as f64 / (last - first).as_secs_f64()
+    }
+
+    /// End-to-end latency (publish to arrival) at `rate` messages per second.
+    async fn latency(&self, rate: u64, seconds: u64) -> Latencies {
+        let running = self.start().await;
+        let total = (rate * seconds) as usize;
+        let connection = connect().await;
+        let channel = confirm_channel(&connection).await;
+        let sent: Arc<Vec<std::sync::OnceLock<Instant>>> = Arc::new((0..total).map(|_| std::sync::OnceLock::new()).collect());
+        let receiver = connect().await;
+        let arrivals = tokio::spawn(arrival_times(receiver.create_channel().await.unwrap(), self.output(), total));
+        let started = Instant::now();
+        let mut confirms = Vec::with_capacity(total);
+        for i in 0..total {
+            let due = started + Duration::from_micros(i as u64 * 1_000_000 / rate);
+            tokio::time::sleep_until(due.into()).await;
+            sent[i].set(Instant::now()).unwrap();
+            confirms.push(publish(&channel, &self.input(), i).await);
+        }
+        for c in confirms {
+            c.await.unwrap();
+        }
+        let arrived = arrivals.await.unwrap();
+        running.stop().await;
+        let _ = receiver.close(200, "done".into()).await;
+        let _ = connection.close(200, "done".into()).await;
+        let mut ms: Vec<f64> = arrived
+            .into_iter()
+            .map(|(i, at)| at.duration_since(*sent[i].get().unwrap()).as_secs_f64() * 1000.0)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        Latencies(ms)
+    }
+
+    async fn clean_up(&self) {
+        let connection = connect().await;
+        let channel = connection.create_channel().await.unwrap();
+        let mut queues = vec![self.input(), self.output()];
+        if let Relay::Silpgate { prefix } = self {
+            queues.push(format!("{prefix}.dead"));
+            for x in ["in-x", "agents", "dlx"] {
+                let _ = channel.exchange_delete(format!("{prefix}.{x}").into(), Default::default()).await;
+            }
+        }
+        for q in queues {
+            let _ = channel.queue_delete(q.into(), QueueDeleteOptions::default()).await;
+        }
+        let _ = std::fs::remove_dir_all(self.store());
+        let _ = connection.close(200, "done".into()).await;
+    }
+}
+
+struct Latencies(Vec<f64>);
+
+impl Latencies {
+    fn p(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        self.0[((self.0.len() - 1) as f64 * q).round() as usize]
+    }
+}
+
+async fn connect() -> Connection {
+    Connection::connect(BROKER, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ at 127.0.0.1:5672 (start it with `rabbitmq-server -detached`)")
+}
+
+async fn confirm_channel(connection: &Connection) -> Channel {
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    channel
+}
+
+async fn declare_quorum(channel: &Channel, queue: &str) {
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-type".into(), AMQPValue::LongString(LongString::from(b"quorum".to_vec())));
+    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(queue.into(), options, arguments).await.unwrap();
+}
+
+/// A small SILP envelope in one of the conversations.
+fn envelope(i: usize) -> Vec<u8> {
+    format!(
+        r#"{{"format":"structured","subformat":"silp-code","content":"cancel(order{i})","submessages":[{{"format":"token","subformat":"conversation","content":"bench-{}"}}]}}"#,
+        i % CONVERSATIONS
+    )
+    .into_bytes()
+}
+
+async fn publish(channel: &Channel, queue: &str, i: usize) -> lapin::PublisherConfirm {
+    let properties = BasicProperties::default()
+        .with_message_id(format!("b-{i}").into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2);
+    let options = BasicPublishOptions { mandatory: true, immediate: false };
+    channel.basic_publish("".into(), queue.into(), options, &envelope(i), properties).await.unwrap()
+}
+
+/// Publishes `n` envelopes with confirms, 1,024 unconfirmed at most.
+async fn publish_backlog(channel: &Channel, queue: &str, n: usize) {
+    let mut window = std::collections::VecDeque::with_capacity(1024);
+    for i in 0..n {
+        if window.len() == 1024 {
+            let confirm: lapin::PublisherConfirm = window.pop_front().unwrap();
+            confirm.await.unwrap();
+        }
+        window.push_back(publish(channel, queue, i).await);
+    }
+    for c in window {
+        c.await.unwrap();
+    }
+}
+
+/// The index of an envelope from its (inbound or outbound) message id, `b-<i>[:<n>]`.
+fn index_of(message_id: Option<&lapin::types::ShortString>) -> Option<usize> {
+    let id = message_id?.as_str();
+    id.strip_prefix("b-")?.split(':').next()?.parse().ok()
+}
+
+/// Times of the first and the `n`-th distinct arrival on `queue`.
+async fn count_until(channel: Channel, queue: String, n: usize) -> (Instant, Instant) {
+    let arrivals = arrival_times(channel, queue, n).await;
+    (arrivals.first().unwrap().1, arrivals.last().unwrap().1)
+}
+
+/// Arrival time of each of `n` distinct envelopes on `queue` (control notices skipped).
+async fn arrival_times(channel: Channel, queue: String, n: usize) -> Vec<(usize, Instant)> {
+    channel.basic_qos(1000, BasicQosOptions::default()).await.unwrap();
+    let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+    let mut consumer = channel.basic_consume(queue.into(), "".into(), options, FieldTable::default()).await.unwrap();
+    let mut seen = vec![false; n];
+    let mut arrivals = Vec::with_capacity(n);
+    while arrivals.len() < n {
+        let delivery = tokio::time::timeout(Duration::from_secs(120), consumer.next())
+            .await
+            .expect("arrivals stopped for 2 minutes")
+            .unwrap()
+            .unwrap();
+        let at = Instant::now();
+        // silpgate sends a session renewal notice before every 10th turn: `:0` then `:1`.
+        let is_notice = delivery.data.windows(9).any(|w| w == b"\"control\"");
+        if let Some(i) = index_of(delivery.properties.message_id().as_ref()).filter(|&i| i < n && !is_notice)
+            && !seen[i]
+        {
+            seen[i] = true;
+            arrivals.push((i, at));
+        }
+    }
+    arrivals
+}
+
+/// The bare relay: consume, republish with a confirm, ack after the confirm. Nothing else.
+async fn bare_relay(channel: Channel, input: String, output: String) {
+    channel.basic_qos(256, BasicQosOptions::default()).await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let consumer = channel
+        .basic_consume(input.into(), "bare".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let output: Arc<str> = output.into();
+    consumer
+        .for_each_concurrent(256, |delivery| {
+            let channel = channel.clone();
+            let output = output.clone();
+            async move {
+                let delivery = delivery.unwrap();
+                let options = BasicPublishOptions { mandatory: true, immediate: false };
+                let confirm = channel
+                    .basic_publish("".into(), output.as_ref().into(), options, &delivery.data, delivery.properties.clone())
+                    .await
+                    .unwrap();
+                confirm.await.unwrap();
+                delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+            }
+        })
+        .await;
+}
+
+fn silpgate_config(prefix: &str, store: &std::path::Path) -> String {
+    format!(
+        r#"[store]
+path = "{store}"
+[sessions]
+heartbeat = 10
+[http]
+listen = "127.0.0.1:0"
+plain = true
+[amqp]
+url = "{BROKER}"
+inbound = ["{prefix}.in"]
+inbound_exchange = "{prefix}.in-x"
+agents_exchange = "{prefix}.agents"
+dead_letter_exchange = "{prefix}.dlx"
+dead_letter_queue = "{prefix}.dead"
+[[agents]]
+name = "sink"
+frontends = ["json"]
+routing_key = "{prefix}.sink"
+queue = "{prefix}.sink"
+[[routes]]
+name = "transcode-to-sink"
+destination = "sink"
+mode = "transcode"
+"#,
+        store = store.display()
+    )
+}
