@@ -115,7 +115,11 @@ impl Relay {
                 for q in [input, output] {
                     declare_quorum(&channel, q).await;
                 }
-                let task = tokio::spawn(bare_relay(connection.create_channel().await.unwrap(), input.clone(), output.clone()));
+                let task = tokio::spawn(bare_relay(
+                    connection.create_channel().await.unwrap(),
+                    input.clone(),
+                    output.clone(),
+                ));
                 Running::Bare(task, connection)
             }
             Relay::Silpgate { prefix } => {
@@ -125,9 +129,8 @@ impl Relay {
                 let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
                     .args(["run", "--config"])
                     .arg(&config_path)
-                    .env("SILPGATE_LOG", "error")
+                    .env("SILPGATE_LOG", "warn")
                     .stdout(Stdio::null())
-                    .stderr(Stdio::null())
                     .spawn()
                     .expect("silpgate starts");
                 // Ready once its topology exists and it consumes.
@@ -135,7 +138,8 @@ impl Relay {
                 for _ in 0..200 {
                     let channel = connection.create_channel().await.unwrap();
                     let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
-                    if let Ok(q) = channel.queue_declare(self.input().into(), passive, FieldTable::default()).await
+                    if let Ok(q) =
+                        channel.queue_declare(self.input().into(), passive, FieldTable::default()).await
                         && q.consumer_count() > 0
                     {
                         let _ = connection.close(200, "ready".into()).await;
@@ -172,16 +176,18 @@ impl Relay {
         let total = (rate * seconds) as usize;
         let connection = connect().await;
         let channel = confirm_channel(&connection).await;
-        let sent: Arc<Vec<std::sync::OnceLock<Instant>>> = Arc::new((0..total).map(|_| std::sync::OnceLock::new()).collect());
+        let sent: Arc<Vec<std::sync::OnceLock<Instant>>> =
+            Arc::new((0..total).map(|_| std::sync::OnceLock::new()).collect());
         let receiver = connect().await;
-        let arrivals = tokio::spawn(arrival_times(receiver.create_channel().await.unwrap(), self.output(), total));
+        let arrivals =
+            tokio::spawn(arrival_times(receiver.create_channel().await.unwrap(), self.output(), total));
         let started = Instant::now();
         let mut confirms = Vec::with_capacity(total);
         for i in 0..total {
             let due = started + Duration::from_micros(i as u64 * 1_000_000 / rate);
             tokio::time::sleep_until(due.into()).await;
             sent[i].set(Instant::now()).unwrap();
-            confirms.push(publish(&channel, &self.input(), i).await);
+            confirms.push(publish(&channel, &self.input(), 'l', i).await);
         }
         for c in confirms {
             c.await.unwrap();
@@ -255,9 +261,11 @@ fn envelope(i: usize) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn publish(channel: &Channel, queue: &str, i: usize) -> lapin::PublisherConfirm {
+/// Publishes envelope `i` of a phase; `phase` prefixes its message id, so that the ledger does
+/// not take the next phase's envelopes for redeliveries of the last one's.
+async fn publish(channel: &Channel, queue: &str, phase: char, i: usize) -> lapin::PublisherConfirm {
     let properties = BasicProperties::default()
-        .with_message_id(format!("b-{i}").into())
+        .with_message_id(format!("{phase}-{i}").into())
         .with_content_type("application/json".into())
         .with_delivery_mode(2);
     let options = BasicPublishOptions { mandatory: true, immediate: false };
@@ -272,17 +280,17 @@ async fn publish_backlog(channel: &Channel, queue: &str, n: usize) {
             let confirm: lapin::PublisherConfirm = window.pop_front().unwrap();
             confirm.await.unwrap();
         }
-        window.push_back(publish(channel, queue, i).await);
+        window.push_back(publish(channel, queue, 't', i).await);
     }
     for c in window {
         c.await.unwrap();
     }
 }
 
-/// The index of an envelope from its (inbound or outbound) message id, `b-<i>[:<n>]`.
+/// The index of an envelope from its (inbound or outbound) message id, `<phase>-<i>[:<n>]`.
 fn index_of(message_id: Option<&lapin::types::ShortString>) -> Option<usize> {
     let id = message_id?.as_str();
-    id.strip_prefix("b-")?.split(':').next()?.parse().ok()
+    id.get(2..)?.split(':').next()?.parse().ok()
 }
 
 /// Times of the first and the `n`-th distinct arrival on `queue`.
@@ -295,7 +303,8 @@ async fn count_until(channel: Channel, queue: String, n: usize) -> (Instant, Ins
 async fn arrival_times(channel: Channel, queue: String, n: usize) -> Vec<(usize, Instant)> {
     channel.basic_qos(1000, BasicQosOptions::default()).await.unwrap();
     let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
-    let mut consumer = channel.basic_consume(queue.into(), "".into(), options, FieldTable::default()).await.unwrap();
+    let mut consumer =
+        channel.basic_consume(queue.into(), "".into(), options, FieldTable::default()).await.unwrap();
     let mut seen = vec![false; n];
     let mut arrivals = Vec::with_capacity(n);
     while arrivals.len() < n {
@@ -334,7 +343,13 @@ async fn bare_relay(channel: Channel, input: String, output: String) {
                 let delivery = delivery.unwrap();
                 let options = BasicPublishOptions { mandatory: true, immediate: false };
                 let confirm = channel
-                    .basic_publish("".into(), output.as_ref().into(), options, &delivery.data, delivery.properties.clone())
+                    .basic_publish(
+                        "".into(),
+                        output.as_ref().into(),
+                        options,
+                        &delivery.data,
+                        delivery.properties.clone(),
+                    )
                     .await
                     .unwrap();
                 confirm.await.unwrap();

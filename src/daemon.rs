@@ -174,10 +174,11 @@ pub async fn signals() {
     }
 }
 
-/// Structured logs on stderr; `SILPGATE_LOG` filters them (tracing's `EnvFilter` syntax).
+/// Structured logs on stderr; `SILPGATE_LOG` filters them (tracing's `EnvFilter` syntax). lapin is
+/// silent by default: silpgate logs every connection loss itself, with the reason.
 pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SILPGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

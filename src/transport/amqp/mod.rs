@@ -11,6 +11,7 @@
 //! connection; the broker requeues whatever was not acknowledged.
 
 pub mod backoff;
+pub mod marks;
 pub mod properties;
 pub mod publish;
 pub mod topology;
@@ -117,7 +118,7 @@ impl Amqp {
     async fn connect(&self) -> lapin::Result<(Connection, Channel, Channel)> {
         let connection = Connection::connect(&self.amqp.uri(), ConnectionProperties::default()).await?;
         let declare = connection.create_channel().await?;
-        topology::declare(&declare, &self.amqp, &self.config.agents).await?;
+        topology::Topology::from_config(&self.amqp, &self.config.agents).declare(&declare).await?;
         let _ = declare.close(200, "declared".into()).await;
         let consume = connection.create_channel().await?;
         consume.basic_qos(self.amqp.prefetch, BasicQosOptions { global: false }).await?;
@@ -134,6 +135,7 @@ impl Amqp {
         publish: Channel,
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
+        let (marks, marks_writer) = marks::Marks::start(self.store.clone());
         let pipeline = Arc::new(Pipeline {
             gateway: Gateway::new(self.config.clone(), self.store.clone()),
             amqp: self.amqp.clone(),
@@ -146,6 +148,7 @@ impl Amqp {
             shutdown: shutdown.clone(),
             broken: Arc::new(Notify::new()),
             fatal: Arc::new(Notify::new()),
+            marks,
         });
 
         let mut consumers = Vec::with_capacity(self.amqp.inbound.len());
@@ -226,6 +229,9 @@ impl Amqp {
                 worker.abort();
             }
         }
+        // The marks writer ends once the last worker has dropped its sender.
+        drop(pipeline);
+        let _ = marks_writer.await;
         if let Err(e) = self.store.flush_async().await {
             warn!(error = %e, "Flushing the store failed.");
         }

@@ -1,67 +1,108 @@
 //! The broker topology silpgate declares at start and after every reconnect: durable
 //! exchanges, quorum queues for inbound traffic and dead letters, and their bindings.
-//! `deploy/rabbitmq/definitions.json` holds the same topology for operators who pre-declare;
-//! declaring is idempotent as long as the arguments agree.
+//! [`Topology::from_config`] is the one description; `declare` carries it out, and
+//! `deploy/rabbitmq/definitions.json` holds the same for operators who pre-declare (a test
+//! keeps the two in step). Declaring is idempotent as long as the arguments agree.
 
 use crate::config::{AgentConfig, AmqpConfig};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Channel, ExchangeKind};
 
-/// Declares every exchange, queue and binding the configuration names.
-///
-/// # Errors
-/// The broker's refusal, e.g. a queue that exists with other arguments (`PRECONDITION_FAILED`).
-pub async fn declare(channel: &Channel, amqp: &AmqpConfig, agents: &[AgentConfig]) -> lapin::Result<()> {
-    let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
-    for (name, kind) in [
-        (&amqp.inbound_exchange, ExchangeKind::Direct),
-        (&amqp.agents_exchange, ExchangeKind::Direct),
-        (&amqp.dead_letter_exchange, ExchangeKind::Fanout),
-    ] {
-        channel.exchange_declare(name.as_str().into(), kind, durable, FieldTable::default()).await?;
-    }
+/// What silpgate needs on the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// (name, `direct` or `fanout`); all durable.
+    pub exchanges: Vec<(String, &'static str)>,
+    /// Quorum queues with their extra arguments.
+    pub queues: Vec<Queue>,
+    /// (queue, exchange, routing key).
+    pub bindings: Vec<(String, String, String)>,
+}
 
-    declare_quorum(channel, &amqp.dead_letter_queue, FieldTable::default()).await?;
-    bind(channel, &amqp.dead_letter_queue, &amqp.dead_letter_exchange, "").await?;
+/// A durable quorum queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queue {
+    pub name: String,
+    /// `x-dead-letter-exchange`, for inbound queues.
+    pub dead_letter_exchange: Option<String>,
+    /// `x-delivery-limit`, for inbound queues.
+    pub delivery_limit: Option<u32>,
+}
 
-    for queue in &amqp.inbound {
-        let mut arguments = FieldTable::default();
-        // The broker's own dead-lettering is the safety net behind silpgate's: a message that
-        // keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
-        arguments.insert("x-dead-letter-exchange".into(), text(&amqp.dead_letter_exchange));
-        arguments.insert(
-            "x-delivery-limit".into(),
-            AMQPValue::LongInt(amqp.delivery_limit.try_into().unwrap_or(i32::MAX)),
-        );
-        declare_quorum(channel, queue, arguments).await?;
-        bind(channel, queue, &amqp.inbound_exchange, queue).await?;
-    }
-    for agent in agents {
-        if let Some(queue) = &agent.queue {
-            declare_quorum(channel, queue, FieldTable::default()).await?;
-            bind(channel, queue, &amqp.agents_exchange, agent.routing_key()).await?;
+impl Topology {
+    pub fn from_config(amqp: &AmqpConfig, agents: &[AgentConfig]) -> Topology {
+        let plain =
+            |name: &str| Queue { name: name.to_owned(), dead_letter_exchange: None, delivery_limit: None };
+        let mut queues = vec![plain(&amqp.dead_letter_queue)];
+        let mut bindings =
+            vec![(amqp.dead_letter_queue.clone(), amqp.dead_letter_exchange.clone(), String::new())];
+        for queue in &amqp.inbound {
+            // The broker's own dead-lettering is the safety net behind silpgate's: a message
+            // that keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
+            queues.push(Queue {
+                name: queue.clone(),
+                dead_letter_exchange: Some(amqp.dead_letter_exchange.clone()),
+                delivery_limit: Some(amqp.delivery_limit),
+            });
+            bindings.push((queue.clone(), amqp.inbound_exchange.clone(), queue.clone()));
+        }
+        for agent in agents {
+            if let Some(queue) = &agent.queue {
+                queues.push(plain(queue));
+                bindings.push((queue.clone(), amqp.agents_exchange.clone(), agent.routing_key().to_owned()));
+            }
+        }
+        Topology {
+            exchanges: vec![
+                (amqp.inbound_exchange.clone(), "direct"),
+                (amqp.agents_exchange.clone(), "direct"),
+                (amqp.dead_letter_exchange.clone(), "fanout"),
+            ],
+            queues,
+            bindings,
         }
     }
-    Ok(())
-}
 
-async fn declare_quorum(channel: &Channel, queue: &str, mut arguments: FieldTable) -> lapin::Result<()> {
-    arguments.insert("x-queue-type".into(), text("quorum"));
-    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-    channel.queue_declare(queue.into(), options, arguments).await.map(drop)
-}
-
-async fn bind(channel: &Channel, queue: &str, exchange: &str, routing_key: &str) -> lapin::Result<()> {
-    channel
-        .queue_bind(
-            queue.into(),
-            exchange.into(),
-            routing_key.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
+    /// Declares every exchange, queue and binding.
+    ///
+    /// # Errors
+    /// The broker's refusal, e.g. a queue that exists with other arguments
+    /// (`PRECONDITION_FAILED`).
+    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+        for (name, kind) in &self.exchanges {
+            let kind = if *kind == "fanout" { ExchangeKind::Fanout } else { ExchangeKind::Direct };
+            channel.exchange_declare(name.as_str().into(), kind, durable, FieldTable::default()).await?;
+        }
+        for queue in &self.queues {
+            let mut arguments = FieldTable::default();
+            arguments.insert("x-queue-type".into(), text("quorum"));
+            if let Some(dlx) = &queue.dead_letter_exchange {
+                arguments.insert("x-dead-letter-exchange".into(), text(dlx));
+            }
+            if let Some(limit) = queue.delivery_limit {
+                arguments.insert(
+                    "x-delivery-limit".into(),
+                    AMQPValue::LongInt(limit.try_into().unwrap_or(i32::MAX)),
+                );
+            }
+            let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+            channel.queue_declare(queue.name.as_str().into(), options, arguments).await?;
+        }
+        for (queue, exchange, routing_key) in &self.bindings {
+            channel
+                .queue_bind(
+                    queue.as_str().into(),
+                    exchange.as_str().into(),
+                    routing_key.as_str().into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 fn text(s: &str) -> AMQPValue {

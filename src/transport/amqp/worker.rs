@@ -13,7 +13,7 @@ use super::properties::{self, Envelope};
 use super::publish::{Publication, PublishError, Publisher};
 use super::stopped;
 use crate::config::AmqpConfig;
-use crate::gateway::store::{Changes, LedgerState, StoreError};
+use crate::gateway::store::StoreError;
 use crate::gateway::{
     Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport,
 };
@@ -78,6 +78,8 @@ pub struct Pipeline {
     pub broken: Arc<Notify>,
     /// Told when the store is damaged: silpgate must stop.
     pub fatal: Arc<Notify>,
+    /// Ledger marks of messages whose publishes are confirmed.
+    pub marks: super::marks::Marks,
 }
 
 impl Pipeline {
@@ -185,13 +187,7 @@ impl Pipeline {
                 self.gateway.store().flush_async().await.map_err(GatewayError::Store)?;
                 self.publish(job, &base_id, outcome.outbound).await?;
                 if let Some(id) = &job.envelope.message_id {
-                    // Not flushed on purpose: if this is lost, a redelivery publishes again
-                    // with the same ids, which receivers drop.
-                    let done =
-                        Changes { ledger: vec![(id.clone(), LedgerState::Published)], ..Changes::default() };
-                    if let Err(e) = self.gateway.store().commit(&done, crate::store::time::now_millis()) {
-                        warn!(message_id = %id, error = %e, "Could not mark the message published.");
-                    }
+                    self.marks.published(id.clone());
                 }
                 Ok(())
             }
