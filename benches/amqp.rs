@@ -148,6 +148,7 @@ impl Relay {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 let _ = child.kill();
+                let _ = child.wait();
                 panic!("silpgate did not start consuming");
             }
         }
