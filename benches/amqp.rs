@@ -22,10 +22,12 @@ const CONVERSATIONS: usize = 200;
 
 #[tokio::main]
 async fn main() {
+    // `cargo test --all-targets` runs this without `--bench`: a small smoke run then.
+    let measuring = std::env::args().any(|a| a == "--bench");
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(50_000);
-    let rate: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let seconds: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(15);
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(if measuring { 50_000 } else { 300 });
+    let rate: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(if measuring { 1000 } else { 100 });
+    let seconds: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(if measuring { 15 } else { 1 });
     let run = format!("sgbench.{}", std::process::id());
     println!("AMQP relay benchmark: N = {n}, paced {rate}/s for {seconds} s, broker {BROKER}");
 
