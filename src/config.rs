@@ -23,6 +23,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// The RabbitMQ connection (AMQP 0-9-1). Absent: no broker, HTTP and WebSocket only.
     pub amqp: Option<AmqpConfig>,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
     /// Downstream agents and the frontends they accept.
     pub agents: Vec<AgentConfig>,
     /// Routing rules, tried in order; the first match wins.
@@ -259,6 +261,46 @@ impl AmqpConfig {
     }
 }
 
+/// Logs on stderr and traces over OTLP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// `pretty` (default) or `json` (one object per event).
+    pub log_format: LogFormat,
+    /// Which events are logged, in tracing's `EnvFilter` syntax; the environment variable
+    /// `SILPGATE_LOG` replaces it. Default `info,lapin=off` (silpgate logs connection losses
+    /// itself, with the reason).
+    pub log_filter: String,
+    /// OTLP/HTTP endpoint spans are exported to, e.g. `http://127.0.0.1:4318/v1/traces`.
+    /// Unset (the default): no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans. Default `silpgate`.
+    pub service_name: String,
+    /// Fraction of new traces recorded, 0.0..=1.0; a message that arrives with a trace context
+    /// follows its sender's decision. Default 1.0.
+    pub sample_ratio: f64,
+}
+
+/// How log events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            log_format: LogFormat::Pretty,
+            log_filter: "info,lapin=off".into(),
+            otlp_endpoint: None,
+            service_name: "silpgate".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
 /// The heartbeat values of draft §5.2.
 pub const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
 
@@ -407,6 +449,12 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
             ));
+        }
+        if !(0.0..=1.0).contains(&self.telemetry.sample_ratio) {
+            return Err(ConfigError::Invalid(format!(
+                "telemetry.sample_ratio = {} is not in 0.0..=1.0",
+                self.telemetry.sample_ratio
+            )));
         }
         for route in &self.routes {
             let known =

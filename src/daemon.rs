@@ -173,15 +173,3 @@ pub async fn signals() {
         _ = tokio::signal::ctrl_c() => {}
     }
 }
-
-/// Structured logs on stderr; `SILPGATE_LOG` filters them (tracing's `EnvFilter` syntax). lapin is
-/// silent by default: silpgate logs every connection loss itself, with the reason.
-pub fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SILPGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}

@@ -17,4 +17,5 @@ pub mod gateway;
 pub mod nlip;
 pub mod silp;
 pub mod store;
+pub mod telemetry;
 pub mod transport;

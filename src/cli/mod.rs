@@ -79,7 +79,14 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    crate::daemon::init_logs();
+    // Before the runtime: the OTLP exporter runs its own blocking client on its own thread.
+    let telemetry = match crate::telemetry::init(&config.telemetry) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -93,6 +100,8 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
         eprintln!("silpgate: listening on http://{addr} (POST /nlip, GET /nlip/ws, /nlip/ws/text)");
         daemon.serve(crate::daemon::signals()).await
     });
+    drop(runtime);
+    telemetry.shutdown();
     match result {
         Ok(()) => {
             eprintln!("silpgate: stopped");

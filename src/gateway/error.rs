@@ -17,6 +17,17 @@ pub enum Disposition {
     Fatal,
 }
 
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Poison => "poison",
+            Disposition::Transient => "transient",
+            Disposition::Duplicate => "duplicate",
+            Disposition::Fatal => "fatal",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("{0}")]

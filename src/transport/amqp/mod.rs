@@ -196,9 +196,11 @@ impl Amqp {
                 next = deliveries.next() => match next {
                     Some((queue, Ok(delivery))) => {
                         let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
-                        let decoded = pipeline.decode(&delivery.data, &envelope);
+                        let span = worker::delivery_span(&queue, &envelope, &delivery);
+                        let decoded = tracing::info_span!(parent: &span, "nlip decode")
+                            .in_scope(|| pipeline.decode(&delivery.data, &envelope));
                         let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
-                        let job = Job { delivery, queue, envelope, decoded };
+                        let job = Job { span, delivery, queue, envelope, decoded };
                         if senders[shard].send(job).await.is_err() {
                             break Ended::Lost("a worker stopped".into());
                         }

@@ -18,12 +18,49 @@ use crate::gateway::{
     Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport,
 };
 use crate::nlip::{self, Encoding, Message, NlipError};
+use crate::telemetry;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
-use tracing::{debug, error, warn};
+use tracing::{Instrument, debug, error, field::Empty, info_span, warn};
+
+/// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
+/// conventions, with silpgate's own fields left to fill in as the message goes.
+pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery) -> tracing::Span {
+    let span = info_span!(
+        "amqp process",
+        otel.name = %format!("process {queue}"),
+        otel.kind = "consumer",
+        messaging.system = "rabbitmq",
+        messaging.operation.type = "process",
+        messaging.destination.name = queue,
+        messaging.message.id = envelope.message_id.as_deref().unwrap_or_default(),
+        messaging.message.conversation_id = envelope.correlation_id.as_deref().unwrap_or_default(),
+        messaging.message.body.size = delivery.data.len(),
+        messaging.rabbitmq.message.delivery_tag = delivery.delivery_tag,
+        silpgate.transport = "amqp",
+        silpgate.source = queue,
+        nlip.format = Empty,
+        nlip.subformat = Empty,
+        silp.intent = Empty,
+        silp.req_id = Empty,
+        silpgate.route = Empty,
+        silpgate.session_id = Empty,
+        silpgate.turn = Empty,
+        silpgate.frontend = Empty,
+        silpgate.frontend_reason = Empty,
+        silpgate.sanitized = Empty,
+        silpgate.destination = Empty,
+        silpgate.bytes_out = Empty,
+        silpgate.attempts = Empty,
+        error.type = Empty,
+        silpgate.disposition = Empty,
+    );
+    telemetry::adopt(&span, telemetry::extract(delivery.properties.headers().as_ref()));
+    span
+}
 
 /// Conflicting updates retried at once before they count as a failed attempt.
 const MAX_RACES: u32 = 8;
@@ -31,6 +68,8 @@ const MAX_RACES: u32 = 8;
 /// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
 /// to pick the worker).
 pub struct Job {
+    /// The message's span: its parent is the trace context the message came with.
+    pub span: tracing::Span,
     pub delivery: Delivery,
     pub queue: Arc<str>,
     pub envelope: Envelope,
@@ -96,6 +135,11 @@ impl Pipeline {
 
     /// Takes one delivery to its end: acknowledged, dead-lettered, or left to the broker.
     pub async fn process(&self, job: Job) {
+        let span = job.span.clone();
+        self.settle(job).instrument(span).await;
+    }
+
+    async fn settle(&self, job: Job) {
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.retry_initial_ms),
             Duration::from_millis(self.amqp.retry_max_ms),
@@ -115,6 +159,9 @@ impl Pipeline {
             }
             attempts += 1;
             let message_id = job.envelope.message_id.as_deref().unwrap_or("-");
+            job.span.record("error.type", failure.code());
+            job.span.record("silpgate.disposition", failure.disposition().as_str());
+            job.span.record("silpgate.attempts", attempts + 1);
             match failure.disposition() {
                 Disposition::Duplicate => return self.ack(&job).await,
                 Disposition::Poison => {
@@ -156,7 +203,8 @@ impl Pipeline {
 
     /// One attempt: everything up to, but not including, the acknowledgement.
     async fn attempt(&self, job: &Job) -> Result<(), Failure> {
-        let outcome = match &job.decoded {
+        let handle = info_span!("gateway handle");
+        let outcome = handle.in_scope(|| match &job.decoded {
             Ok(message) => self.gateway.handle(Inbound {
                 envelope: message.clone(),
                 origin: Origin {
@@ -169,7 +217,12 @@ impl Pipeline {
                 received_at: crate::store::time::now_millis(),
             }),
             Err(e) => self.gateway.reject_undecodable(e.clone()),
-        };
+        });
+        telemetry::record_notes(&job.span, &outcome.notes);
+        if let Ok(message) = &job.decoded {
+            job.span.record("nlip.format", message.format.as_str());
+            job.span.record("nlip.subformat", message.subformat.as_str());
+        }
         let base_id =
             job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
         match outcome.status {
@@ -184,7 +237,12 @@ impl Pipeline {
                 Err(error.into())
             }
             Status::Delivered => {
-                self.gateway.store().flush_async().await.map_err(GatewayError::Store)?;
+                self.gateway
+                    .store()
+                    .flush_async()
+                    .instrument(info_span!("store flush"))
+                    .await
+                    .map_err(GatewayError::Store)?;
                 self.publish(job, &base_id, outcome.outbound).await?;
                 if let Some(id) = &job.envelope.message_id {
                     self.marks.published(id.clone());
@@ -229,11 +287,34 @@ impl Pipeline {
                 }
             }
         }
-        self.publisher.publish_all(publications).await.map_err(|error| {
+        let destinations: Vec<&str> = publications
+            .iter()
+            .map(|p| if p.exchange.is_empty() { p.routing_key } else { p.exchange })
+            .collect();
+        let destination = destinations.join(",");
+        let span = info_span!(
+            "amqp publish",
+            otel.name = %format!("publish {destination}"),
+            otel.kind = "producer",
+            messaging.system = "rabbitmq",
+            messaging.operation.type = "publish",
+            messaging.destination.name = %destination,
+            messaging.batch.message_count = publications.len(),
+        );
+        let bytes_out: usize = publications.iter().map(|p| p.body.len()).sum();
+        job.span.record("silpgate.destination", destination.as_str());
+        job.span.record("silpgate.bytes_out", bytes_out);
+        // Every message published carries this publish's context: its receiver continues the trace.
+        for p in &mut publications {
+            let mut headers = p.properties.headers().clone().unwrap_or_default();
+            telemetry::inject(&span, &mut headers);
+            p.properties = std::mem::take(&mut p.properties).with_headers(headers);
+        }
+        self.publisher.publish_all(publications).instrument(span).await.map_err(|error| {
             if matches!(error, PublishError::Channel(_)) {
                 self.broken.notify_one();
             }
-            Failure::Publish { destination: "downstream".into(), error }
+            Failure::Publish { destination, error }
         })
     }
 
@@ -251,7 +332,7 @@ impl Pipeline {
                 &job.queue,
             ),
         };
-        match self.publisher.publish_all(vec![publication]).await {
+        match self.publisher.publish_all(vec![publication]).instrument(info_span!("amqp dead-letter")).await {
             Ok(()) => {
                 self.ack(job).await;
                 true
@@ -265,7 +346,13 @@ impl Pipeline {
 
     async fn ack(&self, job: &Job) {
         // Acks are individual: confirms, and so acks, complete out of order across workers.
-        if let Err(e) = job.delivery.acker.ack(BasicAckOptions { multiple: false }).await {
+        let acked = job
+            .delivery
+            .acker
+            .ack(BasicAckOptions { multiple: false })
+            .instrument(info_span!("amqp ack"))
+            .await;
+        if let Err(e) = acked {
             // The channel is gone and the broker will redeliver: the ledger handles that.
             debug!(error = %e, "Acknowledgement not sent.");
             self.broken.notify_one();

@@ -1,0 +1,159 @@
+//! Logs and traces. One tracing subscriber carries both: structured logs on stderr (pretty or
+//! JSON) and, when an OTLP endpoint is configured, OpenTelemetry spans exported over OTLP/HTTP.
+//! W3C trace context (`traceparent`, `tracestate`) travels in AMQP headers: extracted from what
+//! comes in, injected into everything published, so that a trace follows a message across
+//! agents.
+
+use crate::config::{LogFormat, TelemetryConfig};
+use crate::gateway::Note;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The exporter, kept to flush what is buffered at shutdown.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// Installs the subscriber. `SILPGATE_LOG` replaces the configured log filter.
+///
+/// # Errors
+/// An OTLP endpoint the exporter cannot use.
+pub fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_from_env("SILPGATE_LOG")
+        .or_else(|_| EnvFilter::try_new(&config.log_filter))
+        .map_err(|e| format!("telemetry.log_filter: {e}"))?;
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = match config.log_format {
+        LogFormat::Pretty => tracing_subscriber::fmt::layer()
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(false)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let provider = match &config.otlp_endpoint {
+        Some(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(endpoint)
+                .build()
+                .map_err(|e| format!("telemetry.otlp_endpoint {endpoint}: {e}"))?;
+            let resource =
+                opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
+            Some(
+                SdkTracerProvider::builder()
+                    .with_batch_exporter(exporter)
+                    .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                        config.sample_ratio,
+                    ))))
+                    .with_resource(resource)
+                    .build(),
+            )
+        }
+        None => None,
+    };
+    // Only silpgate's own spans are exported; lapin's connection loop would drown them.
+    let traces = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer().with_tracer(p.tracer("silpgate")).with_filter(
+            tracing_subscriber::filter::Targets::new().with_target("silpgate", tracing::Level::INFO),
+        )
+    });
+    let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
+    Ok(Telemetry { provider })
+}
+
+impl Telemetry {
+    /// Exports what is buffered and stops the exporter. Blocks: call it off the runtime.
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider {
+            let _ = provider.force_flush();
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// The trace context an inbound message carries in its headers; empty when it carries none,
+/// and then the message starts a new trace.
+pub fn extract(headers: Option<&FieldTable>) -> opentelemetry::Context {
+    match headers {
+        Some(headers) => TraceContextPropagator::new().extract(&HeaderExtractor(headers)),
+        None => opentelemetry::Context::new(),
+    }
+}
+
+/// Puts `span`'s trace context into outbound headers.
+pub fn inject(span: &tracing::Span, headers: &mut FieldTable) {
+    TraceContextPropagator::new().inject_context(&span.context(), &mut HeaderInjector(headers));
+}
+
+/// Gives `span` the inbound context as its parent.
+pub fn adopt(span: &tracing::Span, parent: opentelemetry::Context) {
+    let _ = span.set_parent(parent);
+}
+
+struct HeaderExtractor<'a>(&'a FieldTable);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match self.0.inner().get(key)? {
+            AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+            AMQPValue::ShortString(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.inner().keys().map(|k| k.as_str()).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut FieldTable);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key.into(), AMQPValue::LongString(LongString::from(value.into_bytes())));
+    }
+}
+
+/// Records on a message's span what the core decided: route, payload, session, frontend.
+/// The span must declare the fields (`silpgate.route`, `silp.intent`, `silp.req_id`,
+/// `silpgate.session_id`, `silpgate.turn`, `silpgate.frontend`, `silpgate.frontend_reason`,
+/// `silpgate.sanitized`); fields it lacks are skipped.
+pub fn record_notes(span: &tracing::Span, notes: &[Note]) {
+    for note in notes {
+        match note {
+            Note::Route(route) => {
+                span.record("silpgate.route", route.as_str());
+            }
+            Note::Payload { intent, req_id, .. } => {
+                span.record("silp.intent", intent.as_str());
+                span.record("silp.req_id", req_id.as_str());
+            }
+            Note::Session { id, turn, .. } => {
+                span.record("silpgate.session_id", id.as_str());
+                span.record("silpgate.turn", *turn);
+            }
+            Note::Frontend { frontend, reason, .. } => {
+                span.record("silpgate.frontend", frontend.name());
+                span.record("silpgate.frontend_reason", reason.as_str());
+            }
+            Note::Sanitized { .. } => {
+                span.record("silpgate.sanitized", true);
+            }
+            Note::LockDrift { .. } | Note::LockFrozen { .. } | Note::ProfileLearnt { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Traces, end to end: silpgate exports over OTLP/HTTP to a real receiver (the official
+//! OpenTelemetry protos, tests/interop/otlp_sink.py), honours the `traceparent` a message
+//! arrives with, and injects its own into what it publishes.
+
+mod support;
+
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::broker::{self, Daemon, Names};
+
+/// The OTLP receiver, killed when dropped.
+struct Sink(std::process::Child);
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_sink(out: &std::path::Path) -> (Sink, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let python = std::env::var_os("SILPGATE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python"));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/otlp_sink.py");
+    let mut child = Command::new(&python)
+        .arg(script)
+        .arg(port.to_string())
+        .arg(out)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {} ({e}); tests/run.sh installs opentelemetry-proto", python.display())
+        });
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "listening", "the OTLP receiver starts");
+    (Sink(child), port)
+}
+
+fn hex(n: usize, seed: u64) -> String {
+    (0..n).map(|i| format!("{:x}", (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) + 1) % 16)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
+    let dir = broker::temp_dir("telemetry");
+    let spans_file = dir.join("spans.jsonl");
+    let (_sink, port) = start_sink(&spans_file);
+    let names = Names::new("trace");
+    let config = format!(
+        "{}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\nservice_name = \"silpgate-test\"\n",
+        names.config(&dir.join("store"), "", true)
+    );
+    let daemon = Daemon::start(&config, &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    let (connection, channel) = broker::channel().await;
+
+    // Three messages come with a trace context, three without.
+    let seed = u64::from(std::process::id());
+    let upstream: Vec<(String, String)> =
+        (0..3).map(|i| (hex(32, seed + i), hex(16, seed + 100 + i))).collect();
+    let messages = (0..6)
+        .map(|i| {
+            let mut properties = BasicProperties::default()
+                .with_message_id(format!("m-{i}").into())
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2);
+            if let Some((trace, span)) = upstream.get(i) {
+                let mut headers = FieldTable::default();
+                let traceparent = format!("00-{trace}-{span}-01");
+                headers.insert(
+                    "traceparent".into(),
+                    AMQPValue::LongString(LongString::from(traceparent.into_bytes())),
+                );
+                properties = properties.with_headers(headers);
+            }
+            (names.inbound(), broker::envelope(i, i, None), properties)
+        })
+        .collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), messages).await;
+    let forwarded =
+        broker::collect(&channel, &names.sink(), Duration::from_secs(60), |got| got.len() == 6).await;
+    assert_eq!(forwarded.len(), 6);
+
+    // Stopping flushes the exporter.
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    let spans: Vec<Value> = std::fs::read_to_string(&spans_file)
+        .expect("spans arrived at the receiver")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(spans.iter().all(|s| s["service"] == "silpgate-test"));
+    let process_of = |message_id: &str| -> &Value {
+        spans
+            .iter()
+            .find(|s| {
+                s["name"].as_str().is_some_and(|n| n.starts_with("process "))
+                    && s["attributes"]["messaging.message.id"] == message_id
+            })
+            .unwrap_or_else(|| panic!("no process span for {message_id}"))
+    };
+    let children_of =
+        |span: &Value| -> Vec<&Value> { spans.iter().filter(|s| s["parent"] == span["span_id"]).collect() };
+
+    let mut traces = HashSet::new();
+    for i in 0..6 {
+        let id = format!("m-{i}");
+        let process = process_of(&id);
+        assert_eq!(process["attributes"]["messaging.system"], "rabbitmq");
+        assert_eq!(process["attributes"]["messaging.destination.name"], names.inbound());
+        assert_eq!(process["attributes"]["silpgate.route"], "to-sink");
+        assert_eq!(process["attributes"]["silp.intent"], "!CANCEL");
+        assert_eq!(process["kind"], 5, "a consumer span");
+        traces.insert(process["trace_id"].as_str().unwrap().to_owned());
+        match upstream.get(i) {
+            Some((trace, span)) => {
+                assert_eq!(process["trace_id"], trace.as_str(), "{id} continues its sender's trace");
+                assert_eq!(process["parent"], span.as_str());
+            }
+            None => assert_eq!(process["parent"], "", "{id} starts a trace"),
+        }
+        let children = children_of(process);
+        let names_of: HashSet<&str> = children.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        for stage in ["nlip decode", "gateway handle", "store flush", "amqp ack"] {
+            assert!(names_of.contains(stage), "{id}: no {stage} span under process: {names_of:?}");
+        }
+        let publish = children
+            .iter()
+            .find(|s| s["name"].as_str().unwrap().starts_with("publish "))
+            .unwrap_or_else(|| panic!("{id}: no publish span"));
+        // What went downstream carries the publish span's context.
+        let out = forwarded.iter().find(|r| r.message_id.starts_with(&format!("{id}:"))).unwrap();
+        let traceparent = out.headers.get("traceparent").expect("traceparent injected");
+        let parts: Vec<&str> = traceparent.split('-').collect();
+        assert_eq!(parts[1], process["trace_id"].as_str().unwrap());
+        assert_eq!(parts[2], publish["span_id"].as_str().unwrap());
+    }
+    assert_eq!(traces.len(), 6, "one trace per message");
+    names.clean_up(&channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
