@@ -104,6 +104,23 @@ pub fn adopt(span: &tracing::Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);
 }
 
+/// The trace context of an HTTP request (or WebSocket upgrade request).
+pub fn extract_http(headers: &axum::http::HeaderMap) -> opentelemetry::Context {
+    TraceContextPropagator::new().extract(&HttpExtractor(headers))
+}
+
+struct HttpExtractor<'a>(&'a axum::http::HeaderMap);
+
+impl Extractor for HttpExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
 struct HeaderExtractor<'a>(&'a FieldTable);
 
 impl Extractor for HeaderExtractor<'_> {

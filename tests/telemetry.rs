@@ -45,6 +45,21 @@ fn start_sink(out: &std::path::Path) -> (Sink, u16) {
     (Sink(child), port)
 }
 
+/// POSTs a JSON envelope with a `traceparent` header; the status code.
+fn post(addr: &str, body: &[u8], traceparent: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST /nlip HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\ntraceparent: {traceparent}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
 fn hex(n: usize, seed: u64) -> String {
     (0..n).map(|i| format!("{:x}", (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) + 1) % 16)).collect()
 }
@@ -89,6 +104,28 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
     let forwarded =
         broker::collect(&channel, &names.sink(), Duration::from_secs(60), |got| got.len() == 6).await;
     assert_eq!(forwarded.len(), 6);
+
+    // HTTP and WebSocket: the request's, and the upgrade request's, traceparent is honoured.
+    let (http_trace, http_span) = (hex(32, seed + 50), hex(16, seed + 150));
+    let status = post(
+        &daemon.http,
+        &broker::envelope(50, 50, Some("decode")),
+        &format!("00-{http_trace}-{http_span}-01"),
+    );
+    assert_eq!(status, 200);
+    let (ws_trace, ws_span) = (hex(32, seed + 60), hex(16, seed + 160));
+    {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+        let mut request = format!("ws://{}/nlip/ws/text", daemon.http).into_client_request().unwrap();
+        request.headers_mut().insert("traceparent", format!("00-{ws_trace}-{ws_span}-01").parse().unwrap());
+        let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        let text = String::from_utf8(broker::envelope(60, 60, Some("decode"))).unwrap();
+        socket.send(Message::Text(text.into())).await.unwrap();
+        let reply = socket.next().await.unwrap().unwrap();
+        assert!(reply.is_text(), "{reply:?}");
+        socket.close(None).await.unwrap();
+    }
 
     // Stopping flushes the exporter.
     let (status, _) = daemon.terminate(Duration::from_secs(40));
@@ -145,6 +182,19 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
         assert_eq!(parts[2], publish["span_id"].as_str().unwrap());
     }
     assert_eq!(traces.len(), 6, "one trace per message");
+    for (source, trace, parent) in [("http", &http_trace, &http_span), ("ws", &ws_trace, &ws_span)] {
+        let request = spans
+            .iter()
+            .find(|s| s["name"] == format!("process {source}").as_str())
+            .unwrap_or_else(|| panic!("no span for the {source} request"));
+        assert_eq!(request["trace_id"], trace.as_str(), "{source}");
+        assert_eq!(request["parent"], parent.as_str(), "{source}");
+        assert_eq!(request["kind"], 2, "a server span");
+        assert_eq!(request["attributes"]["silpgate.route"], "decode-for-sender");
+        let stages: HashSet<&str> =
+            children_of(request).iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert!(stages.contains("gateway handle"), "{source}: {stages:?}");
+    }
     names.clean_up(&channel).await;
     let _ = connection.close(200, "done".into()).await;
 }

@@ -154,7 +154,8 @@ async fn post_nlip(
             return message_response(status_for(code), &reply, encoding);
         }
     };
-    let answer = front.answer(envelope, Transport::Http, "http").await;
+    let parent = crate::telemetry::extract_http(&headers);
+    let answer = front.answer(envelope, Transport::Http, "http", parent).await;
     let status = answer.error.map_or(StatusCode::OK, status_for);
     // One request, one reply: the last envelope for the sender is the answer.
     match answer.replies.last() {

@@ -15,6 +15,7 @@ use crate::nlip::reply::{self, Location};
 use crate::nlip::{Limits, Message};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::{Instrument, field::Empty, info_span};
 
 /// Everything a listener needs, shared by all connections.
 pub struct Front {
@@ -56,19 +57,54 @@ pub struct Answer {
 
 impl Front {
     /// Runs the core on one decoded envelope and makes its state durable before answering.
-    pub async fn answer(self: &Arc<Self>, envelope: Message, transport: Transport, source: &str) -> Answer {
+    /// `parent` is the trace context the request came with (empty: a new trace).
+    pub async fn answer(
+        self: &Arc<Self>,
+        envelope: Message,
+        transport: Transport,
+        source: &str,
+        parent: opentelemetry::Context,
+    ) -> Answer {
+        let span = info_span!(
+            "nlip request",
+            otel.name = %format!("process {source}"),
+            otel.kind = "server",
+            silpgate.transport = ?transport,
+            silpgate.source = source,
+            nlip.format = envelope.format.as_str(),
+            nlip.subformat = envelope.subformat.as_str(),
+            silp.intent = Empty,
+            silp.req_id = Empty,
+            silpgate.route = Empty,
+            silpgate.session_id = Empty,
+            silpgate.turn = Empty,
+            silpgate.frontend = Empty,
+            silpgate.frontend_reason = Empty,
+            silpgate.sanitized = Empty,
+            error.type = Empty,
+        );
+        crate::telemetry::adopt(&span, parent);
         let inbound = Inbound {
             envelope,
             origin: Origin::new(transport, source),
             received_at: crate::store::time::now_millis(),
         };
-        let outcome = self.gateway.handle(inbound);
-        if let Err(e) = self.gateway.store().flush_async().await {
-            let error = GatewayError::Store(e);
-            let message = reply::error_message(error.code(), &error.detail(), &Location::None);
-            return Answer { replies: vec![message], error: Some(error.code()) };
+        let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.gateway.handle(inbound));
+        crate::telemetry::record_notes(&span, &outcome.notes);
+        let flushed =
+            self.gateway.store().flush_async().instrument(info_span!(parent: &span, "store flush")).await;
+        let answer = match flushed {
+            Err(e) => {
+                let error = GatewayError::Store(e);
+                let message = reply::error_message(error.code(), &error.detail(), &Location::None);
+                Answer { replies: vec![message], error: Some(error.code()) }
+            }
+            Ok(()) => self.settle(outcome),
+        };
+        if let Some(code) = answer.error {
+            span.record("error.type", code);
         }
-        self.settle(outcome)
+        answer
     }
 
     /// The replies of an outcome. Messages for agents need an agent transport (AMQP), which a

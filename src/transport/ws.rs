@@ -62,6 +62,8 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
         return (StatusCode::BAD_REQUEST, "a WebSocket upgrade (version 13) is expected here\n")
             .into_response();
     }
+    // Every message on the socket continues the trace of the upgrade request, if it had one.
+    let trace = crate::telemetry::extract_http(request.headers());
     let on_upgrade = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         match on_upgrade.await {
@@ -72,7 +74,7 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
                 let socket =
                     WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                         .await;
-                serve_socket(front, socket, encoding, client).await;
+                serve_socket(front, socket, encoding, client, trace).await;
             }
             Err(e) => eprintln!("silpgate: WebSocket upgrade failed: {e}"),
         }
@@ -102,8 +104,13 @@ fn frame(message: &Message, encoding: Encoding) -> Frame {
 }
 
 /// One socket: messages in, replies out in the same order, pings while idle.
-async fn serve_socket<S>(front: Arc<Front>, socket: WebSocketStream<S>, encoding: Encoding, client: String)
-where
+async fn serve_socket<S>(
+    front: Arc<Front>,
+    socket: WebSocketStream<S>,
+    encoding: Encoding,
+    client: String,
+    trace: opentelemetry::Context,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let mut socket = socket;
@@ -173,7 +180,7 @@ where
             continue;
         }
         let replies = match nlip::decode(&bytes, encoding, &front.limits) {
-            Ok(envelope) => front.answer(envelope, Transport::WebSocket, "ws").await.replies,
+            Ok(envelope) => front.answer(envelope, Transport::WebSocket, "ws", trace.clone()).await.replies,
             Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
                 // ECMA-432 §11: the CBOR decoding failure message, and the fallback hint.
                 let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", e.message);
