@@ -149,17 +149,27 @@ fn retention(config: &Config) -> Retention {
     }
 }
 
-/// Expires idle sessions and trims the ledger once a minute.
+/// Expires idle sessions and trims the ledger once a minute, and refreshes the store gauges.
 async fn sweep_forever(store: Arc<SledStore>, retention: Retention) {
     let mut every = tokio::time::interval(Duration::from_secs(60));
     loop {
         every.tick().await;
         let store = store.clone();
-        let swept =
-            tokio::task::spawn_blocking(move || store.sweep(crate::store::time::now_millis(), &retention))
-                .await;
+        let swept = tokio::task::spawn_blocking(move || {
+            let swept = store.sweep(crate::store::time::now_millis(), &retention);
+            // The store's size, for the dashboards: live sessions and compile.lock records.
+            let metrics = crate::metrics::get();
+            if let Ok(sessions) = store.sessions() {
+                metrics.sessions.set(sessions.iter().filter(|s| !s.expired).count() as i64);
+            }
+            if let Ok(head) = store.lock_head() {
+                metrics.lock_records.set(i64::try_from(head.records).unwrap_or(i64::MAX));
+            }
+            swept
+        })
+        .await;
         if let Ok(Err(e)) = swept {
-            eprintln!("silpgate: sweeping the store failed: {e}");
+            tracing::warn!(error = %e, "Sweeping the store failed.");
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod gateway;
+pub mod metrics;
 pub mod nlip;
 pub mod silp;
 pub mod store;

@@ -79,3 +79,32 @@ fn the_rabbitmq_definitions_hold_the_topology_silpgate_declares() {
         .collect();
     assert_eq!(bindings, topology.bindings.iter().cloned().collect());
 }
+
+#[test]
+fn every_grafana_panel_charts_a_metric_silpgate_exports() {
+    let text = std::fs::read_to_string(root("deploy/grafana/silpgate.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    assert!(dashboard["title"].is_string() && dashboard["panels"].is_array(), "a Grafana dashboard");
+    let exported = silpgate::metrics::get().names();
+    let mut charted = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let targets = panel["targets"].as_array().expect("every panel has queries");
+        assert!(!targets.is_empty(), "{}", panel["title"]);
+        for target in targets {
+            let expr = target["expr"].as_str().expect("a PromQL query");
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("silpgate_"))
+                .collect();
+            assert!(!names.is_empty(), "{}: {expr} names no silpgate metric", panel["title"]);
+            for name in names {
+                let family =
+                    ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+                assert!(exported.iter().any(|e| e == family), "{}: {name} is not exported", panel["title"]);
+                charted.insert(family.to_owned());
+            }
+        }
+    }
+    let exported: BTreeSet<String> = exported.iter().cloned().collect();
+    assert_eq!(charted, exported, "every exported metric is charted somewhere");
+}

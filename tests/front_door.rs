@@ -544,3 +544,39 @@ async fn raw_websocket(addr: SocketAddr) -> tokio::net::TcpStream {
     assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
     stream
 }
+
+#[tokio::test]
+async fn metrics_are_served_as_prometheus_text_and_count_what_happened() {
+    let addr = start("").await;
+    let before = silpgate::metrics::get().messages_in.with_label_values(&["http", "http"]).get();
+    assert_eq!(post_json(addr, &silp_code("cancel(x)", "decode")).await.status, 200);
+    assert_eq!(
+        post_json(
+            addr,
+            &json!({"format":"structured","subformat":"silp-code","content":"cancel((","label":"decode"})
+        )
+        .await
+        .status,
+        400
+    );
+    let scrape = http(addr, "GET", "/metrics", &[], b"").await;
+    assert_eq!(scrape.status, 200);
+    assert!(scrape.headers.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"));
+    let text = String::from_utf8(scrape.body).unwrap();
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no sample {prefix} in:\n{text}"))
+    };
+    // Tests in this binary share the process's registry: count from before this test.
+    assert!(value("silpgate_messages_in_total{source=\"http\",transport=\"http\"}") >= before as f64 + 2.0);
+    assert!(
+        value(
+            "silpgate_message_failures_total{code=\"invalid_syntax\",disposition=\"poison\",transport=\"http\"}"
+        ) >= 1.0
+    );
+    assert!(value("silpgate_message_seconds_count{transport=\"http\"}") >= 2.0);
+    assert!(text.contains("# TYPE silpgate_in_flight gauge"));
+}

@@ -28,6 +28,7 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/nlip/ws/text", get(super::ws::upgrade_text))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(front)
 }
@@ -44,6 +45,12 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
         }
         _ => (StatusCode::OK, "ready\n").into_response(),
     }
+}
+
+/// Prometheus text exposition of every metric.
+async fn metrics() -> Response {
+    let text = crate::metrics::get().render();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 async fn not_found(request: Request) -> Response {

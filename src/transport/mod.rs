@@ -38,6 +38,16 @@ pub fn rate_limited(what: &str, retry_after: u64) -> Message {
     reply::error_message("rate_limited", &message, &Location::None)
 }
 
+/// The `transport` label of a transport's metrics.
+pub fn transport_label(transport: Transport) -> &'static str {
+    match transport {
+        Transport::Amqp => "amqp",
+        Transport::Http => "http",
+        Transport::WebSocket => "websocket",
+        Transport::Cli => "cli",
+    }
+}
+
 /// Who a request comes from, for the per-client limit: its bearer token when tokens are
 /// configured (hashed, never kept in clear), else its address.
 pub fn client_key(front: &Front, authorization: Option<&str>, peer: std::net::SocketAddr) -> String {
@@ -84,6 +94,11 @@ impl Front {
             error.type = Empty,
         );
         crate::telemetry::adopt(&span, parent);
+        let metrics = crate::metrics::get();
+        let label = transport_label(transport);
+        let started = std::time::Instant::now();
+        metrics.messages_in.with_label_values(&[label, source]).inc();
+        metrics.in_flight.inc();
         let inbound = Inbound {
             envelope,
             origin: Origin::new(transport, source),
@@ -91,6 +106,7 @@ impl Front {
         };
         let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.gateway.handle(inbound));
         crate::telemetry::record_notes(&span, &outcome.notes);
+        metrics.observe_notes(&outcome.notes);
         let flushed =
             self.gateway.store().flush_async().instrument(info_span!(parent: &span, "store flush")).await;
         let answer = match flushed {
@@ -103,7 +119,12 @@ impl Front {
         };
         if let Some(code) = answer.error {
             span.record("error.type", code);
+            let disposition = if code == "unavailable" { "transient" } else { "poison" };
+            metrics.failures.with_label_values(&[label, disposition, code]).inc();
         }
+        metrics.messages_out.with_label_values(&[label, "reply"]).inc_by(answer.replies.len() as u64);
+        metrics.message_seconds.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
+        metrics.in_flight.dec();
         answer
     }
 

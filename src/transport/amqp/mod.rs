@@ -90,8 +90,10 @@ impl Amqp {
                     info!(queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
                     backoff.reset();
                     self.ready.store(true, Ordering::SeqCst);
+                    crate::metrics::get().broker_connected.set(1);
                     let ended = self.consume(&consume, publish, shutdown.clone()).await;
                     self.ready.store(false, Ordering::SeqCst);
+                    crate::metrics::get().broker_connected.set(0);
                     // Closing requeues every delivery not acknowledged.
                     let _ = connection.close(200, "silpgate closing".into()).await;
                     ended
@@ -102,6 +104,7 @@ impl Amqp {
                 Ended::Shutdown => break,
                 Ended::Fatal => return Err(AmqpError::StoreDamaged),
                 Ended::Lost(reason) => {
+                    crate::metrics::get().broker_reconnects.inc();
                     let delay = backoff.next_delay();
                     warn!(error = %reason, retry_in_ms = delay.as_millis() as u64, "Broker connection lost.");
                     tokio::select! {
@@ -195,12 +198,16 @@ impl Amqp {
                 () = pipeline.broken.notified() => break Ended::Lost("a channel failed".into()),
                 next = deliveries.next() => match next {
                     Some((queue, Ok(delivery))) => {
+                        let metrics = crate::metrics::get();
+                        metrics.messages_in.with_label_values(&["amqp", &queue]).inc();
+                        metrics.bytes.with_label_values(&["amqp", "in"]).inc_by(delivery.data.len() as u64);
                         let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
                         let span = worker::delivery_span(&queue, &envelope, &delivery);
                         let decoded = tracing::info_span!(parent: &span, "nlip decode")
                             .in_scope(|| pipeline.decode(&delivery.data, &envelope));
                         let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
-                        let job = Job { span, delivery, queue, envelope, decoded };
+                        let received = std::time::Instant::now();
+                        let job = Job { span, received, delivery, queue, envelope, decoded };
                         if senders[shard].send(job).await.is_err() {
                             break Ended::Lost("a worker stopped".into());
                         }

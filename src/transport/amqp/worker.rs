@@ -70,6 +70,8 @@ const MAX_RACES: u32 = 8;
 pub struct Job {
     /// The message's span: its parent is the trace context the message came with.
     pub span: tracing::Span,
+    /// When the delivery arrived, for the end-to-end latency.
+    pub received: std::time::Instant,
     pub delivery: Delivery,
     pub queue: Arc<str>,
     pub envelope: Envelope,
@@ -136,7 +138,12 @@ impl Pipeline {
     /// Takes one delivery to its end: acknowledged, dead-lettered, or left to the broker.
     pub async fn process(&self, job: Job) {
         let span = job.span.clone();
+        let metrics = crate::metrics::get();
+        let received = job.received;
+        metrics.in_flight.inc();
         self.settle(job).instrument(span).await;
+        metrics.in_flight.dec();
+        metrics.message_seconds.with_label_values(&["amqp"]).observe(received.elapsed().as_secs_f64());
     }
 
     async fn settle(&self, job: Job) {
@@ -162,6 +169,10 @@ impl Pipeline {
             job.span.record("error.type", failure.code());
             job.span.record("silpgate.disposition", failure.disposition().as_str());
             job.span.record("silpgate.attempts", attempts + 1);
+            crate::metrics::get()
+                .failures
+                .with_label_values(&["amqp", failure.disposition().as_str(), failure.code()])
+                .inc();
             match failure.disposition() {
                 Disposition::Duplicate => return self.ack(&job).await,
                 Disposition::Poison => {
@@ -219,6 +230,7 @@ impl Pipeline {
             Err(e) => self.gateway.reject_undecodable(e.clone()),
         });
         telemetry::record_notes(&job.span, &outcome.notes);
+        crate::metrics::get().observe_notes(&outcome.notes);
         if let Ok(message) = &job.decoded {
             job.span.record("nlip.format", message.format.as_str());
             job.span.record("nlip.subformat", message.subformat.as_str());
@@ -310,7 +322,16 @@ impl Pipeline {
             telemetry::inject(&span, &mut headers);
             p.properties = std::mem::take(&mut p.properties).with_headers(headers);
         }
-        self.publisher.publish_all(publications).instrument(span).await.map_err(|error| {
+        let metrics = crate::metrics::get();
+        for p in &publications {
+            let destination = if p.exchange.is_empty() { "reply" } else { p.exchange };
+            metrics.messages_out.with_label_values(&["amqp", destination]).inc();
+        }
+        metrics.bytes.with_label_values(&["amqp", "out"]).inc_by(bytes_out as u64);
+        let started = std::time::Instant::now();
+        let published = self.publisher.publish_all(publications).instrument(span).await;
+        metrics.confirm_seconds.observe(started.elapsed().as_secs_f64());
+        published.map_err(|error| {
             if matches!(error, PublishError::Channel(_)) {
                 self.broken.notify_one();
             }

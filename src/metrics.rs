@@ -1,0 +1,156 @@
+//! The metrics silpgate exports: one registry, filled from every transport and served as
+//! Prometheus text at `GET /metrics`. Names follow Prometheus conventions (`_total` counters,
+//! `_seconds` histograms); deploy/grafana/silpgate.json charts them.
+
+use crate::gateway::Note;
+use crate::silp::Notice;
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+use std::sync::OnceLock;
+
+/// Every metric, registered once.
+pub struct Metrics {
+    registry: Registry,
+    names: Vec<String>,
+    /// Messages received, by transport and source (queue or listener).
+    pub messages_in: IntCounterVec,
+    /// Messages published or answered, by transport and destination.
+    pub messages_out: IntCounterVec,
+    /// Messages not delivered, by transport, disposition and error code.
+    pub failures: IntCounterVec,
+    /// Receipt to acknowledgement (or reply), by transport.
+    pub message_seconds: HistogramVec,
+    /// Publish to broker confirm.
+    pub confirm_seconds: Histogram,
+    /// Messages being handled now.
+    pub in_flight: IntGauge,
+    /// Live conversation sessions.
+    pub sessions: IntGauge,
+    /// compile.lock records.
+    pub lock_records: IntGauge,
+    /// Compiles whose text differed from the frozen one (the frozen text was sent).
+    pub lock_drift: IntCounter,
+    /// Sanitiser changes, by kind: `invisible_stripped`, `homoglyph_mapped`. A security signal.
+    pub sanitizer: IntCounterVec,
+    /// Bytes received and sent, by transport and direction.
+    pub bytes: IntCounterVec,
+    /// 1 while the broker is connected and consumed from.
+    pub broker_connected: IntGauge,
+    /// Broker connections lost.
+    pub broker_reconnects: IntCounter,
+}
+
+/// The process's metrics.
+pub fn get() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let registry = Registry::new();
+        let mut names = Vec::new();
+        let mut register = |c: Box<dyn prometheus::core::Collector>| {
+            names.extend(c.desc().iter().map(|d| d.fq_name.clone()));
+            registry.register(c).expect("metric names are unique");
+        };
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+        };
+        let buckets = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+        let m = Metrics {
+            messages_in: counter_vec(
+                "silpgate_messages_in_total",
+                "Messages received",
+                &["transport", "source"],
+            ),
+            messages_out: counter_vec(
+                "silpgate_messages_out_total",
+                "Messages published or answered",
+                &["transport", "destination"],
+            ),
+            failures: counter_vec(
+                "silpgate_message_failures_total",
+                "Messages not delivered, by disposition and error code",
+                &["transport", "disposition", "code"],
+            ),
+            message_seconds: HistogramVec::new(
+                HistogramOpts::new("silpgate_message_seconds", "Receipt to acknowledgement or reply")
+                    .buckets(buckets.clone()),
+                &["transport"],
+            )
+            .expect("valid metric"),
+            confirm_seconds: Histogram::with_opts(
+                HistogramOpts::new("silpgate_publish_confirm_seconds", "Publish to broker confirm")
+                    .buckets(buckets),
+            )
+            .expect("valid metric"),
+            in_flight: IntGauge::new("silpgate_in_flight", "Messages being handled").expect("valid metric"),
+            sessions: IntGauge::new("silpgate_sessions_active", "Live conversation sessions")
+                .expect("valid metric"),
+            lock_records: IntGauge::new("silpgate_lock_records", "compile.lock records")
+                .expect("valid metric"),
+            lock_drift: IntCounter::new(
+                "silpgate_lock_drift_total",
+                "Compiles that differed from the frozen text",
+            )
+            .expect("valid metric"),
+            sanitizer: counter_vec("silpgate_sanitizer_hits_total", "Sanitiser changes, by kind", &["kind"]),
+            bytes: counter_vec(
+                "silpgate_bytes_total",
+                "Bytes received and sent",
+                &["transport", "direction"],
+            ),
+            broker_connected: IntGauge::new("silpgate_broker_connected", "1 while the broker is connected")
+                .expect("valid metric"),
+            broker_reconnects: IntCounter::new(
+                "silpgate_broker_connection_losses_total",
+                "Broker connections lost",
+            )
+            .expect("valid metric"),
+            registry: Registry::new(),
+            names: Vec::new(),
+        };
+        register(Box::new(m.messages_in.clone()));
+        register(Box::new(m.messages_out.clone()));
+        register(Box::new(m.failures.clone()));
+        register(Box::new(m.message_seconds.clone()));
+        register(Box::new(m.confirm_seconds.clone()));
+        register(Box::new(m.in_flight.clone()));
+        register(Box::new(m.sessions.clone()));
+        register(Box::new(m.lock_records.clone()));
+        register(Box::new(m.lock_drift.clone()));
+        register(Box::new(m.sanitizer.clone()));
+        register(Box::new(m.bytes.clone()));
+        register(Box::new(m.broker_connected.clone()));
+        register(Box::new(m.broker_reconnects.clone()));
+        Metrics { registry, names, ..m }
+    }
+
+    /// Names of every metric family, whether or not it has samples yet.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        TextEncoder::new().encode_to_string(&self.registry.gather()).unwrap_or_default()
+    }
+
+    /// Counts what the core noticed: sanitiser changes and compile.lock drift.
+    pub fn observe_notes(&self, notes: &[Note]) {
+        for note in notes {
+            match note {
+                Note::Sanitized { notice: Notice::InvisibleStripped { .. }, .. } => {
+                    self.sanitizer.with_label_values(&["invisible_stripped"]).inc();
+                }
+                Note::Sanitized { notice: Notice::HomoglyphMapped { .. }, .. } => {
+                    self.sanitizer.with_label_values(&["homoglyph_mapped"]).inc();
+                }
+                Note::LockDrift { .. } => self.lock_drift.inc(),
+                _ => {}
+            }
+        }
+    }
+}
