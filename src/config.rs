@@ -393,10 +393,11 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// Loads a file, with `SILPGATE_<SECTION>_<KEY>` environment variables overriding it.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Config::parse(&text).map_err(|e| match e {
+        Config::parse_with_env(&text, std::env::vars()).map_err(|e| match e {
             ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
             other => other,
         })
@@ -409,7 +410,35 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        Config::parse_with_env(text, std::iter::empty())
+    }
+
+    /// Parses a configuration and applies overrides from `env`: a variable
+    /// `SILPGATE_<SECTION>_<KEY>` (e.g. `SILPGATE_AMQP_URL`, `SILPGATE_HTTP_LISTEN`) sets `key`
+    /// of `[section]`. The value is read as a TOML value when it is one (`true`, `8`,
+    /// `["a", "b"]`), else as a string. Variables that name no section (`SILPGATE_LOG`) are
+    /// not overrides; an override of an unknown key is an error naming the variable. Values
+    /// are never echoed: they may be secrets.
+    pub fn parse_with_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse(e.to_string());
+        let mut config: Config = toml::from_str(text).map_err(parse_error)?;
+        let overrides = env_overrides(env);
+        if !overrides.is_empty() {
+            let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+            let names: Vec<String> = overrides.iter().map(|(name, ..)| name.clone()).collect();
+            for (_, section, key, value) in overrides {
+                let entry = table.entry(section).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                if let toml::Value::Table(section) = entry {
+                    section.insert(key, value);
+                }
+            }
+            config = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
+                ConfigError::Invalid(format!("environment override ({}): {}", names.join(", "), e.message()))
+            })?;
+        }
         config.check()?;
         Ok(config)
     }
@@ -470,6 +499,30 @@ impl Config {
     }
 }
 
+/// Sections an environment variable may override.
+const OVERRIDABLE: [&str; 8] = ["gateway", "silp", "nlip", "sessions", "store", "http", "amqp", "telemetry"];
+
+/// (variable, section, key, value) of every `SILPGATE_<SECTION>_<KEY>` variable.
+fn env_overrides(
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String, String, toml::Value)> {
+    env.into_iter()
+        .filter_map(|(name, raw)| {
+            let rest = name.strip_prefix("SILPGATE_")?.to_ascii_lowercase();
+            let (section, key) = rest.split_once('_')?;
+            if !OVERRIDABLE.contains(&section) || key.is_empty() {
+                return None;
+            }
+            let value = format!("v = {raw}")
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or(toml::Value::String(raw));
+            Some((name, section.to_owned(), key.to_owned(), value))
+        })
+        .collect()
+}
+
 fn frontend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Frontend, D::Error> {
     let name = String::deserialize(d)?;
     name.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message))
@@ -485,4 +538,48 @@ fn frontends<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D:
         .iter()
         .map(|n| n.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn environment_variables_override_the_file() {
+        let text = "[http]\nlisten = \"127.0.0.1:1\"\n[amqp]\nprefetch = 10\n";
+        let config = Config::parse_with_env(
+            text,
+            env(&[
+                ("SILPGATE_HTTP_LISTEN", "0.0.0.0:8787"),
+                ("SILPGATE_AMQP_URL", "amqp://user:secret@broker:5672/%2f"),
+                ("SILPGATE_AMQP_PREFETCH", "500"),
+                ("SILPGATE_HTTP_TOKENS", "[\"a\", \"b\"]"),
+                ("SILPGATE_TELEMETRY_OTLP_ENDPOINT", "http://collector:4318/v1/traces"),
+                ("SILPGATE_LOG", "debug"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.http.listen, "0.0.0.0:8787");
+        let amqp = config.amqp.unwrap();
+        assert_eq!(amqp.url, "amqp://user:secret@broker:5672/%2f");
+        assert_eq!(amqp.prefetch, 500);
+        assert_eq!(config.http.tokens, ["a", "b"]);
+        assert_eq!(config.telemetry.otlp_endpoint.as_deref(), Some("http://collector:4318/v1/traces"));
+    }
+
+    #[test]
+    fn an_override_of_an_unknown_key_names_the_variable_and_not_the_value() {
+        let e = Config::parse_with_env("", env(&[("SILPGATE_AMQP_PASSWORD", "hunter2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SILPGATE_AMQP_PASSWORD") && e.contains("password"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        let e = Config::parse_with_env("", env(&[("SILPGATE_SESSIONS_HEARTBEAT", "7")])).unwrap_err();
+        assert!(e.to_string().contains("heartbeat"), "{e}");
+    }
 }

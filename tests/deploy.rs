@@ -108,3 +108,97 @@ fn every_grafana_panel_charts_a_metric_silpgate_exports() {
     let exported: BTreeSet<String> = exported.iter().cloned().collect();
     assert_eq!(charted, exported, "every exported metric is charted somewhere");
 }
+
+/// A YAML file's documents, read by PyYAML (tests/run.sh installs it) and handed over as JSON.
+fn yaml_documents(path: &str) -> Vec<Value> {
+    let python = std::env::var_os("SILPGATE_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root("target/pyenv/bin/python"));
+    let out = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(root(path))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e}); tests/run.sh installs PyYAML", python.display()));
+    assert!(out.status.success(), "{path} is not valid YAML: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn port_of(address: &str) -> u64 {
+    address
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn the_deployment_files_parse_and_agree_with_the_cluster_node_configuration() {
+    let text = std::fs::read_to_string(root("config/cluster-node.toml")).unwrap();
+    let config = Config::parse(&text).unwrap();
+    let port = port_of(&config.http.listen);
+
+    let configmap = &yaml_documents("deploy/kubernetes/configmap.yaml")[0];
+    assert_eq!(
+        configmap["data"]["silpgate.toml"].as_str().unwrap().trim_end(),
+        text.trim_end(),
+        "the ConfigMap is config/cluster-node.toml"
+    );
+
+    let statefulset = &yaml_documents("deploy/kubernetes/statefulset.yaml")[0];
+    assert_eq!(statefulset["kind"], "StatefulSet");
+    let pod = &statefulset["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["ports"][0]["containerPort"], port);
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(container[probe]["httpGet"]["port"], port, "{probe}");
+        assert_eq!(container[probe]["httpGet"]["scheme"] == "HTTPS", config.tls(), "{probe} scheme");
+    }
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let store_mount = mounts.iter().find(|m| m["name"] == "store").expect("a volume for the store");
+    assert!(
+        config.store.path.starts_with(store_mount["mountPath"].as_str().unwrap()),
+        "the store is on the pod's volume"
+    );
+    assert_eq!(
+        statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "store",
+        "one volume per pod"
+    );
+    let env: Vec<&str> =
+        container["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    for needed in [
+        config.amqp.as_ref().unwrap().url_env.as_deref(),
+        config.http.tokens_env.as_deref(),
+        config.store.hmac_key_env.as_deref(),
+    ] {
+        assert!(env.contains(&needed.unwrap()), "{needed:?} is set from a secret");
+    }
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(grace > config.amqp.as_ref().unwrap().drain_secs, "Kubernetes waits for the drain");
+
+    for service in yaml_documents("deploy/kubernetes/service.yaml") {
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], port);
+    }
+
+    let collector = &yaml_documents("deploy/otel/collector.yaml")[0];
+    let otlp_http = collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"].as_str().unwrap();
+    let endpoint = config.telemetry.otlp_endpoint.as_deref().expect("the cluster config exports traces");
+    assert_eq!(port_of(otlp_http), port_of(endpoint.trim_end_matches("/v1/traces")));
+    assert!(
+        collector["service"]["pipelines"]["traces"]["receivers"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("otlp"))
+    );
+    let scrape = &collector["receivers"]["prometheus"]["config"]["scrape_configs"][0]["static_configs"][0]["targets"]
+        [0];
+    assert_eq!(port_of(scrape.as_str().unwrap()), port);
+
+    let dockerfile = std::fs::read_to_string(root("deploy/Dockerfile")).unwrap();
+    assert!(dockerfile.contains(&format!("EXPOSE {port}")));
+    assert!(dockerfile.matches("FROM ").count() >= 2, "a multi-stage build");
+}
