@@ -148,7 +148,7 @@ impl Front {
             }
             _ if !unreachable.is_empty() => {
                 let message = format!(
-                    "agent {} is not reachable: no agent transport (AMQP) is configured",
+                    "agent {} is reached over AMQP only: publish the message to an inbound queue",
                     unreachable.join(", ")
                 );
                 Answer {
