@@ -35,6 +35,11 @@ pub struct Metrics {
     pub sanitizer: IntCounterVec,
     /// Bytes received and sent, by transport and direction.
     pub bytes: IntCounterVec,
+    /// Payload bytes written, by frontend.
+    pub surface_bytes: IntCounterVec,
+    /// Bytes the same payloads take in the natural-language baseline, by frontend: what a
+    /// frontend saves is this minus `surface_bytes`.
+    pub natural_bytes: IntCounterVec,
     /// 1 while the broker is connected and consumed from.
     pub broker_connected: IntGauge,
     /// Broker connections lost.
@@ -102,6 +107,16 @@ impl Metrics {
                 "Bytes received and sent",
                 &["transport", "direction"],
             ),
+            surface_bytes: counter_vec(
+                "silpgate_payload_bytes_total",
+                "Payload bytes written",
+                &["frontend"],
+            ),
+            natural_bytes: counter_vec(
+                "silpgate_payload_natural_bytes_total",
+                "The same payloads' bytes in natural language",
+                &["frontend"],
+            ),
             broker_connected: IntGauge::new("silpgate_broker_connected", "1 while the broker is connected")
                 .expect("valid metric"),
             broker_reconnects: IntCounter::new(
@@ -123,6 +138,8 @@ impl Metrics {
         register(Box::new(m.lock_drift.clone()));
         register(Box::new(m.sanitizer.clone()));
         register(Box::new(m.bytes.clone()));
+        register(Box::new(m.surface_bytes.clone()));
+        register(Box::new(m.natural_bytes.clone()));
         register(Box::new(m.broker_connected.clone()));
         register(Box::new(m.broker_reconnects.clone()));
         Metrics { registry, names, ..m }
@@ -149,6 +166,10 @@ impl Metrics {
                     self.sanitizer.with_label_values(&["homoglyph_mapped"]).inc();
                 }
                 Note::LockDrift { .. } => self.lock_drift.inc(),
+                Note::Size { frontend, surface, natural } => {
+                    self.surface_bytes.with_label_values(&[frontend.name()]).inc_by(*surface as u64);
+                    self.natural_bytes.with_label_values(&[frontend.name()]).inc_by(*natural as u64);
+                }
                 _ => {}
             }
         }

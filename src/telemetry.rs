@@ -170,7 +170,10 @@ pub fn record_notes(span: &tracing::Span, notes: &[Note]) {
             Note::Sanitized { .. } => {
                 span.record("silpgate.sanitized", true);
             }
-            Note::LockDrift { .. } | Note::LockFrozen { .. } | Note::ProfileLearnt { .. } => {}
+            Note::LockDrift { .. }
+            | Note::LockFrozen { .. }
+            | Note::ProfileLearnt { .. }
+            | Note::Size { .. } => {}
         }
     }
 }

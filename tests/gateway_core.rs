@@ -151,6 +151,15 @@ fn encode_sends_the_agents_preferred_frontend_and_leaves_everything_else_alone()
             ..
         }
     )));
+    // The payload's size, beside the natural-language baseline's, for the bytes-saved metric.
+    let surface = "if !rain(t+1): start(hike) else: start(cards@indoor)".len();
+    let size = o.notes.iter().find_map(|n| match n {
+        Note::Size { frontend: Frontend::Code, surface, natural } => Some((*surface, *natural)),
+        _ => None,
+    });
+    let (written, natural) = size.expect("a size note for the code payload");
+    assert_eq!(written, surface);
+    assert!(natural > surface, "the code frontend is shorter than natural language: {natural} vs {surface}");
 }
 
 #[test]

@@ -96,6 +96,9 @@ pub enum Note {
     LockDrift { ir_hash: String, frontend: Frontend },
     /// A compile was frozen for the first time.
     LockFrozen { ir_hash: String, frontend: Frontend },
+    /// A payload written in a surface frontend: its length, and the length of the same IR in
+    /// the natural-language baseline (what a frontend saves).
+    Size { frontend: Frontend, surface: usize, natural: usize },
     /// An agent's profile was learnt from a `//ping`.
     ProfileLearnt { agent: String, frontends: Vec<Frontend> },
 }

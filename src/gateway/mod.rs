@@ -256,9 +256,14 @@ impl Gateway {
         let mut renders = Vec::with_capacity(pending.len());
         for (unit, form) in pending {
             let text = match form {
-                OutputForm::Surface(_) => {
+                OutputForm::Surface(frontend) => {
                     let (freeze, frozen) = frozen.next().expect("one frozen entry per surface payload");
                     Self::note_lock(&freeze, &frozen, notes);
+                    let natural = match frontend {
+                        Frontend::Natural => frozen.output.len(),
+                        _ => crate::silp::compile(&unit.ir, Frontend::Natural).len(),
+                    };
+                    notes.push(Note::Size { frontend, surface: frozen.output.len(), natural });
                     Some(frozen.output)
                 }
                 OutputForm::Ir => None,

@@ -119,6 +119,7 @@ impl Front {
         };
         if let Some(code) = answer.error {
             span.record("error.type", code);
+            tracing::warn!(transport = label, source, code, "Message not delivered.");
             let disposition = if code == "unavailable" { "transient" } else { "poison" };
             metrics.failures.with_label_values(&[label, disposition, code]).inc();
         }
