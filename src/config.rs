@@ -274,7 +274,12 @@ pub struct TelemetryConfig {
     /// OTLP/HTTP endpoint spans are exported to, e.g. `http://127.0.0.1:4318/v1/traces`.
     /// Unset (the default): no export.
     pub otlp_endpoint: Option<String>,
-    /// `service.name` of the exported spans. Default `silpgate`.
+    /// OTLP/HTTP endpoint metrics are pushed to, e.g. `http://127.0.0.1:4318/v1/metrics`.
+    /// Unset (the default): metrics are only served at `GET /metrics`.
+    pub otlp_metrics_endpoint: Option<String>,
+    /// Seconds between two metric pushes. Default 30.
+    pub metrics_interval_secs: u64,
+    /// `service.name` of the exported spans and metrics. Default `silpgate`.
     pub service_name: String,
     /// Fraction of new traces recorded, 0.0..=1.0; a message that arrives with a trace context
     /// follows its sender's decision. Default 1.0.
@@ -295,6 +300,8 @@ impl Default for TelemetryConfig {
             log_format: LogFormat::Pretty,
             log_filter: "info,lapin=off".into(),
             otlp_endpoint: None,
+            otlp_metrics_endpoint: None,
+            metrics_interval_secs: 30,
             service_name: "silpgate".into(),
             sample_ratio: 1.0,
         }

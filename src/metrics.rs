@@ -1,6 +1,8 @@
-//! The metrics silpgate exports: one registry, filled from every transport and served as
-//! Prometheus text at `GET /metrics`. Names follow Prometheus conventions (`_total` counters,
-//! `_seconds` histograms); deploy/grafana/silpgate.json charts them.
+//! The metrics silpgate exports: one registry, filled from every transport, served as
+//! Prometheus text at `GET /metrics` and, when configured, pushed over OTLP (each family
+//! becomes an observable OpenTelemetry instrument read from the registry at export time).
+//! Names follow Prometheus conventions (`_total` counters, `_seconds` histograms);
+//! deploy/grafana/silpgate.json charts them.
 
 use crate::gateway::Note;
 use crate::silp::Notice;
@@ -171,6 +173,61 @@ impl Metrics {
                     self.natural_bytes.with_label_values(&[frontend.name()]).inc_by(*natural as u64);
                 }
                 _ => {}
+            }
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers an observable OpenTelemetry instrument for every family on `meter`: counters
+    /// as counters, gauges as gauges, histograms as their `_count` and `_sum` counters.
+    pub fn observe_with(&'static self, meter: &opentelemetry::metrics::Meter) {
+        // Families are told apart by their names (`_total` counters, `_seconds` histograms,
+        // gauges otherwise): a family without samples yet is not in `gather()`.
+        for name in &self.names {
+            let family = name.clone();
+            if name.ends_with("_total") {
+                meter
+                    .f64_observable_counter(name.clone())
+                    .with_callback(move |o| {
+                        self.each(&family, |m, at| o.observe(m.get_counter().get_value(), at))
+                    })
+                    .build();
+            } else if name.ends_with("_seconds") {
+                meter
+                    .u64_observable_counter(format!("{name}_count"))
+                    .with_callback(move |o| {
+                        self.each(&family, |m, at| o.observe(m.get_histogram().get_sample_count(), at))
+                    })
+                    .build();
+                let family = name.clone();
+                meter
+                    .f64_observable_counter(format!("{name}_sum"))
+                    .with_callback(move |o| {
+                        self.each(&family, |m, at| o.observe(m.get_histogram().get_sample_sum(), at))
+                    })
+                    .build();
+            } else {
+                meter
+                    .f64_observable_gauge(name.clone())
+                    .with_callback(move |o| {
+                        self.each(&family, |m, at| o.observe(m.get_gauge().get_value(), at))
+                    })
+                    .build();
+            }
+        }
+    }
+
+    /// Calls `f` with every sample of family `name` and its labels as attributes.
+    fn each(&self, name: &str, mut f: impl FnMut(&prometheus::proto::Metric, &[opentelemetry::KeyValue])) {
+        for family in self.registry.gather().iter().filter(|m| m.name() == name) {
+            for metric in family.get_metric() {
+                let labels: Vec<opentelemetry::KeyValue> = metric
+                    .get_label()
+                    .iter()
+                    .map(|l| opentelemetry::KeyValue::new(l.name().to_owned(), l.value().to_owned()))
+                    .collect();
+                f(metric, &labels);
             }
         }
     }

@@ -16,9 +16,10 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// The exporter, kept to flush what is buffered at shutdown.
+/// The exporters, kept to flush what is buffered at shutdown.
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    meters: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
 }
 
 /// Installs the subscriber. `SILPGATE_LOG` replaces the configured log filter.
@@ -72,7 +73,30 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
         )
     });
     let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
-    Ok(Telemetry { provider })
+    let meters = match &config.otlp_metrics_endpoint {
+        Some(endpoint) => {
+            use opentelemetry::metrics::MeterProvider as _;
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_endpoint(endpoint)
+                .build()
+                .map_err(|e| format!("telemetry.otlp_metrics_endpoint {endpoint}: {e}"))?;
+            let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
+                .with_interval(std::time::Duration::from_secs(config.metrics_interval_secs.max(1)))
+                .build();
+            let resource =
+                opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
+            let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+                .with_reader(reader)
+                .with_resource(resource)
+                .build();
+            crate::metrics::get().observe_with(&meters.meter("silpgate"));
+            Some(meters)
+        }
+        None => None,
+    };
+    Ok(Telemetry { provider, meters })
 }
 
 impl Telemetry {
@@ -81,6 +105,10 @@ impl Telemetry {
         if let Some(provider) = self.provider {
             let _ = provider.force_flush();
             let _ = provider.shutdown();
+        }
+        if let Some(meters) = self.meters {
+            let _ = meters.force_flush();
+            let _ = meters.shutdown();
         }
     }
 }

@@ -194,9 +194,14 @@ fn the_deployment_files_parse_and_agree_with_the_cluster_node_configuration() {
             .unwrap()
             .contains(&Value::from("otlp"))
     );
-    let scrape = &collector["receivers"]["prometheus"]["config"]["scrape_configs"][0]["static_configs"][0]["targets"]
-        [0];
-    assert_eq!(port_of(scrape.as_str().unwrap()), port);
+    let metrics_endpoint =
+        config.telemetry.otlp_metrics_endpoint.as_deref().expect("the cluster config pushes metrics");
+    assert_eq!(port_of(otlp_http), port_of(metrics_endpoint.trim_end_matches("/v1/metrics")));
+    let metrics_receivers = &collector["service"]["pipelines"]["metrics"]["receivers"];
+    assert!(metrics_receivers.as_array().unwrap().contains(&Value::from("otlp")));
+    let annotations = &statefulset["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/port"], port.to_string().as_str());
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
 
     let dockerfile = std::fs::read_to_string(root("deploy/Dockerfile")).unwrap();
     assert!(dockerfile.contains(&format!("EXPOSE {port}")));

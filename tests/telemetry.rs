@@ -71,7 +71,7 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
     let (_sink, port) = start_sink(&spans_file);
     let names = Names::new("trace");
     let config = format!(
-        "{}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\nservice_name = \"silpgate-test\"\n",
+        "{}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\notlp_metrics_endpoint = \"http://127.0.0.1:{port}/v1/metrics\"\nmetrics_interval_secs = 1\nservice_name = \"silpgate-test\"\n",
         names.config(&dir.join("store"), "", true)
     );
     let daemon = Daemon::start(&config, &dir);
@@ -130,11 +130,22 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
     // Stopping flushes the exporter.
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    let spans: Vec<Value> = std::fs::read_to_string(&spans_file)
+    let (points, spans): (Vec<Value>, Vec<Value>) = std::fs::read_to_string(&spans_file)
         .expect("spans arrived at the receiver")
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .partition(|v| v.get("metric").is_some());
+    // Metrics were pushed over OTLP too, with their labels as attributes.
+    let amqp_in = points
+        .iter()
+        .filter(|p| p["metric"] == "silpgate_messages_in_total" && p["attributes"]["transport"] == "amqp")
+        .filter_map(|p| p["value"].as_f64())
+        .fold(0.0, f64::max);
+    assert!(amqp_in >= 6.0, "silpgate_messages_in_total{{transport=amqp}} pushed over OTLP: {amqp_in}");
+    assert!(
+        points.iter().any(|p| p["metric"] == "silpgate_message_seconds_count"),
+        "histograms as count and sum"
+    );
     assert!(spans.iter().all(|s| s["service"] == "silpgate-test"));
     let process_of = |message_id: &str| -> &Value {
         spans

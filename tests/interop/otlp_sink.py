@@ -1,7 +1,8 @@
-"""An OTLP/HTTP trace receiver for the telemetry test.
+"""An OTLP/HTTP receiver for the telemetry test.
 
-Decodes each ExportTraceServiceRequest with the official OpenTelemetry protos and appends one
-JSON object per span to a file: service, name, trace and span ids, parent span id, attributes.
+Decodes each ExportTraceServiceRequest and ExportMetricsServiceRequest with the official
+OpenTelemetry protos and appends one JSON object per span (service, name, trace and span ids,
+parent span id, attributes) or per metric data point ("metric", attributes, value) to a file.
 Usage: otlp_sink.py PORT OUT_FILE. Prints "listening" once it accepts requests.
 """
 
@@ -9,6 +10,10 @@ import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -25,6 +30,9 @@ def value_of(any_value):
 class Receiver(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/v1/metrics":
+            self.metrics(body)
+            return
         if self.path != "/v1/traces":
             self.send_response(404)
             self.end_headers()
@@ -47,7 +55,28 @@ class Receiver(BaseHTTPRequestHandler):
                     }))
         with open(out_path, "a", encoding="utf-8") as out:
             out.writelines(line + "\n" for line in lines)
-        answer = ExportTraceServiceResponse().SerializeToString()
+        self.answer(ExportTraceServiceResponse().SerializeToString())
+
+    def metrics(self, body):
+        request = ExportMetricsServiceRequest()
+        request.ParseFromString(body)
+        lines = []
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    kind = metric.WhichOneof("data")
+                    for point in getattr(metric, kind).data_points:
+                        value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
+                        lines.append(json.dumps({
+                            "metric": metric.name,
+                            "attributes": {a.key: value_of(a.value) for a in point.attributes},
+                            "value": value,
+                        }))
+        with open(out_path, "a", encoding="utf-8") as out:
+            out.writelines(line + "\n" for line in lines)
+        self.answer(ExportMetricsServiceResponse().SerializeToString())
+
+    def answer(self, answer):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(answer)))
