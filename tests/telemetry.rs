@@ -164,6 +164,8 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
         let id = format!("m-{i}");
         let process = process_of(&id);
         assert_eq!(process["attributes"]["messaging.system"], "rabbitmq");
+        assert_eq!(process["attributes"]["network.protocol.name"], "amqp");
+        assert_eq!(process["attributes"]["server.address"], "127.0.0.1");
         assert_eq!(process["attributes"]["messaging.destination.name"], names.inbound());
         assert_eq!(process["attributes"]["silpgate.route"], "to-sink");
         assert_eq!(process["attributes"]["silp.intent"], "!CANCEL");

@@ -79,6 +79,8 @@ impl Front {
             "nlip request",
             otel.name = %format!("process {source}"),
             otel.kind = "server",
+            network.transport = "tcp",
+            network.protocol.name = if transport == Transport::WebSocket { "websocket" } else { "http" },
             silpgate.transport = ?transport,
             silpgate.source = source,
             nlip.format = envelope.format.as_str(),

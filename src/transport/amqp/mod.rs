@@ -176,6 +176,7 @@ impl Amqp {
             }
         }
         let mut deliveries = futures_util::stream::select_all(consumers);
+        let broker = worker::Broker::from_uri(&self.amqp.uri());
 
         let (senders, mut workers): (Vec<_>, Vec<_>) = (0..self.amqp.workers)
             .map(|_| {
@@ -202,7 +203,7 @@ impl Amqp {
                         metrics.messages_in.with_label_values(&["amqp", &queue]).inc();
                         metrics.bytes.with_label_values(&["amqp", "in"]).inc_by(delivery.data.len() as u64);
                         let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
-                        let span = worker::delivery_span(&queue, &envelope, &delivery);
+                        let span = worker::delivery_span(&queue, &envelope, &delivery, &broker);
                         let decoded = tracing::info_span!(parent: &span, "nlip decode")
                             .in_scope(|| pipeline.decode(&delivery.data, &envelope));
                         let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());

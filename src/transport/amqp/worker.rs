@@ -28,7 +28,12 @@ use tracing::{Instrument, debug, error, field::Empty, info_span, warn};
 
 /// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
 /// conventions, with silpgate's own fields left to fill in as the message goes.
-pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery) -> tracing::Span {
+pub fn delivery_span(
+    queue: &str,
+    envelope: &Envelope,
+    delivery: &Delivery,
+    broker: &Broker,
+) -> tracing::Span {
     let span = info_span!(
         "amqp process",
         otel.name = %format!("process {queue}"),
@@ -40,6 +45,11 @@ pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery) -> t
         messaging.message.conversation_id = envelope.correlation_id.as_deref().unwrap_or_default(),
         messaging.message.body.size = delivery.data.len(),
         messaging.rabbitmq.message.delivery_tag = delivery.delivery_tag,
+        network.transport = "tcp",
+        network.protocol.name = "amqp",
+        network.protocol.version = "0.9.1",
+        server.address = broker.host.as_str(),
+        server.port = broker.port,
         silpgate.transport = "amqp",
         silpgate.source = queue,
         nlip.format = Empty,
@@ -60,6 +70,21 @@ pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery) -> t
     );
     telemetry::adopt(&span, telemetry::extract(delivery.properties.headers().as_ref()));
     span
+}
+
+/// Where the broker is, for span attributes (never the URI: it carries the password).
+#[derive(Debug, Clone, Default)]
+pub struct Broker {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Broker {
+    pub fn from_uri(uri: &str) -> Broker {
+        uri.parse::<lapin::uri::AMQPUri>()
+            .map(|u| Broker { host: u.authority.host, port: u.authority.port })
+            .unwrap_or_default()
+    }
 }
 
 /// Conflicting updates retried at once before they count as a failed attempt.
