@@ -173,10 +173,42 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-/// Records on a message's span what the core decided: route, payload, session, frontend.
-/// The span must declare the fields (`silpgate.route`, `silp.intent`, `silp.req_id`,
-/// `silpgate.session_id`, `silpgate.turn`, `silpgate.frontend`, `silpgate.frontend_reason`,
-/// `silpgate.sanitized`); fields it lacks are skipped.
+/// A message's span: `$name`, the transport's own fields, and the fields silpgate fills in as
+/// the message goes ([`record_notes`], the transports). They are declared here, once, because a
+/// tracing span only takes the fields it was created with.
+macro_rules! message_span {
+    ($name:literal, $($field:tt)+) => {
+        ::tracing::info_span!(
+            $name,
+            $($field)+,
+            nlip.format = ::tracing::field::Empty,
+            nlip.subformat = ::tracing::field::Empty,
+            silp.intent = ::tracing::field::Empty,
+            silp.req_id = ::tracing::field::Empty,
+            silpgate.route = ::tracing::field::Empty,
+            silpgate.session_id = ::tracing::field::Empty,
+            silpgate.turn = ::tracing::field::Empty,
+            silpgate.frontend = ::tracing::field::Empty,
+            silpgate.frontend_reason = ::tracing::field::Empty,
+            silpgate.sanitized = ::tracing::field::Empty,
+            silpgate.destination = ::tracing::field::Empty,
+            silpgate.bytes_out = ::tracing::field::Empty,
+            silpgate.attempts = ::tracing::field::Empty,
+            silpgate.disposition = ::tracing::field::Empty,
+            error.type = ::tracing::field::Empty,
+        )
+    };
+}
+pub(crate) use message_span;
+
+/// Records an envelope's format on its span (made by [`message_span!`]).
+pub fn record_format(span: &tracing::Span, message: &crate::nlip::Message) {
+    span.record("nlip.format", message.format.as_str());
+    span.record("nlip.subformat", message.subformat.as_str());
+}
+
+/// Records on a message's span (made by [`message_span!`]) what the core decided: route,
+/// payload, session, frontend.
 pub fn record_notes(span: &tracing::Span, notes: &[Note]) {
     for note in notes {
         match note {

@@ -263,6 +263,42 @@ async fn assert_all_arrived(channel: &lapin::Channel, names: &Names, n: usize) {
     }
 }
 
+/// Declares the topology with a first start, then queues `n` envelopes before anything consumes
+/// them; the test's connection and channel.
+async fn queue_backlog(
+    config: &str,
+    dir: &std::path::Path,
+    names: &Names,
+    n: usize,
+    conversations: usize,
+) -> (lapin::Connection, lapin::Channel) {
+    let first = Daemon::start(config, dir);
+    first.wait_ready(Duration::from_secs(30));
+    first.kill();
+    let (connection, channel) = broker::channel().await;
+    broker::publish_all(&channel, &names.inbound_exchange(), plain_batch(names, n, conversations)).await;
+    (connection, channel)
+}
+
+/// With `daemon` running to the end: every message arrived, it stops cleanly, every
+/// conversation counted each of its messages once; then cleans up.
+async fn assert_settled(
+    daemon: Daemon,
+    connection: lapin::Connection,
+    channel: &lapin::Channel,
+    names: &Names,
+    dir: &std::path::Path,
+    n: usize,
+    conversations: usize,
+) {
+    assert_all_arrived(channel, names, n).await;
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    assert_turns(&dir.join("store"), n, conversations);
+    names.clean_up(channel).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_connection_closes_lose_nothing_and_apply_nothing_twice() {
     let _serial = SERIAL.lock().await;
@@ -284,12 +320,7 @@ async fn forced_connection_closes_lose_nothing_and_apply_nothing_twice() {
     }
     daemon.wait_ready(Duration::from_secs(30));
     let (connection, channel) = broker::channel().await;
-    assert_all_arrived(&channel, &names, N).await;
-    let (status, _) = daemon.terminate(Duration::from_secs(40));
-    assert!(status.success());
-    assert_turns(&dir.join("store"), N, CONVERSATIONS);
-    names.clean_up(&channel).await;
-    let _ = connection.close(200, "done".into()).await;
+    assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,24 +331,14 @@ async fn sigkill_mid_stream_five_times_loses_nothing_and_applies_each_once() {
     const N: usize = 1500;
     const CONVERSATIONS: usize = 30;
     let config = names.config(&dir.join("store"), "", true);
-    // The first start declares the topology; publish before anything is consumed.
-    let first = Daemon::start(&config, &dir);
-    first.wait_ready(Duration::from_secs(30));
-    first.kill();
-    let (connection, channel) = broker::channel().await;
-    broker::publish_all(&channel, &names.inbound_exchange(), plain_batch(&names, N, CONVERSATIONS)).await;
+    let (connection, channel) = queue_backlog(&config, &dir, &names, N, CONVERSATIONS).await;
     for round in 1..=5u64 {
         let daemon = Daemon::start(&config, &dir);
         wait_for_sink(&names, round * 150).await;
         daemon.kill();
     }
     let daemon = Daemon::start(&config, &dir);
-    assert_all_arrived(&channel, &names, N).await;
-    let (status, _) = daemon.terminate(Duration::from_secs(40));
-    assert!(status.success());
-    assert_turns(&dir.join("store"), N, CONVERSATIONS);
-    names.clean_up(&channel).await;
-    let _ = connection.close(200, "done".into()).await;
+    assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,18 +349,12 @@ async fn sigterm_with_500_in_flight_exits_0_in_time_and_loses_nothing() {
     const N: usize = 2000;
     const CONVERSATIONS: usize = 40;
     let config = names.config(&dir.join("store"), "prefetch = 500\ndrain_secs = 10", true);
-    let first = Daemon::start(&config, &dir);
-    first.wait_ready(Duration::from_secs(30));
-    first.kill();
-    let (connection, channel) = broker::channel().await;
-    broker::publish_all(&channel, &names.inbound_exchange(), plain_batch(&names, N, CONVERSATIONS)).await;
+    let (connection, channel) = queue_backlog(&config, &dir, &names, N, CONVERSATIONS).await;
     let daemon = Daemon::start(&config, &dir);
     wait_for_sink(&names, 100).await;
-    let (_, in_flight) = broker::queue_counts(&names.inbound());
     let (status, took) = daemon.terminate(Duration::from_secs(30));
     assert!(status.success(), "exit status {status:?}");
     assert!(took < Duration::from_secs(12), "exited after {took:?}, past the 10 s drain deadline");
-    eprintln!("SIGTERM with {in_flight} deliveries unacknowledged; exited in {took:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while broker::queue_counts(&names.inbound()).1 != 0 {
         assert!(std::time::Instant::now() < deadline, "deliveries still held after silpgate exited");
@@ -347,12 +362,7 @@ async fn sigterm_with_500_in_flight_exits_0_in_time_and_loses_nothing() {
     }
 
     let daemon = Daemon::start(&config, &dir);
-    assert_all_arrived(&channel, &names, N).await;
-    let (status, _) = daemon.terminate(Duration::from_secs(40));
-    assert!(status.success());
-    assert_turns(&dir.join("store"), N, CONVERSATIONS);
-    names.clean_up(&channel).await;
-    let _ = connection.close(200, "done".into()).await;
+    assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,7 @@ use crate::nlip::reply::{self, Location};
 use crate::nlip::{Limits, Message};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{Instrument, field::Empty, info_span};
+use tracing::{Instrument, info_span};
 
 /// Everything a listener needs, shared by all connections.
 pub struct Front {
@@ -75,27 +75,17 @@ impl Front {
         source: &str,
         parent: opentelemetry::Context,
     ) -> Answer {
-        let span = info_span!(
+        let span = crate::telemetry::message_span!(
             "nlip request",
             otel.name = %format!("process {source}"),
             otel.kind = "server",
             network.transport = "tcp",
             network.protocol.name = if transport == Transport::WebSocket { "websocket" } else { "http" },
             silpgate.transport = ?transport,
-            silpgate.source = source,
-            nlip.format = envelope.format.as_str(),
-            nlip.subformat = envelope.subformat.as_str(),
-            silp.intent = Empty,
-            silp.req_id = Empty,
-            silpgate.route = Empty,
-            silpgate.session_id = Empty,
-            silpgate.turn = Empty,
-            silpgate.frontend = Empty,
-            silpgate.frontend_reason = Empty,
-            silpgate.sanitized = Empty,
-            error.type = Empty,
+            silpgate.source = source
         );
         crate::telemetry::adopt(&span, parent);
+        crate::telemetry::record_format(&span, &envelope);
         let metrics = crate::metrics::get();
         let label = transport_label(transport);
         let started = std::time::Instant::now();

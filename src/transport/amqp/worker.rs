@@ -24,7 +24,7 @@ use lapin::options::{BasicAckOptions, BasicNackOptions};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
-use tracing::{Instrument, debug, error, field::Empty, info_span, warn};
+use tracing::{Instrument, debug, error, info_span, warn};
 
 /// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
 /// conventions, with silpgate's own fields left to fill in as the message goes.
@@ -34,7 +34,7 @@ pub fn delivery_span(
     delivery: &Delivery,
     broker: &Broker,
 ) -> tracing::Span {
-    let span = info_span!(
+    let span = telemetry::message_span!(
         "amqp process",
         otel.name = %format!("process {queue}"),
         otel.kind = "consumer",
@@ -51,22 +51,7 @@ pub fn delivery_span(
         server.address = broker.host.as_str(),
         server.port = broker.port,
         silpgate.transport = "amqp",
-        silpgate.source = queue,
-        nlip.format = Empty,
-        nlip.subformat = Empty,
-        silp.intent = Empty,
-        silp.req_id = Empty,
-        silpgate.route = Empty,
-        silpgate.session_id = Empty,
-        silpgate.turn = Empty,
-        silpgate.frontend = Empty,
-        silpgate.frontend_reason = Empty,
-        silpgate.sanitized = Empty,
-        silpgate.destination = Empty,
-        silpgate.bytes_out = Empty,
-        silpgate.attempts = Empty,
-        error.type = Empty,
-        silpgate.disposition = Empty,
+        silpgate.source = queue
     );
     telemetry::adopt(&span, telemetry::extract(delivery.properties.headers().as_ref()));
     span
@@ -193,7 +178,7 @@ impl Pipeline {
             let message_id = job.envelope.message_id.as_deref().unwrap_or("-");
             job.span.record("error.type", failure.code());
             job.span.record("silpgate.disposition", failure.disposition().as_str());
-            job.span.record("silpgate.attempts", attempts + 1);
+            job.span.record("silpgate.attempts", attempts);
             crate::metrics::get()
                 .failures
                 .with_label_values(&["amqp", failure.disposition().as_str(), failure.code()])
@@ -254,12 +239,11 @@ impl Pipeline {
             }),
             Err(e) => self.gateway.reject_undecodable(e.clone()),
         });
+        if let Ok(message) = &job.decoded {
+            telemetry::record_format(&job.span, message);
+        }
         telemetry::record_notes(&job.span, &outcome.notes);
         crate::metrics::get().observe_notes(&outcome.notes);
-        if let Ok(message) = &job.decoded {
-            job.span.record("nlip.format", message.format.as_str());
-            job.span.record("nlip.subformat", message.subformat.as_str());
-        }
         let base_id =
             job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
         match outcome.status {
