@@ -13,7 +13,7 @@ fn store(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("silpgate-bench-store-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = SledStore::open(&dir, None).expect("store opens");
-    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4 };
+    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4, partition: None };
     // A warm store: 1,000 live sessions and 10,000 lock records.
     for i in 0..1000u64 {
         let (_, s) = count_turn(&store, &format!("conversation-{i}"), 0, &policy).unwrap();

@@ -46,7 +46,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("silpgate-store-size-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = SledStore::open(&dir, None).expect("store opens");
-    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4 };
+    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4, partition: None };
     let rss_before = rss_kib();
     let start = Instant::now();
     let mut live = 0u64;

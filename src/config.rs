@@ -23,6 +23,9 @@ pub struct Config {
     pub http: HttpConfig,
     /// The RabbitMQ connection (AMQP 0-9-1). Absent: no broker, HTTP and WebSocket only.
     pub amqp: Option<AmqpConfig>,
+    /// Cluster mode: several instances share the work through partitions on the broker
+    /// (docs/cluster.md). Needs `[amqp]`. Absent: one instance.
+    pub cluster: Option<ClusterConfig>,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
     /// Downstream agents and the frontends they accept.
@@ -261,6 +264,78 @@ impl AmqpConfig {
     }
 }
 
+/// Cluster mode: conversations are spread over `partitions` quorum queues behind a
+/// consistent-hash exchange; the broker gives each partition to one live instance (single
+/// active consumer); each partition's session changes go to its changelog stream, the
+/// compile.lock to one lock stream. docs/cluster.md explains the design and how to size it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Number of partitions P, 1..=1296 (each partition owns 1296/P session ids). Every
+    /// instance of a cluster must use the same P. Default 16.
+    pub partitions: u16,
+    /// The consistent-hash exchange in front of the partition queues; it hashes the header
+    /// `nlip-conversation`. Default `silpgate.partitions`.
+    pub exchange: String,
+    /// Partition queues are named `<queue_prefix>.<index>` (index zero-padded to 2 digits or
+    /// more). Default `silpgate.partition`.
+    pub queue_prefix: String,
+    /// Changelog streams are named `<changelog_prefix>.<index>`. Default `silpgate.changelog`.
+    pub changelog_prefix: String,
+    /// The stream the whole cluster's compile.lock is decided in. Default `silpgate.lock`.
+    pub lock_stream: String,
+    /// A snapshot of a partition's sessions is appended to its changelog after this many
+    /// changes, so that a stream cut by retention still holds a complete state. Default 1000.
+    pub snapshot_every: u64,
+    /// Retention of each changelog stream in bytes (`x-max-length-bytes`); keep it above a few
+    /// snapshot intervals. Default 256 MiB.
+    pub changelog_max_bytes: u64,
+    /// This instance's name in partition claims, logs and `cluster status`. Default: the
+    /// `HOSTNAME` environment variable, else `silpgate-<pid>`.
+    pub instance: Option<String>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            partitions: 16,
+            exchange: "silpgate.partitions".into(),
+            queue_prefix: "silpgate.partition".into(),
+            changelog_prefix: "silpgate.changelog".into(),
+            lock_stream: "silpgate.lock".into(),
+            snapshot_every: 1000,
+            changelog_max_bytes: 256 * 1024 * 1024,
+            instance: None,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Zero-padded partition index, so that queue names sort in partition order.
+    fn suffix(&self, index: u16) -> String {
+        let width = self.partitions.saturating_sub(1).to_string().len().max(2);
+        format!("{index:0width$}")
+    }
+
+    /// The queue of partition `index`.
+    pub fn partition_queue(&self, index: u16) -> String {
+        format!("{}.{}", self.queue_prefix, self.suffix(index))
+    }
+
+    /// The changelog stream of partition `index`.
+    pub fn changelog_stream(&self, index: u16) -> String {
+        format!("{}.{}", self.changelog_prefix, self.suffix(index))
+    }
+
+    /// This instance's name.
+    pub fn instance_name(&self) -> String {
+        self.instance
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| format!("silpgate-{}", std::process::id()))
+    }
+}
+
 /// Logs on stderr and traces over OTLP.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -486,6 +561,17 @@ impl Config {
                 "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
             ));
         }
+        if let Some(cluster) = &self.cluster {
+            if self.amqp.is_none() {
+                return Err(ConfigError::Invalid("[cluster] needs [amqp]: partitions live on the broker".into()));
+            }
+            if !(1..=1296).contains(&cluster.partitions) || cluster.snapshot_every == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.partitions = {} must be in 1..=1296 and cluster.snapshot_every above 0",
+                    cluster.partitions
+                )));
+            }
+        }
         if !(0.0..=1.0).contains(&self.telemetry.sample_ratio) {
             return Err(ConfigError::Invalid(format!(
                 "telemetry.sample_ratio = {} is not in 0.0..=1.0",
@@ -507,7 +593,8 @@ impl Config {
 }
 
 /// Sections an environment variable may override.
-const OVERRIDABLE: [&str; 8] = ["gateway", "silp", "nlip", "sessions", "store", "http", "amqp", "telemetry"];
+const OVERRIDABLE: [&str; 9] =
+    ["gateway", "silp", "nlip", "sessions", "store", "http", "amqp", "cluster", "telemetry"];
 
 /// (variable, section, key, value) of every `SILPGATE_<SECTION>_<KEY>` variable.
 fn env_overrides(

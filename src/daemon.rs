@@ -8,6 +8,7 @@ use crate::gateway::Gateway;
 use crate::gateway::store::Store;
 use crate::nlip::Limits;
 use crate::store::{Retention, SledStore};
+use crate::transport::amqp::cluster::Cluster;
 use crate::transport::amqp::{Amqp, AmqpError};
 use crate::transport::{Front, auth::Tokens, http, tls};
 use std::future::Future;
@@ -69,9 +70,12 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         max_submessages: config.nlip.max_submessages,
     };
     let config = Arc::new(config);
-    let amqp = config.amqp.clone().map(|amqp| Amqp::new(config.clone(), amqp, store.clone()));
+    let cluster = config.cluster.clone().map(|c| Arc::new(Cluster::new(c, store.clone())));
+    let amqp =
+        config.amqp.clone().map(|amqp| Amqp::new(config.clone(), amqp, store.clone(), cluster.clone()));
     let front = Arc::new(Front {
         broker: amqp.as_ref().map(Amqp::readiness),
+        cluster,
         auth: Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref()),
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),

@@ -46,6 +46,17 @@ pub struct Metrics {
     pub broker_connected: IntGauge,
     /// Broker connections lost.
     pub broker_reconnects: IntCounter,
+    /// Cluster: partitions this instance serves now.
+    pub partitions_owned: IntGauge,
+    /// Cluster: partitions taken over (replayed, then served), by partition.
+    pub partition_takeovers: IntCounterVec,
+    /// Cluster: changelog replay before serving a partition taken over.
+    pub replay_seconds: Histogram,
+    /// Cluster: changelog entries applied by replays.
+    pub replayed_entries: IntCounter,
+    /// Cluster: lock proposals this instance had confirmed that its chain has not applied yet
+    /// (the lock stream follower's lag, in records).
+    pub lock_follow_lag: IntGauge,
 }
 
 /// The process's metrics.
@@ -126,6 +137,28 @@ impl Metrics {
                 "Broker connections lost",
             )
             .expect("valid metric"),
+            partitions_owned: IntGauge::new("silpgate_partitions_owned", "Cluster partitions served here")
+                .expect("valid metric"),
+            partition_takeovers: counter_vec(
+                "silpgate_partition_takeovers_total",
+                "Cluster partitions taken over, by partition",
+                &["partition"],
+            ),
+            replay_seconds: Histogram::with_opts(
+                HistogramOpts::new("silpgate_changelog_replay_seconds", "Changelog replay before serving")
+                    .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            )
+            .expect("valid metric"),
+            replayed_entries: IntCounter::new(
+                "silpgate_changelog_replayed_entries_total",
+                "Changelog entries applied by replays",
+            )
+            .expect("valid metric"),
+            lock_follow_lag: IntGauge::new(
+                "silpgate_lock_follow_lag",
+                "Lock proposals confirmed here and not yet applied to the chain",
+            )
+            .expect("valid metric"),
             registry: Registry::new(),
             names: Vec::new(),
         };
@@ -144,6 +177,11 @@ impl Metrics {
         register(Box::new(m.natural_bytes.clone()));
         register(Box::new(m.broker_connected.clone()));
         register(Box::new(m.broker_reconnects.clone()));
+        register(Box::new(m.partitions_owned.clone()));
+        register(Box::new(m.partition_takeovers.clone()));
+        register(Box::new(m.replay_seconds.clone()));
+        register(Box::new(m.replayed_entries.clone()));
+        register(Box::new(m.lock_follow_lag.clone()));
         Metrics { registry, names, ..m }
     }
 

@@ -156,7 +156,7 @@ async fn a_thousand_envelopes_arrive_once_each_and_replies_reach_reply_to() {
     assert!(status.success());
     assert_turns(&dir.join("store"), N, CONVERSATIONS);
     broker::wait_counts(&names.inbound(), (0, 0), "everything acknowledged").await;
-    names.clean_up(&channel).await;
+    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -234,7 +234,7 @@ async fn poison_is_dead_lettered_with_its_code_and_good_messages_pass_it() {
 
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    names.clean_up(&channel).await;
+    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -295,7 +295,7 @@ async fn assert_settled(
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
     assert_turns(&dir.join("store"), n, conversations);
-    names.clean_up(channel).await;
+    names.clean_up(channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -412,7 +412,7 @@ async fn an_unroutable_or_full_downstream_holds_the_message_until_it_clears() {
 
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    names.clean_up(&channel).await;
+    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 

@@ -39,7 +39,7 @@ fn every_record_kind_survives_a_reopen() {
     let dir = temp_dir("reopen");
     {
         let store = SledStore::open(&dir, None).unwrap();
-        let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000 };
+        let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
         let (_, session) = count_turn(&store, "conv-1", 10, &policy).unwrap();
         let profile = AgentProfile {
             frontends: vec![Frontend::Json, Frontend::Natural],
@@ -91,7 +91,7 @@ fn the_first_compile_is_frozen_and_drift_is_reported() {
 #[test]
 fn a_commit_is_all_or_nothing() {
     let store = SledStore::open(&temp_dir("atomic"), None).unwrap();
-    let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000 };
+    let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
     let (_, a) = count_turn(&store, "conv-a", 1, &policy).unwrap();
     store.commit(&Changes { sessions: vec![a.clone()], ..Changes::default() }, 1).unwrap();
     // A second conversation claiming the same id, together with a lock record and a ledger entry.
@@ -112,7 +112,7 @@ fn a_commit_is_all_or_nothing() {
 #[test]
 fn session_ids_are_never_shared_and_expiry_frees_them() {
     let store = SledStore::open(&temp_dir("pressure"), None).unwrap();
-    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: 1_000 };
+    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: 1_000, partition: None };
     let turn = |token: &str, now: u64| -> Result<String, GatewayError> {
         let (turn, record) = count_turn(&store, token, now, &policy)?;
         store.commit(&Changes { sessions: vec![record], ..Changes::default() }, now)?;

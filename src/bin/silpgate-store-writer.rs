@@ -14,7 +14,7 @@ use std::io::Write;
 fn main() {
     let dir = std::env::args_os().nth(1).expect("usage: silpgate-store-writer DIR");
     let store = SledStore::open(std::path::Path::new(&dir), None).expect("store opens");
-    let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: u64::MAX / 2 };
+    let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: u64::MAX / 2, partition: None };
     let mut step = store.lock_head().expect("chain head").records;
     let mut out = std::io::stdout().lock();
     loop {

@@ -1,6 +1,7 @@
 //! The command line: argument definitions (clap) and dispatch. Exit codes: 0 success, 1 an
 //! input was invalid, 2 usage error.
 
+mod cluster;
 mod input;
 mod nlip;
 mod silp;
@@ -40,6 +41,9 @@ enum Command {
     /// Check a configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Ask a running cluster instance what it serves.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Run the daemon: the HTTP and WebSocket front door on the configured store.
     Run {
         /// Configuration file; the built-in defaults when absent.
@@ -121,6 +125,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Gateway(command) => nlip::run_gateway(command),
         Command::Lock(command) => store::run_lock(command),
         Command::Sessions(command) => store::run_sessions(command),
+        Command::Cluster(command) => cluster::run(command),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::load(&file) {
             Ok(_) => {
                 println!("ok: {} is a valid configuration", file.display());

@@ -26,11 +26,20 @@ pub struct Origin {
     pub correlation_id: Option<String>,
     /// A stable id of the inbound message (AMQP `message_id`), for the processed-message ledger.
     pub message_id: Option<String>,
+    /// The cluster partition the message's conversation belongs to (its queue), if any.
+    pub partition: Option<super::session::Partition>,
 }
 
 impl Origin {
     pub fn new(transport: Transport, source: impl Into<String>) -> Self {
-        Origin { transport, source: source.into(), reply_to: None, correlation_id: None, message_id: None }
+        Origin {
+            transport,
+            source: source.into(),
+            reply_to: None,
+            correlation_id: None,
+            message_id: None,
+            partition: None,
+        }
     }
 }
 
@@ -120,6 +129,9 @@ pub struct Outcome {
     pub status: Status,
     pub outbound: Vec<Outbound>,
     pub notes: Vec<Note>,
+    /// The compile.lock entries this message froze first. A cluster also proposes them to the
+    /// cluster-wide lock stream, whose order decides the chain.
+    pub frozen: Vec<super::store::Freeze>,
 }
 
 impl Outcome {

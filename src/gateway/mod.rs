@@ -44,7 +44,7 @@ enum Plan {
     /// Answer the sender with these envelopes (ping answers, control replies).
     Reply(Vec<Outbound>),
     /// Send `outbound`, then the message itself to `destination` with its payloads rewritten.
-    Forward { outbound: Vec<Outbound>, destination: Destination, renders: Vec<Render> },
+    Forward { outbound: Vec<Outbound>, destination: Destination, renders: Vec<Render>, frozen: Vec<Freeze> },
 }
 
 /// A payload's new form: `format`, `subformat` and `content` of the unit at `index`.
@@ -86,9 +86,9 @@ impl Gateway {
     pub fn handle(&self, inbound: Inbound) -> Outcome {
         let mut notes = Vec::with_capacity(8);
         match self.plan(&inbound, &mut notes) {
-            Ok(Plan::Duplicate) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes },
-            Ok(Plan::Reply(outbound)) => Outcome { status: Status::Delivered, outbound, notes },
-            Ok(Plan::Forward { mut outbound, destination, renders }) => {
+            Ok(Plan::Duplicate) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes, frozen: Vec::new() },
+            Ok(Plan::Reply(outbound)) => Outcome { status: Status::Delivered, outbound, notes, frozen: Vec::new() },
+            Ok(Plan::Forward { mut outbound, destination, renders, frozen }) => {
                 // Everything that can fail is done: rewrite the payloads in place and send.
                 let mut envelope = inbound.envelope;
                 for render in renders {
@@ -105,12 +105,12 @@ impl Gateway {
                     *content = render.content;
                 }
                 outbound.push(Outbound { destination, envelope });
-                Outcome { status: Status::Delivered, outbound, notes }
+                Outcome { status: Status::Delivered, outbound, notes, frozen }
             }
             Err((error, location)) => {
                 let outbound =
                     self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
-                Outcome { status: Status::Failed(error), outbound, notes }
+                Outcome { status: Status::Failed(error), outbound, notes, frozen: Vec::new() }
             }
         }
     }
@@ -120,7 +120,7 @@ impl Gateway {
         let location = error.path.clone().map_or(Location::None, Location::Path);
         let error = GatewayError::Envelope(error);
         let outbound = self.error_reply(&error, &location, None).into_iter().collect();
-        Outcome { status: Status::Failed(error), outbound, notes: Vec::new() }
+        Outcome { status: Status::Failed(error), outbound, notes: Vec::new(), frozen: Vec::new() }
     }
 
     /// An error message for the sender, echoing its tokens. Errors are never answered with
@@ -185,6 +185,7 @@ impl Gateway {
                 let policy = SessionPolicy {
                     heartbeat: self.config.sessions.heartbeat,
                     idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
+                    partition: inbound.origin.partition,
                 };
                 let (turn, record) =
                     session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy)
@@ -254,11 +255,15 @@ impl Gateway {
         let frozen = self.store.commit(&changes, inbound.received_at).map_err(|e| nowhere(e.into()))?;
         let mut frozen = changes.freezes.into_iter().zip(frozen);
         let mut renders = Vec::with_capacity(pending.len());
+        let mut first_frozen = Vec::new();
         for (unit, form) in pending {
             let text = match form {
                 OutputForm::Surface(frontend) => {
                     let (freeze, frozen) = frozen.next().expect("one frozen entry per surface payload");
                     Self::note_lock(&freeze, &frozen, notes);
+                    if frozen.first {
+                        first_frozen.push(freeze);
+                    }
                     let natural = match frontend {
                         Frontend::Natural => frozen.output.len(),
                         _ => crate::silp::compile(&unit.ir, Frontend::Natural).len(),
@@ -271,7 +276,7 @@ impl Gateway {
             let (format, subformat, content) = payload::render(&unit.ir, form, text);
             renders.push(Render { index: unit.index, format, subformat, content });
         }
-        Ok(Plan::Forward { outbound, destination, renders })
+        Ok(Plan::Forward { outbound, destination, renders, frozen: first_frozen })
     }
 
     /// Reads, checks and validates every SILP payload of the message.

@@ -6,6 +6,11 @@
 //! session keeps its id as a tombstone, so that its conversation answers `session_expired`,
 //! until the store sweeps it; then the id is free again. When every id is held, a new
 //! conversation is refused as transient (`unavailable`) until one frees up.
+//!
+//! In a cluster, a conversation belongs to one of P partitions, and its session id comes from
+//! that partition's slice of the id space (ids whose position is the partition modulo P): a
+//! partition's sessions move between instances whole, and never collide with the sessions of
+//! the partitions an instance already holds.
 
 use super::error::GatewayError;
 use super::store::{Millis, SessionRecord, Store};
@@ -14,11 +19,34 @@ const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 /// The heartbeat value that means "never renew".
 pub const NO_HEARTBEAT: u32 = 9999;
 
+/// One slice of the session id space: the ids at positions `index`, `index + count`, ...
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub index: u16,
+    pub count: u16,
+}
+
+impl Partition {
+    /// Whether `id` lies in this slice.
+    pub fn holds(&self, id: &str) -> bool {
+        id_position(id).is_some_and(|p| p % usize::from(self.count.max(1)) == usize::from(self.index))
+    }
+}
+
+/// Where an id sits in the allocation order, if it is a well-formed id.
+fn id_position(id: &str) -> Option<usize> {
+    let &[a, b] = id.as_bytes() else { return None };
+    let digit = |c: u8| ALPHABET.iter().position(|&x| x == c);
+    Some(digit(a)? * ALPHABET.len() + digit(b)?)
+}
+
 /// Session settings.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionPolicy {
     pub heartbeat: u32,
     pub idle_timeout_ms: Millis,
+    /// The slice new sessions take their ids from; `None`: the whole space.
+    pub partition: Option<Partition>,
 }
 
 /// The session state after counting one turn.
@@ -47,7 +75,7 @@ pub fn count_turn(
         }
         Some(record) => record,
         None => SessionRecord {
-            id: free_id(store)?,
+            id: free_id(store, policy.partition)?,
             token: token.to_owned(),
             turns: 0,
             heartbeat: policy.heartbeat,
@@ -65,12 +93,13 @@ pub fn count_turn(
     Ok((turn, record))
 }
 
-fn free_id(store: &dyn Store) -> Result<String, GatewayError> {
+fn free_id(store: &dyn Store, partition: Option<Partition>) -> Result<String, GatewayError> {
     let used = store.session_ids_in_use()?;
     ALPHABET
         .iter()
         .flat_map(|a| ALPHABET.iter().map(move |b| [*a, *b]))
         .map(|pair| String::from_utf8(pair.to_vec()).expect("ASCII"))
+        .filter(|id| partition.is_none_or(|p| p.holds(id)))
         .find(|id| !used.contains(id))
         .ok_or(GatewayError::SessionsExhausted)
 }
@@ -92,7 +121,7 @@ mod tests {
         Ok(turn)
     }
 
-    const POLICY: SessionPolicy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 1_000 };
+    const POLICY: SessionPolicy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 1_000, partition: None };
 
     #[test]
     fn a_conversation_keeps_one_id_and_renews_every_n_turns() {

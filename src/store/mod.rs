@@ -13,9 +13,12 @@
 //!
 //! Keys: `meta:schema_version`, `meta:lock_head`, `session:<token>`, `sid:<id>` (-> token),
 //! `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
-//! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`.
+//! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`; in a cluster also
+//! `cluster:applied:<partition, 2 bytes BE>` and `cluster:lock_applied` (stream offsets, see
+//! [`replica`]).
 
 pub mod chain;
+pub mod replica;
 pub mod time;
 
 use crate::gateway::store::{
@@ -26,7 +29,7 @@ use chain::{ChainError, Head, LockRecord, Sealer};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The layout version written into the store; a store with another version is refused.
 pub const SCHEMA_VERSION: &str = "3";
@@ -66,6 +69,9 @@ pub struct SledStore {
     /// One disk sync at a time; whoever waited for the turn usually finds its writes covered
     /// by the sync before it (group commit).
     flush_turn: tokio::sync::Mutex<()>,
+    /// In a cluster the compile.lock chain is written only from the cluster's lock stream
+    /// ([`replica`]); commits then leave new entries for the stream to decide.
+    chain_follows_stream: AtomicBool,
 }
 
 /// The chain's length and last record hash, kept so that truncation is evident.
@@ -169,6 +175,7 @@ impl SledStore {
             written: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             flush_turn: tokio::sync::Mutex::new(()),
+            chain_follows_stream: AtomicBool::new(false),
         })
     }
 
@@ -226,6 +233,45 @@ impl SledStore {
     /// Number of ledger entries.
     pub fn ledger_len(&self) -> usize {
         self.db.scan_prefix(LEDGER).count()
+    }
+
+    /// Writes a session and its id index into `batch`.
+    fn put_session(batch: &mut sled::Batch, s: &SessionRecord) {
+        batch.insert(key(SESSION, s.token.as_bytes()), encode(s));
+        batch.insert(key(SESSION_ID, s.id.as_bytes()), s.token.as_bytes());
+    }
+
+    /// Writes a ledger entry into `batch`, moving its time index.
+    fn put_ledger(&self, batch: &mut sled::Batch, id: &str, state: &LedgerState, now: Millis) -> Result<(), StoreError> {
+        if let Some(old) = self.db.get(key(LEDGER, id.as_bytes())).map_err(unavailable)? {
+            let old: LedgerEntry = decode(&old, "ledger entry")?;
+            batch.remove(ledger_time_key(old.at, id.as_bytes()));
+        }
+        batch.insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: state.clone(), at: now }));
+        batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
+        Ok(())
+    }
+
+    /// Writes the next compile.lock record after `chain` into `batch`; returns the new head.
+    fn put_lock_record(
+        &self,
+        batch: &mut sled::Batch,
+        chain: &ChainHead,
+        freeze: &crate::gateway::store::Freeze,
+        at: Millis,
+    ) -> ChainHead {
+        let record = self.sealer.next(
+            chain.records,
+            &chain.last_hash,
+            &freeze.ir_hash,
+            freeze.frontend.name(),
+            &freeze.output,
+            time::iso8601(at),
+        );
+        let seq = chain.records.to_be_bytes();
+        batch.insert(key(LOCK, &seq), encode(&record));
+        batch.insert(lock_index_key(freeze.frontend, &freeze.ir_hash), &seq);
+        ChainHead { records: chain.records + 1, last_hash: record.record_hash }
     }
 
     fn chain_head(&self) -> Result<ChainHead, StoreError> {
@@ -329,8 +375,7 @@ impl Store for SledStore {
                     s.id
                 )));
             }
-            batch.insert(key(SESSION, s.token.as_bytes()), encode(s));
-            batch.insert(key(SESSION_ID, s.id.as_bytes()), s.token.as_bytes());
+            Self::put_session(&mut batch, s);
             writes += 1;
         }
         for (agent, profile) in &changes.profiles {
@@ -338,14 +383,10 @@ impl Store for SledStore {
             writes += 1;
         }
         for (id, state) in &changes.ledger {
-            if let Some(old) = self.db.get(key(LEDGER, id.as_bytes())).map_err(unavailable)? {
-                let old: LedgerEntry = decode(&old, "ledger entry")?;
-                batch.remove(ledger_time_key(old.at, id.as_bytes()));
-            }
-            batch.insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: state.clone(), at: now }));
-            batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
+            self.put_ledger(&mut batch, id, state, now)?;
             writes += 1;
         }
+        let follows_stream = self.chain_follows_stream.load(Ordering::Relaxed);
         let mut head: Option<ChainHead> = None;
         let mut new_entries: Vec<(Vec<u8>, String)> = Vec::new();
         let mut frozen = Vec::with_capacity(changes.freezes.len());
@@ -364,22 +405,13 @@ impl Store for SledStore {
                 frozen.push(Frozen { output, first: false, drift });
                 continue;
             }
-            let chain = match head.take() {
-                Some(h) => h,
-                None => self.chain_head()?,
-            };
-            let record = self.sealer.next(
-                chain.records,
-                &chain.last_hash,
-                &f.ir_hash,
-                f.frontend.name(),
-                &f.output,
-                time::iso8601(now),
-            );
-            let seq = chain.records.to_be_bytes();
-            batch.insert(key(LOCK, &seq), encode(&record));
-            batch.insert(index_key.clone(), &seq);
-            head = Some(ChainHead { records: chain.records + 1, last_hash: record.record_hash });
+            if !follows_stream {
+                let chain = match head.take() {
+                    Some(h) => h,
+                    None => self.chain_head()?,
+                };
+                head = Some(self.put_lock_record(&mut batch, &chain, f, now));
+            }
             new_entries.push((index_key, f.output.clone()));
             frozen.push(Frozen { output: f.output.clone(), first: true, drift: false });
         }

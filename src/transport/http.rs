@@ -29,6 +29,7 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/cluster", get(cluster))
         .fallback(not_found)
         .with_state(front)
 }
@@ -44,6 +45,21 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, "not ready: the broker is not connected\n").into_response()
         }
         _ => (StatusCode::OK, "ready\n").into_response(),
+    }
+}
+
+/// What this instance serves of the cluster (`silpgate cluster status` reads it).
+async fn cluster(State(front): State<Arc<Front>>) -> Response {
+    match &front.cluster {
+        Some(cluster) => {
+            ([(header::CONTENT_TYPE, "application/json")], cluster.status().to_string()).into_response()
+        }
+        None => error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this instance is not in cluster mode (no [cluster] section)",
+            Encoding::Json,
+        ),
     }
 }
 

@@ -30,6 +30,8 @@ pub struct Front {
     pub connection_rate: (f64, f64),
     /// Whether the broker is connected, when an AMQP side is configured.
     pub broker: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// The cluster side, in cluster mode (`GET /cluster`).
+    pub cluster: Option<Arc<amqp::cluster::Cluster>>,
 }
 
 /// The error message for a message over a rate limit.

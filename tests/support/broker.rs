@@ -70,12 +70,41 @@ impl Names {
         format!("{}.cbor-replies", self.prefix)
     }
 
-    /// Deletes every queue and exchange of the test.
-    pub async fn clean_up(&self, channel: &Channel) {
-        for q in [self.inbound(), self.dead(), self.sink(), self.replies(), self.cbor_replies()] {
+    pub fn partition_exchange(&self) -> String {
+        format!("{}.parts", self.prefix)
+    }
+    pub fn partition(&self, index: u16) -> String {
+        format!("{}.p.{index:02}", self.prefix)
+    }
+    pub fn changelog(&self, index: u16) -> String {
+        format!("{}.log.{index:02}", self.prefix)
+    }
+    pub fn lock_stream(&self) -> String {
+        format!("{}.lock", self.prefix)
+    }
+
+    /// The `[cluster]` section for this topology: `partitions` partitions, instance `name`.
+    pub fn cluster_section(&self, partitions: u16, name: &str, snapshot_every: u64) -> String {
+        format!(
+            "\n[cluster]\npartitions = {partitions}\nexchange = \"{}\"\nqueue_prefix = \"{}.p\"\nchangelog_prefix = \"{}.log\"\nlock_stream = \"{}\"\nsnapshot_every = {snapshot_every}\ninstance = \"{name}\"\n",
+            self.partition_exchange(),
+            self.prefix,
+            self.prefix,
+            self.lock_stream(),
+        )
+    }
+
+    /// Deletes every queue and exchange of the test (`partitions`: of a cluster test).
+    pub async fn clean_up(&self, channel: &Channel, partitions: u16) {
+        let mut queues = vec![self.inbound(), self.dead(), self.sink(), self.replies(), self.cbor_replies()];
+        queues.extend((0..partitions).flat_map(|i| [self.partition(i), self.changelog(i)]));
+        if partitions > 0 {
+            queues.push(self.lock_stream());
+        }
+        for q in queues {
             let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
         }
-        for x in [self.inbound_exchange(), self.agents_exchange(), self.dlx()] {
+        for x in [self.inbound_exchange(), self.agents_exchange(), self.dlx(), self.partition_exchange()] {
             let _ = channel.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()).await;
         }
     }
@@ -326,12 +355,19 @@ impl Daemon {
 
     /// The status `/readyz` answers.
     pub fn readyz(&self) -> u16 {
+        self.get("/readyz").0
+    }
+
+    /// GETs `path` from the daemon's listener: the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
-        let Ok(mut s) = std::net::TcpStream::connect(&self.http) else { return 0 };
-        let _ = s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let Ok(mut s) = std::net::TcpStream::connect(&self.http) else { return (0, String::new()) };
+        let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         let mut response = String::new();
         let _ = s.read_to_string(&mut response);
-        response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+        let status = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        (status, body)
     }
 
     pub fn kill(mut self) {

@@ -9,8 +9,13 @@
 //!
 //! Shutdown: stop consuming, let the workers finish within `amqp.drain_secs`, then close the
 //! connection; the broker requeues whatever was not acknowledged.
+//!
+//! In cluster mode ([`cluster`]) the inbound queues are only forwarded to the partitions, the
+//! partition queues are what the workers handle, and a partition's first delivery on a
+//! connection waits until its changelog is replayed.
 
 pub mod backoff;
+pub mod cluster;
 pub mod marks;
 pub mod properties;
 pub mod publish;
@@ -22,6 +27,7 @@ use crate::gateway::Gateway;
 use crate::gateway::store::Store;
 use crate::nlip::Limits;
 use backoff::Backoff;
+use cluster::Cluster;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
 use lapin::types::FieldTable;
@@ -49,8 +55,17 @@ pub struct Amqp {
     config: Arc<Config>,
     amqp: Arc<AmqpConfig>,
     store: Arc<dyn Store>,
+    cluster: Option<Arc<Cluster>>,
     /// True while connected and consuming; `/readyz` reports it.
     ready: Arc<AtomicBool>,
+}
+
+/// What a consumed queue is to this instance.
+enum Role {
+    /// Handled by the workers.
+    Handle(Option<crate::gateway::session::Partition>),
+    /// Forwarded to its partition (cluster ingress).
+    Forward,
 }
 
 /// How one connection ended.
@@ -61,8 +76,13 @@ enum Ended {
 }
 
 impl Amqp {
-    pub fn new(config: Arc<Config>, amqp: AmqpConfig, store: Arc<dyn Store>) -> Self {
-        Amqp { config, amqp: Arc::new(amqp), store, ready: Arc::new(AtomicBool::new(false)) }
+    pub fn new(
+        config: Arc<Config>,
+        amqp: AmqpConfig,
+        store: Arc<dyn Store>,
+        cluster: Option<Arc<Cluster>>,
+    ) -> Self {
+        Amqp { config, amqp: Arc::new(amqp), store, cluster, ready: Arc::new(AtomicBool::new(false)) }
     }
 
     /// The readiness flag, for `/readyz`.
@@ -91,8 +111,11 @@ impl Amqp {
                     backoff.reset();
                     self.ready.store(true, Ordering::SeqCst);
                     crate::metrics::get().broker_connected.set(1);
-                    let ended = self.consume(&consume, publish, shutdown.clone()).await;
+                    let ended = self.consume(&connection, &consume, publish, shutdown.clone()).await;
                     self.ready.store(false, Ordering::SeqCst);
+                    if let Some(cluster) = &self.cluster {
+                        cluster.release_all();
+                    }
                     crate::metrics::get().broker_connected.set(0);
                     // Closing requeues every delivery not acknowledged.
                     let _ = connection.close(200, "silpgate closing".into()).await;
@@ -121,7 +144,8 @@ impl Amqp {
     async fn connect(&self) -> lapin::Result<(Connection, Channel, Channel)> {
         let connection = Connection::connect(&self.amqp.uri(), ConnectionProperties::default()).await?;
         let declare = connection.create_channel().await?;
-        topology::Topology::from_config(&self.amqp, &self.config.agents).declare(&declare).await?;
+        let cluster = self.cluster.as_ref().map(|c| &c.config);
+        topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;
         let _ = declare.close(200, "declared".into()).await;
         let consume = connection.create_channel().await?;
         consume.basic_qos(self.amqp.prefetch, BasicQosOptions { global: false }).await?;
@@ -134,6 +158,7 @@ impl Amqp {
     /// has finished (or the drain deadline has passed).
     async fn consume(
         &self,
+        connection: &Connection,
         channel: &Channel,
         publish: Channel,
         mut shutdown: watch::Receiver<bool>,
@@ -152,11 +177,30 @@ impl Amqp {
             broken: Arc::new(Notify::new()),
             fatal: Arc::new(Notify::new()),
             marks,
+            cluster: self.cluster.clone(),
         });
+        let forwarder = self.cluster.as_ref().map(|c| {
+            cluster::ingress::Forwarder::start(
+                pipeline.publisher.clone(),
+                c.config.exchange.clone(),
+                pipeline.broken.clone(),
+            )
+        });
+        let follower = match &self.cluster {
+            Some(cluster) => match connection.create_channel().await {
+                Ok(channel) => Some(tokio::spawn(follow_lock(channel, cluster.clone(), pipeline.clone()))),
+                Err(e) => return Ended::Lost(e.to_string()),
+            },
+            None => None,
+        };
 
-        let mut consumers = Vec::with_capacity(self.amqp.inbound.len());
-        let mut tags = Vec::with_capacity(self.amqp.inbound.len());
-        for queue in &self.amqp.inbound {
+        let mut queues = self.amqp.inbound.clone();
+        if let Some(cluster) = &self.cluster {
+            queues.extend(cluster.partition_queues());
+        }
+        let mut consumers = Vec::with_capacity(queues.len());
+        let mut tags = Vec::with_capacity(queues.len());
+        for queue in &queues {
             let tag = format!("silpgate-{}-{queue}", std::process::id());
             match channel
                 .basic_consume(
@@ -203,12 +247,31 @@ impl Amqp {
                         metrics.messages_in.with_label_values(&["amqp", &queue]).inc();
                         metrics.bytes.with_label_values(&["amqp", "in"]).inc_by(delivery.data.len() as u64);
                         let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
+                        let partition = match self.role(&queue) {
+                            Role::Forward => {
+                                let decoded = pipeline.decode(&delivery.data, &envelope);
+                                let key = cluster::ingress::partition_key(&decoded, &envelope, &delivery.data);
+                                let forwarder = forwarder.as_ref().expect("a cluster forwards");
+                                match forwarder.forward(&queue, &key, delivery).await {
+                                    Ok(()) => continue,
+                                    Err(e) => break Ended::Lost(e.to_string()),
+                                }
+                            }
+                            Role::Handle(partition) => partition,
+                        };
+                        if let (Some(cluster), Some(partition)) = (&self.cluster, partition)
+                            && !cluster.owns(partition)
+                            && let Err(e) = cluster.take_over(connection, &pipeline.publisher, partition).await
+                        {
+                            warn!(partition = partition.index, error = %e, "Taking over a partition failed.");
+                            break if e.is_fatal() { Ended::Fatal } else { Ended::Lost(e.to_string()) };
+                        }
                         let span = worker::delivery_span(&queue, &envelope, &delivery, &broker);
                         let decoded = tracing::info_span!(parent: &span, "nlip decode")
                             .in_scope(|| pipeline.decode(&delivery.data, &envelope));
                         let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
                         let received = std::time::Instant::now();
-                        let job = Job { span, received, delivery, queue, envelope, decoded };
+                        let job = Job { span, received, delivery, queue, envelope, decoded, partition };
                         if senders[shard].send(job).await.is_err() {
                             break Ended::Lost("a worker stopped".into());
                         }
@@ -219,15 +282,17 @@ impl Amqp {
             }
         };
 
-        if matches!(ended, Ended::Shutdown) {
-            // Stop intake first; deliveries prefetched but not yet handed out are requeued when
-            // the connection closes.
+        // Stop intake first; deliveries prefetched but not yet handed out are requeued when the
+        // connection closes. A cluster keeps its consumers until then: cancelling would hand
+        // its partitions on while their last messages are still being handled here.
+        if matches!(ended, Ended::Shutdown) && self.cluster.is_none() {
             for tag in &tags {
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
             }
         }
         drop(senders);
         drop(deliveries);
+        drop(forwarder);
         let drain = Duration::from_secs(self.amqp.drain_secs);
         let all = futures_util::future::join_all(workers.iter_mut());
         if tokio::time::timeout(drain, all).await.is_err() {
@@ -239,6 +304,10 @@ impl Amqp {
                 worker.abort();
             }
         }
+        if let Some(follower) = follower {
+            follower.abort();
+            let _ = follower.await;
+        }
         // The marks writer ends once the last worker has dropped its sender.
         drop(pipeline);
         let _ = marks_writer.await;
@@ -246,6 +315,29 @@ impl Amqp {
             warn!(error = %e, "Flushing the store failed.");
         }
         ended
+    }
+}
+
+impl Amqp {
+    fn role(&self, queue: &str) -> Role {
+        match &self.cluster {
+            Some(cluster) => match cluster.partition_of(queue) {
+                Some(partition) => Role::Handle(Some(partition)),
+                None => Role::Forward,
+            },
+            None => Role::Handle(None),
+        }
+    }
+}
+
+/// Follows the cluster's lock stream until the connection fails, then says so.
+async fn follow_lock(channel: Channel, cluster: Arc<Cluster>, pipeline: Arc<Pipeline>) {
+    let Err(e) = cluster::lock::follow(channel, &cluster).await else { return };
+    warn!(error = %e, "Following the lock stream failed.");
+    if e.is_fatal() {
+        pipeline.fatal.notify_one();
+    } else {
+        pipeline.broken.notify_one();
     }
 }
 

@@ -22,6 +22,9 @@ pub const ERROR_CODE_HEADER: &str = "x-silpgate-error-code";
 pub const ERROR_HEADER: &str = "x-silpgate-error";
 /// Dead-letter header: the queue the message was consumed from.
 pub const SOURCE_QUEUE_HEADER: &str = "x-silpgate-source-queue";
+/// In a cluster: the inbound queue a message first arrived at, kept when silpgate forwards it
+/// to its partition, so that routes still match on it.
+pub const SOURCE_HEADER: &str = "x-silpgate-source";
 /// Longest error text put in a header.
 const MAX_ERROR_HEADER: usize = 4096;
 
@@ -43,6 +46,8 @@ pub struct Envelope {
     /// Deliveries of this message before this one, as the broker counts them (quorum queues'
     /// `x-delivery-count`; classic queues only say whether it is a redelivery).
     pub earlier_deliveries: u32,
+    /// The inbound queue a partitioned message first arrived at ([`SOURCE_HEADER`]).
+    pub source: Option<String>,
 }
 
 impl Envelope {
@@ -79,6 +84,7 @@ impl Envelope {
             .and_then(|h| h.inner().get("x-delivery-count"))
             .and_then(value_number)
             .unwrap_or(u32::from(redelivered));
+        let source = headers.and_then(|h| h.inner().get(SOURCE_HEADER)).and_then(value_text);
         Envelope {
             encoding,
             message_id: text(properties.message_id()),
@@ -87,6 +93,7 @@ impl Envelope {
             user_id: text(properties.user_id()),
             replies,
             earlier_deliveries,
+            source,
         }
     }
 
@@ -179,7 +186,12 @@ pub fn value_text(value: &AMQPValue) -> Option<String> {
 }
 
 fn value_number(value: &AMQPValue) -> Option<u32> {
-    let n: i64 = match *value {
+    value_integer(value).and_then(|n| u32::try_from(n).ok())
+}
+
+/// Reads a header as an integer of any width.
+pub fn value_integer(value: &AMQPValue) -> Option<i64> {
+    Some(match *value {
         AMQPValue::ShortShortInt(n) => n.into(),
         AMQPValue::ShortShortUInt(n) => n.into(),
         AMQPValue::ShortInt(n) => n.into(),
@@ -187,9 +199,25 @@ fn value_number(value: &AMQPValue) -> Option<u32> {
         AMQPValue::LongInt(n) => n.into(),
         AMQPValue::LongUInt(n) => n.into(),
         AMQPValue::LongLongInt(n) => n,
+        AMQPValue::Timestamp(n) => i64::try_from(n).ok()?,
         _ => return None,
-    };
-    u32::try_from(n).ok()
+    })
+}
+
+/// A delivery's properties with the partition key and first source added: what silpgate
+/// publishes when it forwards an inbound message to its partition.
+pub fn partitioned_properties(properties: &BasicProperties, key: &str, source: &str) -> BasicProperties {
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    headers.insert(super::topology::CONVERSATION_HEADER.into(), long_string(key));
+    if !headers.inner().contains_key(SOURCE_HEADER) {
+        headers.insert(SOURCE_HEADER.into(), long_string(source));
+    }
+    properties.clone().with_delivery_mode(PERSISTENT).with_headers(headers)
+}
+
+/// Properties of a changelog or lock stream entry.
+pub fn stream_properties() -> BasicProperties {
+    BasicProperties::default().with_delivery_mode(PERSISTENT).with_content_type("application/json".into())
 }
 
 fn long_string(s: &str) -> AMQPValue {

@@ -66,38 +66,57 @@ impl Publisher {
     /// The first failure; messages before it may have been delivered (receivers dedupe on
     /// `message_id`).
     pub async fn publish_all(&self, publications: Vec<Publication<'_>>) -> Result<(), PublishError> {
-        let mut confirms = Vec::with_capacity(publications.len());
+        let mut pending = Vec::with_capacity(publications.len());
         for p in &publications {
-            let options = BasicPublishOptions { mandatory: true, immediate: false };
-            let confirm = self
-                .channel
-                .basic_publish(
-                    p.exchange.into(),
-                    p.routing_key.into(),
-                    options,
-                    &p.body,
-                    p.properties.clone(),
-                )
-                .await?;
-            confirms.push(confirm);
+            pending.push(self.send(p).await?);
         }
-        for (p, confirm) in publications.iter().zip(confirms) {
-            let confirmation = tokio::time::timeout(self.confirm_timeout, confirm)
-                .await
-                .map_err(|_| PublishError::Timeout(self.confirm_timeout))??;
-            let place = || (p.exchange.to_owned(), p.routing_key.to_owned());
-            match confirmation {
-                Confirmation::Ack(None) | Confirmation::NotRequested => {}
-                Confirmation::Ack(Some(_)) => {
-                    let (exchange, routing_key) = place();
-                    return Err(PublishError::Unroutable { exchange, routing_key });
-                }
-                Confirmation::Nack(_) => {
-                    let (exchange, routing_key) = place();
-                    return Err(PublishError::Refused { exchange, routing_key });
-                }
-            }
+        for confirm in pending {
+            confirm.confirmed().await?;
         }
         Ok(())
+    }
+
+    /// Hands one message to the broker without waiting for its confirm: messages sent one
+    /// after another on this channel keep their order.
+    ///
+    /// # Errors
+    /// The channel failed.
+    pub async fn send(&self, p: &Publication<'_>) -> Result<Pending, PublishError> {
+        let options = BasicPublishOptions { mandatory: true, immediate: false };
+        let confirm = self
+            .channel
+            .basic_publish(p.exchange.into(), p.routing_key.into(), options, &p.body, p.properties.clone())
+            .await?;
+        Ok(Pending {
+            confirm,
+            timeout: self.confirm_timeout,
+            exchange: p.exchange.to_owned(),
+            routing_key: p.routing_key.to_owned(),
+        })
+    }
+}
+
+/// A message sent and not yet confirmed.
+pub struct Pending {
+    confirm: lapin::PublisherConfirm,
+    timeout: Duration,
+    exchange: String,
+    routing_key: String,
+}
+
+impl Pending {
+    /// Waits for the broker's confirm.
+    ///
+    /// # Errors
+    /// Returned as unroutable, refused (nack), not confirmed in time, or the channel failed.
+    pub async fn confirmed(self) -> Result<(), PublishError> {
+        let confirmation =
+            tokio::time::timeout(self.timeout, self.confirm).await.map_err(|_| PublishError::Timeout(self.timeout))??;
+        let Pending { exchange, routing_key, .. } = self;
+        match confirmation {
+            Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+            Confirmation::Ack(Some(_)) => Err(PublishError::Unroutable { exchange, routing_key }),
+            Confirmation::Nack(_) => Err(PublishError::Refused { exchange, routing_key }),
+        }
     }
 }

@@ -1,94 +1,162 @@
 //! The broker topology silpgate declares at start and after every reconnect: durable
-//! exchanges, quorum queues for inbound traffic and dead letters, and their bindings.
+//! exchanges, quorum queues for inbound traffic and dead letters, and their bindings; in a
+//! cluster also the consistent-hash exchange, the partition queues and the streams.
 //! [`Topology::from_config`] is the one description; `declare` carries it out, and
-//! `deploy/rabbitmq/definitions.json` holds the same for operators who pre-declare (a test
-//! keeps the two in step). Declaring is idempotent as long as the arguments agree.
+//! [`Topology::definitions`] renders it in RabbitMQ's definitions format, which
+//! `deploy/rabbitmq/` holds for operators who pre-declare (a test keeps the two in step).
+//! Declaring is idempotent as long as the arguments agree.
 
-use crate::config::{AgentConfig, AmqpConfig};
+use crate::config::{AgentConfig, AmqpConfig, ClusterConfig};
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Channel, ExchangeKind};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// The header the consistent-hash exchange hashes: a message's NLIP conversation.
+pub const CONVERSATION_HEADER: &str = "nlip-conversation";
 
 /// What silpgate needs on the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
-    /// (name, `direct` or `fanout`); all durable.
-    pub exchanges: Vec<(String, &'static str)>,
-    /// Quorum queues with their extra arguments.
+    pub exchanges: Vec<Exchange>,
     pub queues: Vec<Queue>,
     /// (queue, exchange, routing key).
     pub bindings: Vec<(String, String, String)>,
 }
 
-/// A durable quorum queue.
+/// A durable exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub name: String,
+    /// `direct`, `fanout` or `x-consistent-hash`.
+    pub kind: &'static str,
+    pub arguments: Arguments,
+}
+
+/// A durable queue (`x-queue-type` is among its arguments).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queue {
     pub name: String,
-    /// `x-dead-letter-exchange`, for inbound queues.
-    pub dead_letter_exchange: Option<String>,
-    /// `x-delivery-limit`, for inbound queues.
-    pub delivery_limit: Option<u32>,
+    pub arguments: Arguments,
+}
+
+/// Declaration arguments, by name.
+pub type Arguments = BTreeMap<&'static str, Argument>;
+
+/// One argument value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Argument {
+    Text(String),
+    Int(i64),
+    Bool(bool),
+}
+
+impl Argument {
+    fn amqp(&self) -> AMQPValue {
+        match self {
+            Argument::Text(s) => AMQPValue::LongString(LongString::from(s.as_bytes().to_vec())),
+            // RabbitMQ compares a redeclared queue's arguments with their types: a number
+            // goes as the narrowest type that holds it, as the management tools send it.
+            Argument::Int(i) => i32::try_from(*i).map_or(AMQPValue::LongLongInt(*i), AMQPValue::LongInt),
+            Argument::Bool(b) => AMQPValue::Boolean(*b),
+        }
+    }
+
+    fn json(&self) -> Value {
+        match self {
+            Argument::Text(s) => json!(s),
+            Argument::Int(i) => json!(i),
+            Argument::Bool(b) => json!(b),
+        }
+    }
+}
+
+fn text(s: &str) -> Argument {
+    Argument::Text(s.to_owned())
+}
+
+fn quorum(name: &str) -> Queue {
+    Queue { name: name.to_owned(), arguments: Arguments::from([("x-queue-type", text("quorum"))]) }
 }
 
 impl Topology {
-    pub fn from_config(amqp: &AmqpConfig, agents: &[AgentConfig]) -> Topology {
-        let plain =
-            |name: &str| Queue { name: name.to_owned(), dead_letter_exchange: None, delivery_limit: None };
-        let mut queues = vec![plain(&amqp.dead_letter_queue)];
+    pub fn from_config(amqp: &AmqpConfig, cluster: Option<&ClusterConfig>, agents: &[AgentConfig]) -> Topology {
+        // The broker's own dead-lettering is the safety net behind silpgate's: a message that
+        // keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
+        let inbound = |name: &str| {
+            let mut queue = quorum(name);
+            queue.arguments.insert("x-dead-letter-exchange", text(&amqp.dead_letter_exchange));
+            queue.arguments.insert("x-delivery-limit", Argument::Int(amqp.delivery_limit.into()));
+            if cluster.is_some() {
+                // One instance at a time reads a partition, or forwards from an inbound queue
+                // (so that a conversation's order survives forwarding).
+                queue.arguments.insert("x-single-active-consumer", Argument::Bool(true));
+            }
+            queue
+        };
+        let exchange = |name: &str, kind| Exchange { name: name.to_owned(), kind, arguments: Arguments::new() };
+        let mut exchanges = vec![
+            exchange(&amqp.inbound_exchange, "direct"),
+            exchange(&amqp.agents_exchange, "direct"),
+            exchange(&amqp.dead_letter_exchange, "fanout"),
+        ];
+        let mut queues = vec![quorum(&amqp.dead_letter_queue)];
         let mut bindings =
             vec![(amqp.dead_letter_queue.clone(), amqp.dead_letter_exchange.clone(), String::new())];
         for queue in &amqp.inbound {
-            // The broker's own dead-lettering is the safety net behind silpgate's: a message
-            // that keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
-            queues.push(Queue {
-                name: queue.clone(),
-                dead_letter_exchange: Some(amqp.dead_letter_exchange.clone()),
-                delivery_limit: Some(amqp.delivery_limit),
-            });
+            queues.push(inbound(queue));
             bindings.push((queue.clone(), amqp.inbound_exchange.clone(), queue.clone()));
+        }
+        if let Some(cluster) = cluster {
+            exchanges.push(Exchange {
+                name: cluster.exchange.clone(),
+                kind: "x-consistent-hash",
+                arguments: Arguments::from([("hash-header", text(CONVERSATION_HEADER))]),
+            });
+            let stream = |name: String, max_bytes: u64| Queue {
+                name,
+                arguments: Arguments::from([
+                    ("x-queue-type", text("stream")),
+                    ("x-max-length-bytes", Argument::Int(max_bytes.try_into().unwrap_or(i64::MAX))),
+                ]),
+            };
+            for index in 0..cluster.partitions {
+                let queue = cluster.partition_queue(index);
+                queues.push(inbound(&queue));
+                // Equal weights: every partition takes an equal share of the hash ring.
+                bindings.push((queue, cluster.exchange.clone(), "1".to_owned()));
+                queues.push(stream(cluster.changelog_stream(index), cluster.changelog_max_bytes));
+            }
+            queues.push(stream(cluster.lock_stream.clone(), cluster.changelog_max_bytes));
         }
         for agent in agents {
             if let Some(queue) = &agent.queue {
-                queues.push(plain(queue));
+                queues.push(quorum(queue));
                 bindings.push((queue.clone(), amqp.agents_exchange.clone(), agent.routing_key().to_owned()));
             }
         }
-        Topology {
-            exchanges: vec![
-                (amqp.inbound_exchange.clone(), "direct"),
-                (amqp.agents_exchange.clone(), "direct"),
-                (amqp.dead_letter_exchange.clone(), "fanout"),
-            ],
-            queues,
-            bindings,
-        }
+        Topology { exchanges, queues, bindings }
     }
 
     /// Declares every exchange, queue and binding.
     ///
     /// # Errors
     /// The broker's refusal, e.g. a queue that exists with other arguments
-    /// (`PRECONDITION_FAILED`).
+    /// (`PRECONDITION_FAILED`), or an exchange type whose plugin is not enabled.
     pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
         let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
-        for (name, kind) in &self.exchanges {
-            let kind = if *kind == "fanout" { ExchangeKind::Fanout } else { ExchangeKind::Direct };
-            channel.exchange_declare(name.as_str().into(), kind, durable, FieldTable::default()).await?;
+        for x in &self.exchanges {
+            let kind = match x.kind {
+                "fanout" => ExchangeKind::Fanout,
+                "direct" => ExchangeKind::Direct,
+                other => ExchangeKind::Custom(other.to_owned()),
+            };
+            channel.exchange_declare(x.name.as_str().into(), kind, durable, table(&x.arguments)).await?;
         }
         for queue in &self.queues {
-            let mut arguments = FieldTable::default();
-            arguments.insert("x-queue-type".into(), text("quorum"));
-            if let Some(dlx) = &queue.dead_letter_exchange {
-                arguments.insert("x-dead-letter-exchange".into(), text(dlx));
-            }
-            if let Some(limit) = queue.delivery_limit {
-                arguments.insert(
-                    "x-delivery-limit".into(),
-                    AMQPValue::LongInt(limit.try_into().unwrap_or(i32::MAX)),
-                );
-            }
             let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-            channel.queue_declare(queue.name.as_str().into(), options, arguments).await?;
+            channel.queue_declare(queue.name.as_str().into(), options, table(&queue.arguments)).await?;
         }
         for (queue, exchange, routing_key) in &self.bindings {
             channel
@@ -103,8 +171,32 @@ impl Topology {
         }
         Ok(())
     }
+
+    /// The exchanges, queues and bindings in RabbitMQ's definitions format (vhost `/`).
+    pub fn definitions(&self) -> Value {
+        let arguments =
+            |args: &Arguments| Value::Object(args.iter().map(|(k, v)| ((*k).to_owned(), v.json())).collect());
+        json!({
+            "exchanges": self.exchanges.iter().map(|x| json!({
+                "name": x.name, "vhost": "/", "type": x.kind, "durable": true,
+                "auto_delete": false, "internal": false, "arguments": arguments(&x.arguments),
+            })).collect::<Vec<_>>(),
+            "queues": self.queues.iter().map(|q| json!({
+                "name": q.name, "vhost": "/", "durable": true, "auto_delete": false,
+                "arguments": arguments(&q.arguments),
+            })).collect::<Vec<_>>(),
+            "bindings": self.bindings.iter().map(|(queue, exchange, key)| json!({
+                "source": exchange, "vhost": "/", "destination": queue, "destination_type": "queue",
+                "routing_key": key, "arguments": {},
+            })).collect::<Vec<_>>(),
+        })
+    }
 }
 
-fn text(s: &str) -> AMQPValue {
-    AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
+fn table(arguments: &Arguments) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (name, value) in arguments {
+        table.insert((*name).into(), value.amqp());
+    }
+    table
 }

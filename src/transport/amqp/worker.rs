@@ -9,10 +9,12 @@
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
 use super::backoff::Backoff;
+use super::cluster::Cluster;
 use super::properties::{self, Envelope};
 use super::publish::{Publication, PublishError, Publisher};
 use super::stopped;
 use crate::config::AmqpConfig;
+use crate::gateway::session::Partition;
 use crate::gateway::store::StoreError;
 use crate::gateway::{
     Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport,
@@ -86,6 +88,8 @@ pub struct Job {
     pub queue: Arc<str>,
     pub envelope: Envelope,
     pub decoded: Result<Message, NlipError>,
+    /// The cluster partition it was delivered from.
+    pub partition: Option<Partition>,
 }
 
 /// Why an attempt at a message failed.
@@ -131,6 +135,8 @@ pub struct Pipeline {
     pub fatal: Arc<Notify>,
     /// Ledger marks of messages whose publishes are confirmed.
     pub marks: super::marks::Marks,
+    /// Cluster mode: session changes and lock proposals go to the streams before the ack.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 impl Pipeline {
@@ -230,10 +236,11 @@ impl Pipeline {
                 envelope: message.clone(),
                 origin: Origin {
                     transport: Transport::Amqp,
-                    source: job.queue.to_string(),
+                    source: job.envelope.source.clone().unwrap_or_else(|| job.queue.to_string()),
                     reply_to: job.envelope.reply_to.clone(),
                     correlation_id: job.envelope.correlation_id.clone(),
                     message_id: job.envelope.message_id.clone(),
+                    partition: job.partition,
                 },
                 received_at: crate::store::time::now_millis(),
             }),
@@ -251,7 +258,7 @@ impl Pipeline {
             Status::Failed(error) => {
                 if error.disposition() == Disposition::Poison {
                     // The sender hears why; if that fails, the dead-letter copy still says it.
-                    if let Err(e) = self.publish(job, &base_id, outcome.outbound).await {
+                    if let Err(e) = self.publish(job, &base_id, outcome.outbound, Vec::new()).await {
                         debug!(error = %e, "Error reply not delivered.");
                     }
                 }
@@ -264,9 +271,27 @@ impl Pipeline {
                     .instrument(info_span!("store flush"))
                     .await
                     .map_err(GatewayError::Store)?;
-                self.publish(job, &base_id, outcome.outbound).await?;
+                let cluster = self.cluster.as_deref().zip(job.partition);
+                let entries = match cluster {
+                    Some((cluster, partition)) => {
+                        let conversation = job.decoded.as_ref().ok().and_then(Message::conversation_token);
+                        let message_id = job.envelope.message_id.as_deref();
+                        cluster
+                            .entries(partition, conversation, message_id, &outcome.frozen)
+                            .map_err(GatewayError::Store)?
+                    }
+                    None => Vec::new(),
+                };
+                let changes = (entries.len() - outcome.frozen.len().min(entries.len())) as u64;
+                self.publish(job, &base_id, outcome.outbound, entries).await?;
                 if let Some(id) = &job.envelope.message_id {
                     self.marks.published(id.clone());
+                }
+                if let Some((cluster, partition)) = cluster {
+                    let proposals = outcome.frozen.len() as u64;
+                    if let Err(e) = cluster.appended(&self.publisher, partition, changes, proposals).await {
+                        warn!(partition = partition.index, error = %e, "Snapshot not appended; the next change tries again.");
+                    }
                 }
                 Ok(())
             }
@@ -274,8 +299,15 @@ impl Pipeline {
     }
 
     /// Publishes an outcome's envelopes: to agents on the agents exchange, replies to every
-    /// reply address in its encoding.
-    async fn publish(&self, job: &Job, base_id: &str, outbound: Vec<Outbound>) -> Result<(), Failure> {
+    /// reply address in its encoding; then `entries` (a cluster's stream entries), all under
+    /// one wait for the broker's confirms.
+    async fn publish<'a>(
+        &'a self,
+        job: &'a Job,
+        base_id: &str,
+        outbound: Vec<Outbound>,
+        entries: Vec<Publication<'a>>,
+    ) -> Result<(), Failure> {
         let config = self.gateway.config();
         let mut publications = Vec::with_capacity(outbound.len());
         for (index, out) in outbound.iter().enumerate() {
@@ -308,6 +340,7 @@ impl Pipeline {
                 }
             }
         }
+        publications.extend(entries);
         let destinations: Vec<&str> = publications
             .iter()
             .map(|p| if p.exchange.is_empty() { p.routing_key } else { p.exchange })

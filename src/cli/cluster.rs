@@ -1,0 +1,123 @@
+//! `silpgate cluster status`: asks a running instance (`GET /cluster` on its listener) which
+//! partitions it serves, what their takeovers cost, and how far its streams are applied.
+
+use super::EXIT_INVALID;
+use clap::Subcommand;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Show which partitions the instance owns, its replays and its changelog and lock lag.
+    Status {
+        /// The instance's configuration: its `http.listen` address is asked.
+        #[arg(long, conflicts_with = "url")]
+        config: Option<PathBuf>,
+        /// The instance's plain-HTTP address, e.g. `http://127.0.0.1:8080` (behind TLS, ask
+        /// `GET /cluster` with any HTTPS client).
+        #[arg(long)]
+        url: Option<String>,
+        /// Print the instance's JSON answer as it is.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(command: ClusterCommand) -> ExitCode {
+    let ClusterCommand::Status { config, url, json } = command;
+    let base = match (url, config) {
+        (Some(url), _) => url,
+        (None, config) => {
+            let loaded = match config {
+                Some(path) => crate::config::Config::load(&path),
+                None => Ok(crate::config::Config::default()),
+            };
+            match loaded {
+                Ok(config) => format!("http://{}", config.http.listen),
+                Err(e) => return fail(&e.to_string()),
+            }
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let status = match runtime.block_on(fetch(&format!("{}/cluster", base.trim_end_matches('/')))) {
+        Ok(status) => status,
+        Err(e) => return fail(&e),
+    };
+    if json {
+        println!("{status}");
+    } else {
+        print!("{}", render(&status));
+    }
+    ExitCode::SUCCESS
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(EXIT_INVALID)
+}
+
+/// GETs `url` over plain HTTP/1.1 and parses the JSON answer.
+async fn fetch(url: &str) -> Result<Value, String> {
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let host = uri.host().ok_or_else(|| format!("{url}: no host"))?.to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let stream =
+        tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| format!("{host}:{port}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let request = hyper::Request::get(uri.path())
+        .header(hyper::header::HOST, format!("{host}:{port}"))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let value: Value = serde_json::from_slice(&body).map_err(|e| format!("{url} answered no JSON: {e}"))?;
+    if !status.is_success() {
+        let reason = value.pointer("/content/message").or_else(|| value.pointer("/content")).unwrap_or(&value);
+        return Err(format!("{url} answered {status}: {reason}"));
+    }
+    Ok(value)
+}
+
+/// The status as a table: one line per partition, then the lock stream.
+fn render(status: &Value) -> String {
+    let number = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
+    let owned = status["owned"].as_array().map_or(0, Vec::len);
+    let mut out = format!(
+        "instance {}: owns {owned} of {} partitions\n{:<10} {:<28} {:>6} {:>9} {:>10} {:>15}\n",
+        status["instance"].as_str().unwrap_or("?"),
+        number(&status["partitions_total"]),
+        "partition",
+        "queue",
+        "owned",
+        "replayed",
+        "replay_ms",
+        "applied_offset",
+    );
+    for p in status["partitions"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<10} {:<28} {:>6} {:>9} {:>10} {:>15}\n",
+            number(&p["partition"]),
+            p["queue"].as_str().unwrap_or("?"),
+            if p["owned"] == true { "yes" } else { "no" },
+            number(&p["replayed_entries"]),
+            number(&p["replay_ms"]),
+            number(&p["changelog_applied_offset"]),
+        ));
+    }
+    let lock = &status["lock"];
+    out.push_str(&format!(
+        "lock stream {}: applied offset {}, {} records, follow lag {}\n",
+        lock["stream"].as_str().unwrap_or("?"),
+        number(&lock["applied_offset"]),
+        number(&lock["records"]),
+        number(&lock["follow_lag"]),
+    ));
+    out
+}

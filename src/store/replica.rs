@@ -1,0 +1,175 @@
+//! The store as one replica of a cluster's state. A cluster keeps each partition's sessions in
+//! a changelog (a RabbitMQ stream) and the compile.lock in one cluster-wide stream; this module
+//! applies what those streams hold to the local sled view, and remembers the offset it has
+//! applied so that the next replay starts there.
+//!
+//! Changes are idempotent upserts of whole records, so applying a change again, or applying
+//! changes this replica made itself, leaves the same state: replay never needs to know which
+//! records are already here.
+
+use super::{ChainHead, SESSION, SESSION_ID, SledStore, decode, encode, key, unavailable};
+use crate::gateway::session::Partition;
+use crate::gateway::store::{Freeze, LedgerState, Millis, SessionRecord, StoreError};
+use crate::silp::Frontend;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+
+const APPLIED: &[u8] = b"cluster:applied:";
+const LOCK_APPLIED: &[u8] = b"cluster:lock_applied";
+
+/// One entry of a partition's changelog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionChange {
+    /// A conversation's session as it stands after a message, and that message's ledger
+    /// state (which carries the turn it counted, for a redelivery).
+    Session { session: SessionRecord, message: Option<(String, LedgerState)> },
+    /// Every session of the partition: the state to reset to.
+    Snapshot { sessions: Vec<SessionRecord> },
+}
+
+/// A compile.lock entry proposed to the cluster; the first proposal of an (IR hash, frontend)
+/// in the lock stream becomes the record, with the proposer's time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockProposal {
+    pub ir_hash: String,
+    pub frontend: String,
+    pub output: String,
+    pub at: Millis,
+    /// The instance that proposed it.
+    pub by: String,
+}
+
+impl LockProposal {
+    pub fn new(freeze: &Freeze, at: Millis, by: &str) -> Self {
+        LockProposal {
+            ir_hash: freeze.ir_hash.clone(),
+            frontend: freeze.frontend.name().to_owned(),
+            output: freeze.output.clone(),
+            at,
+            by: by.to_owned(),
+        }
+    }
+}
+
+fn applied_key(partition: u16) -> Vec<u8> {
+    key(APPLIED, &partition.to_be_bytes())
+}
+
+fn read_offset(bytes: Option<sled::IVec>) -> Result<Option<u64>, StoreError> {
+    bytes
+        .map(|b| {
+            <[u8; 8]>::try_from(b.as_ref())
+                .map(u64::from_be_bytes)
+                .map_err(|_| super::corrupt("a stream offset is not 8 bytes"))
+        })
+        .transpose()
+}
+
+impl SledStore {
+    /// From now on the compile.lock chain grows only through [`SledStore::follow_lock`]:
+    /// commits answer with what the chain holds and leave new entries to the lock stream.
+    pub fn follow_cluster_lock(&self) {
+        self.chain_follows_stream.store(true, Ordering::Relaxed);
+    }
+
+    /// The last offset of `partition`'s changelog applied here, if any.
+    pub fn partition_offset(&self, partition: u16) -> Result<Option<u64>, StoreError> {
+        read_offset(self.db.get(applied_key(partition)).map_err(unavailable)?)
+    }
+
+    /// The last offset of the lock stream applied here, if any.
+    pub fn lock_offset(&self) -> Result<Option<u64>, StoreError> {
+        read_offset(self.db.get(LOCK_APPLIED).map_err(unavailable)?)
+    }
+
+    /// The sessions of one partition (those whose ids lie in its slice).
+    pub fn partition_sessions(&self, partition: Partition) -> Result<Vec<SessionRecord>, StoreError> {
+        Ok(self.sessions()?.into_iter().filter(|s| partition.holds(&s.id)).collect())
+    }
+
+    /// Applies one changelog entry of `partition` and, when given, records `offset` as applied.
+    pub fn apply_change(
+        &self,
+        partition: Partition,
+        change: &PartitionChange,
+        offset: Option<u64>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let _writer = self.write_lock()?;
+        let mut batch = sled::Batch::default();
+        match change {
+            PartitionChange::Session { session, message } => {
+                self.replace_session(&mut batch, session)?;
+                if let Some((id, state)) = message {
+                    self.put_ledger(&mut batch, id, state, now)?;
+                }
+            }
+            PartitionChange::Snapshot { sessions } => {
+                for stale in self.partition_sessions(partition)? {
+                    if !sessions.iter().any(|s| s.token == stale.token) {
+                        batch.remove(key(SESSION, stale.token.as_bytes()));
+                        batch.remove(key(SESSION_ID, stale.id.as_bytes()));
+                    }
+                }
+                for session in sessions {
+                    self.replace_session(&mut batch, session)?;
+                }
+            }
+        }
+        if let Some(offset) = offset {
+            batch.insert(applied_key(partition.index), &offset.to_be_bytes());
+        }
+        self.db.apply_batch(batch).map_err(unavailable)?;
+        self.written.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Records `offset` of `partition`'s changelog as applied.
+    pub fn set_partition_offset(&self, partition: u16, offset: u64) -> Result<(), StoreError> {
+        self.db.insert(applied_key(partition), &offset.to_be_bytes()).map_err(unavailable)?;
+        self.written.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Writes `session` over whatever this replica holds for its token or its id: the
+    /// changelog is the truth, so a stale local holder of the id gives way.
+    fn replace_session(&self, batch: &mut sled::Batch, session: &SessionRecord) -> Result<(), StoreError> {
+        if let Some(holder) = self.db.get(key(SESSION_ID, session.id.as_bytes())).map_err(unavailable)?
+            && holder.as_ref() != session.token.as_bytes()
+        {
+            batch.remove(key(SESSION, &holder));
+        }
+        if let Some(old) = self.db.get(key(SESSION, session.token.as_bytes())).map_err(unavailable)? {
+            let old: SessionRecord = decode(&old, "session")?;
+            if old.id != session.id {
+                batch.remove(key(SESSION_ID, old.id.as_bytes()));
+            }
+        }
+        Self::put_session(batch, session);
+        Ok(())
+    }
+
+    /// Applies the lock stream's entry at `offset`: the first proposal of an (IR hash,
+    /// frontend) becomes the next chain record; later ones are dropped. Returns whether the
+    /// chain grew.
+    pub fn follow_lock(&self, offset: u64, proposal: &LockProposal) -> Result<bool, StoreError> {
+        let frontend: Frontend =
+            proposal.frontend.parse().map_err(|_| super::corrupt("a lock proposal names no frontend"))?;
+        let _writer = self.write_lock()?;
+        let mut batch = sled::Batch::default();
+        let index = super::lock_index_key(frontend, &proposal.ir_hash);
+        let fresh = self.db.get(&index).map_err(unavailable)?.is_none();
+        if fresh {
+            let chain: ChainHead = self.chain_head()?;
+            let freeze =
+                Freeze { ir_hash: proposal.ir_hash.clone(), frontend, output: proposal.output.clone() };
+            let head = self.put_lock_record(&mut batch, &chain, &freeze, proposal.at);
+            batch.insert(super::HEAD_KEY, encode(&head));
+        }
+        batch.insert(LOCK_APPLIED, &offset.to_be_bytes());
+        self.db.apply_batch(batch).map_err(unavailable)?;
+        self.written.fetch_add(1, Ordering::AcqRel);
+        Ok(fresh)
+    }
+}

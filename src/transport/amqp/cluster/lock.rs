@@ -1,0 +1,71 @@
+//! The cluster's compile.lock: one stream whose order is the chain's order. Instances propose
+//! new entries to it (before acknowledging the message that froze them); every instance
+//! follows it into its own sled chain, where the first proposal of an (IR hash, frontend)
+//! becomes the record and later ones are dropped. Same stream, same order, same rule: every
+//! instance's `silpgate lock export` is the same chain.
+
+use super::{Cluster, ClusterError};
+use crate::store::replica::LockProposal;
+use crate::transport::amqp::properties;
+use futures_util::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use tracing::warn;
+
+/// Entries the broker sends ahead to the follower.
+const PREFETCH: u16 = 500;
+/// Acknowledge (grant credit) every this many entries.
+const ACK_EVERY: u64 = 100;
+
+pub fn encode(proposal: &LockProposal) -> Vec<u8> {
+    serde_json::to_vec(proposal).expect("lock proposals serialise")
+}
+
+/// Follows the lock stream from the entry after the last one applied, for as long as the
+/// connection lives.
+///
+/// # Errors
+/// Always, when it ends: the broker went away or the store failed.
+pub async fn follow(channel: lapin::Channel, cluster: &Cluster) -> Result<(), ClusterError> {
+    let stream = cluster.config.lock_stream.as_str();
+    channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
+    let start = match cluster.store.lock_offset()? {
+        Some(offset) => AMQPValue::LongLongInt(i64::try_from(offset + 1).unwrap_or(i64::MAX)),
+        None => AMQPValue::LongString(LongString::from(b"first".to_vec())),
+    };
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-stream-offset".into(), start);
+    let tag = format!("silpgate-lock-{}", cluster.instance);
+    let mut consumer = channel
+        .basic_consume(stream.into(), tag.as_str().into(), BasicConsumeOptions::default(), arguments)
+        .await?;
+    let mut read = 0u64;
+    while let Some(delivery) = consumer.next().await {
+        let delivery = delivery?;
+        read += 1;
+        let offset = delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get("x-stream-offset"))
+            .and_then(properties::value_integer)
+            .and_then(|o| u64::try_from(o).ok())
+            .ok_or_else(|| ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset")))?;
+        match serde_json::from_slice::<LockProposal>(&delivery.data) {
+            Ok(proposal) => {
+                let grew = cluster.store.follow_lock(offset, &proposal)?;
+                if grew {
+                    crate::metrics::get().lock_records.inc();
+                }
+                if proposal.by == cluster.instance {
+                    cluster.followed_own();
+                }
+            }
+            Err(e) => warn!(stream, offset, error = %e, "Not a lock proposal; skipped."),
+        }
+        if read.is_multiple_of(ACK_EVERY) {
+            delivery.acker.ack(BasicAckOptions { multiple: true }).await?;
+        }
+    }
+    Err(ClusterError::Stream(format!("the broker ended the lock stream consumer on {stream}")))
+}

@@ -1,0 +1,291 @@
+//! Cluster mode: several silpgate instances on one RabbitMQ behave as one. RabbitMQ is the
+//! whole distributed engine (docs/cluster.md):
+//!
+//! - conversations are spread over P partition queues by a consistent-hash exchange
+//!   ([`ingress`] forwards what arrives on the inbound queues there, keyed by conversation);
+//! - every instance consumes every partition with single active consumer, so the broker gives
+//!   each partition to one live instance at a time and hands it on when that one goes;
+//! - each partition's session changes are appended to its changelog stream before the message
+//!   is acknowledged, and an instance replays the changelog before it serves a partition it
+//!   took over ([`changelog`]);
+//! - the compile.lock is decided in one lock stream that every instance follows ([`lock`]).
+//!
+//! [`Cluster`] is what outlives connections: the names, the store, and what this instance
+//! owns now (for `silpgate cluster status` and the metrics).
+
+pub mod changelog;
+pub mod ingress;
+pub mod lock;
+
+use super::properties;
+use super::publish::{Publication, PublishError, Publisher};
+use crate::config::ClusterConfig;
+use crate::gateway::session::Partition;
+use crate::gateway::store::{Freeze, Store, StoreError};
+use crate::store::SledStore;
+use crate::store::replica::{LockProposal, PartitionChange};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tracing::info;
+
+/// Why a cluster step failed: the broker (reconnect and try again) or the store.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("broker: {0}")]
+    Broker(#[from] lapin::Error),
+    #[error("publishing to a stream: {0}")]
+    Publish(#[from] PublishError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Stream(String),
+}
+
+impl ClusterError {
+    /// A damaged store must stop the instance; anything else is retried after a reconnect.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, ClusterError::Store(StoreError::Corrupt(_)))
+    }
+}
+
+/// One partition as this instance sees it.
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Serving it now: its changelog was replayed on this connection.
+    owned: AtomicBool,
+    /// When it was taken over (milliseconds since the epoch).
+    since: AtomicU64,
+    /// Entries applied by the last replay, and how long that took.
+    replayed: AtomicU64,
+    replay_ms: AtomicU64,
+    /// Changes appended since the last snapshot.
+    since_snapshot: AtomicU64,
+}
+
+/// The cluster side of one instance.
+pub struct Cluster {
+    pub config: ClusterConfig,
+    pub instance: String,
+    pub store: Arc<SledStore>,
+    /// Partition queue name -> partition index.
+    queues: HashMap<String, u16>,
+    changelogs: Vec<String>,
+    partitions: Vec<PartitionState>,
+    /// Lock proposals this instance had confirmed, and how many of them its follower has
+    /// applied since: the difference is the follower's lag.
+    proposed: AtomicU64,
+    followed: AtomicU64,
+}
+
+impl Cluster {
+    /// The store's compile.lock chain now follows the lock stream.
+    pub fn new(config: ClusterConfig, store: Arc<SledStore>) -> Cluster {
+        store.follow_cluster_lock();
+        let queues = (0..config.partitions).map(|i| (config.partition_queue(i), i)).collect();
+        let changelogs = (0..config.partitions).map(|i| config.changelog_stream(i)).collect();
+        let partitions = (0..config.partitions).map(|_| PartitionState::default()).collect();
+        Cluster {
+            instance: config.instance_name(),
+            config,
+            store,
+            queues,
+            changelogs,
+            partitions,
+            proposed: AtomicU64::new(0),
+            followed: AtomicU64::new(0),
+        }
+    }
+
+    /// The partition queues, in partition order.
+    pub fn partition_queues(&self) -> Vec<String> {
+        (0..self.config.partitions).map(|i| self.config.partition_queue(i)).collect()
+    }
+
+    /// The partition a queue is, if it is one.
+    pub fn partition_of(&self, queue: &str) -> Option<Partition> {
+        self.queues.get(queue).map(|&index| self.partition(index))
+    }
+
+    fn partition(&self, index: u16) -> Partition {
+        Partition { index, count: self.config.partitions }
+    }
+
+    /// Whether this instance serves `partition` on the current connection.
+    pub fn owns(&self, partition: Partition) -> bool {
+        self.partitions[usize::from(partition.index)].owned.load(Ordering::Acquire)
+    }
+
+    /// Takes `partition` over: replays its changelog into the store, then serves it. Called on
+    /// the first delivery from its queue on a connection (the broker delivers to the single
+    /// active consumer only).
+    ///
+    /// # Errors
+    /// The broker or the store failed; the partition is not served.
+    pub async fn take_over(
+        &self,
+        connection: &lapin::Connection,
+        publisher: &Publisher,
+        partition: Partition,
+    ) -> Result<(), ClusterError> {
+        let started = std::time::Instant::now();
+        let stream = &self.changelogs[usize::from(partition.index)];
+        let replayed =
+            changelog::replay(connection, publisher, stream, &self.store, partition, &self.instance).await?;
+        let elapsed = started.elapsed();
+        let state = &self.partitions[usize::from(partition.index)];
+        state.replayed.store(replayed, Ordering::Relaxed);
+        state.replay_ms.store(elapsed.as_millis() as u64, Ordering::Relaxed);
+        state.since.store(crate::store::time::now_millis(), Ordering::Relaxed);
+        state.since_snapshot.store(0, Ordering::Relaxed);
+        state.owned.store(true, Ordering::Release);
+        let metrics = crate::metrics::get();
+        metrics.partitions_owned.inc();
+        metrics.partition_takeovers.with_label_values(&[&partition.index.to_string()]).inc();
+        metrics.replay_seconds.observe(elapsed.as_secs_f64());
+        metrics.replayed_entries.inc_by(replayed);
+        info!(
+            partition = partition.index,
+            replayed,
+            replay_ms = elapsed.as_millis() as u64,
+            "Took over a partition."
+        );
+        Ok(())
+    }
+
+    /// Forgets every partition: the connection that held them is gone, and the broker hands
+    /// them to whichever consumer is active next.
+    pub fn release_all(&self) {
+        for state in &self.partitions {
+            if state.owned.swap(false, Ordering::AcqRel) {
+                crate::metrics::get().partitions_owned.dec();
+            }
+        }
+    }
+
+    /// The stream entries a handled message adds: its conversation's session as it now
+    /// stands (with the message's ledger state) to its partition's changelog, and its new
+    /// compile.lock entries to the lock stream. Read back from the store, so that a retried
+    /// message appends the same thing again.
+    ///
+    /// # Errors
+    /// The store could not be read.
+    pub fn entries(
+        &self,
+        partition: Partition,
+        conversation: Option<&str>,
+        message_id: Option<&str>,
+        frozen: &[Freeze],
+    ) -> Result<Vec<Publication<'_>>, StoreError> {
+        let mut entries = Vec::with_capacity(1 + frozen.len());
+        let session = conversation.map(|token| self.store.session_by_token(token)).transpose()?.flatten();
+        if let Some(session) = session {
+            let message = match message_id {
+                Some(id) => self.store.ledger(id)?.map(|state| (id.to_owned(), state)),
+                None => None,
+            };
+            let change = PartitionChange::Session { session, message };
+            entries.push(self.changelog_entry(partition, &changelog::Entry::Change(change)));
+        }
+        let now = crate::store::time::now_millis();
+        for freeze in frozen {
+            entries.push(Publication {
+                exchange: "",
+                routing_key: &self.config.lock_stream,
+                body: lock::encode(&LockProposal::new(freeze, now, &self.instance)),
+                properties: properties::stream_properties(),
+            });
+        }
+        Ok(entries)
+    }
+
+    fn changelog_entry(&self, partition: Partition, entry: &changelog::Entry) -> Publication<'_> {
+        Publication {
+            exchange: "",
+            routing_key: &self.changelogs[usize::from(partition.index)],
+            body: changelog::encode(entry),
+            properties: properties::stream_properties(),
+        }
+    }
+
+    /// Counts what a message appended; every `snapshot_every` changes, appends a snapshot of
+    /// the partition's sessions, so that a changelog cut by retention still starts whole.
+    ///
+    /// # Errors
+    /// The snapshot could not be read or appended (the next change tries again).
+    pub async fn appended(
+        &self,
+        publisher: &Publisher,
+        partition: Partition,
+        changes: u64,
+        proposals: u64,
+    ) -> Result<(), ClusterError> {
+        if proposals > 0 {
+            self.proposed.fetch_add(proposals, Ordering::Relaxed);
+            self.observe_lock_lag();
+        }
+        let state = &self.partitions[usize::from(partition.index)];
+        let since = state.since_snapshot.fetch_add(changes, Ordering::AcqRel) + changes;
+        if changes == 0 || since < self.config.snapshot_every {
+            return Ok(());
+        }
+        state.since_snapshot.store(0, Ordering::Release);
+        let sessions = self.store.partition_sessions(partition)?;
+        let entry = changelog::Entry::Change(PartitionChange::Snapshot { sessions });
+        publisher.publish_all(vec![self.changelog_entry(partition, &entry)]).await?;
+        Ok(())
+    }
+
+    /// Notes that the lock follower applied an entry of the lock stream this instance proposed.
+    pub fn followed_own(&self) {
+        self.followed.fetch_add(1, Ordering::Relaxed);
+        self.observe_lock_lag();
+    }
+
+    fn observe_lock_lag(&self) {
+        let lag = self.proposed.load(Ordering::Relaxed).saturating_sub(self.followed.load(Ordering::Relaxed));
+        crate::metrics::get().lock_follow_lag.set(i64::try_from(lag).unwrap_or(i64::MAX));
+    }
+
+    /// What `silpgate cluster status` shows: which partitions this instance serves, what each
+    /// replay took, and how far the local view has applied the streams.
+    pub fn status(&self) -> serde_json::Value {
+        let partitions: Vec<serde_json::Value> = self
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, state)| {
+                let index = i as u16;
+                let owned = state.owned.load(Ordering::Acquire);
+                serde_json::json!({
+                    "partition": index,
+                    "queue": self.config.partition_queue(index),
+                    "owned": owned,
+                    "since_ms": owned.then(|| state.since.load(Ordering::Relaxed)),
+                    "replayed_entries": owned.then(|| state.replayed.load(Ordering::Relaxed)),
+                    "replay_ms": owned.then(|| state.replay_ms.load(Ordering::Relaxed)),
+                    "changes_since_snapshot": owned.then(|| state.since_snapshot.load(Ordering::Relaxed)),
+                    "changelog_applied_offset": self.store.partition_offset(index).ok().flatten(),
+                })
+            })
+            .collect();
+        let owned: Vec<u16> = partitions
+            .iter()
+            .filter(|p| p["owned"] == true)
+            .filter_map(|p| p["partition"].as_u64().map(|i| i as u16))
+            .collect();
+        let lag = self.proposed.load(Ordering::Relaxed).saturating_sub(self.followed.load(Ordering::Relaxed));
+        serde_json::json!({
+            "instance": self.instance,
+            "partitions_total": self.config.partitions,
+            "owned": owned,
+            "partitions": partitions,
+            "lock": {
+                "stream": self.config.lock_stream,
+                "applied_offset": self.store.lock_offset().ok().flatten(),
+                "records": self.store.lock_head().map(|h| h.records).ok(),
+                "follow_lag": lag,
+            },
+        })
+    }
+}
