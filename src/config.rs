@@ -322,6 +322,13 @@ impl ClusterConfig {
         format!("{}.{}", self.queue_prefix, self.suffix(index))
     }
 
+    /// The queue every instance consumes (nothing is ever published to it), so that its
+    /// consumer count is the number of live instances: `<queue_prefix>.members`. (Single
+    /// active consumer queues count only their active consumer.)
+    pub fn members_queue(&self) -> String {
+        format!("{}.members", self.queue_prefix)
+    }
+
     /// The changelog stream of partition `index`.
     pub fn changelog_stream(&self, index: u16) -> String {
         format!("{}.{}", self.changelog_prefix, self.suffix(index))
@@ -563,7 +570,9 @@ impl Config {
         }
         if let Some(cluster) = &self.cluster {
             if self.amqp.is_none() {
-                return Err(ConfigError::Invalid("[cluster] needs [amqp]: partitions live on the broker".into()));
+                return Err(ConfigError::Invalid(
+                    "[cluster] needs [amqp]: partitions live on the broker".into(),
+                ));
             }
             if !(1..=1296).contains(&cluster.partitions) || cluster.snapshot_every == 0 {
                 return Err(ConfigError::Invalid(format!(

@@ -70,7 +70,11 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         max_submessages: config.nlip.max_submessages,
     };
     let config = Arc::new(config);
-    let cluster = config.cluster.clone().map(|c| Arc::new(Cluster::new(c, store.clone())));
+    let cluster = config.cluster.clone().map(|c| {
+        // A takeover waits for a running owner's hand-over as long as that owner may drain.
+        let handover_wait = Duration::from_secs(config.amqp.as_ref().map_or(30, |a| a.drain_secs));
+        Arc::new(Cluster::new(c, store.clone(), handover_wait))
+    });
     let amqp =
         config.amqp.clone().map(|amqp| Amqp::new(config.clone(), amqp, store.clone(), cluster.clone()));
     let front = Arc::new(Front {

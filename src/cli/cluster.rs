@@ -64,11 +64,13 @@ async fn fetch(url: &str) -> Result<Value, String> {
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
     let host = uri.host().ok_or_else(|| format!("{url}: no host"))?.to_owned();
     let port = uri.port_u16().unwrap_or(80);
-    let stream =
-        tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| format!("{host}:{port}: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+    let stream = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("{host}:{port}: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     let request = hyper::Request::get(uri.path())
         .header(hyper::header::HOST, format!("{host}:{port}"))
@@ -79,7 +81,8 @@ async fn fetch(url: &str) -> Result<Value, String> {
     let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
     let value: Value = serde_json::from_slice(&body).map_err(|e| format!("{url} answered no JSON: {e}"))?;
     if !status.is_success() {
-        let reason = value.pointer("/content/message").or_else(|| value.pointer("/content")).unwrap_or(&value);
+        let reason =
+            value.pointer("/content/message").or_else(|| value.pointer("/content")).unwrap_or(&value);
         return Err(format!("{url} answered {status}: {reason}"));
     }
     Ok(value)

@@ -86,8 +86,12 @@ impl Gateway {
     pub fn handle(&self, inbound: Inbound) -> Outcome {
         let mut notes = Vec::with_capacity(8);
         match self.plan(&inbound, &mut notes) {
-            Ok(Plan::Duplicate) => Outcome { status: Status::Duplicate, outbound: Vec::new(), notes, frozen: Vec::new() },
-            Ok(Plan::Reply(outbound)) => Outcome { status: Status::Delivered, outbound, notes, frozen: Vec::new() },
+            Ok(Plan::Duplicate) => {
+                Outcome { status: Status::Duplicate, outbound: Vec::new(), notes, frozen: Vec::new() }
+            }
+            Ok(Plan::Reply(outbound)) => {
+                Outcome { status: Status::Delivered, outbound, notes, frozen: Vec::new() }
+            }
             Ok(Plan::Forward { mut outbound, destination, renders, frozen }) => {
                 // Everything that can fail is done: rewrite the payloads in place and send.
                 let mut envelope = inbound.envelope;

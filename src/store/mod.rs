@@ -242,7 +242,13 @@ impl SledStore {
     }
 
     /// Writes a ledger entry into `batch`, moving its time index.
-    fn put_ledger(&self, batch: &mut sled::Batch, id: &str, state: &LedgerState, now: Millis) -> Result<(), StoreError> {
+    fn put_ledger(
+        &self,
+        batch: &mut sled::Batch,
+        id: &str,
+        state: &LedgerState,
+        now: Millis,
+    ) -> Result<(), StoreError> {
         if let Some(old) = self.db.get(key(LEDGER, id.as_bytes())).map_err(unavailable)? {
             let old: LedgerEntry = decode(&old, "ledger entry")?;
             batch.remove(ledger_time_key(old.at, id.as_bytes()));

@@ -100,6 +100,7 @@ impl Names {
         queues.extend((0..partitions).flat_map(|i| [self.partition(i), self.changelog(i)]));
         if partitions > 0 {
             queues.push(self.lock_stream());
+            queues.push(format!("{}.p.members", self.prefix));
         }
         for q in queues {
             let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;

@@ -28,9 +28,10 @@ use crate::gateway::store::Store;
 use crate::nlip::Limits;
 use backoff::Backoff;
 use cluster::Cluster;
+use cluster::connection::{ClusterSide, Parked, REBALANCE_TICK};
+use cluster::ownership::{self, Deliveries};
 use futures_util::StreamExt;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions};
 use lapin::{Channel, Connection, ConnectionProperties};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -58,14 +59,6 @@ pub struct Amqp {
     cluster: Option<Arc<Cluster>>,
     /// True while connected and consuming; `/readyz` reports it.
     ready: Arc<AtomicBool>,
-}
-
-/// What a consumed queue is to this instance.
-enum Role {
-    /// Handled by the workers.
-    Handle(Option<crate::gateway::session::Partition>),
-    /// Forwarded to its partition (cluster ingress).
-    Forward,
 }
 
 /// How one connection ended.
@@ -179,49 +172,52 @@ impl Amqp {
             marks,
             cluster: self.cluster.clone(),
         });
-        let forwarder = self.cluster.as_ref().map(|c| {
-            cluster::ingress::Forwarder::start(
-                pipeline.publisher.clone(),
-                c.config.exchange.clone(),
-                pipeline.broken.clone(),
-            )
-        });
-        let follower = match &self.cluster {
-            Some(cluster) => match connection.create_channel().await {
-                Ok(channel) => Some(tokio::spawn(follow_lock(channel, cluster.clone(), pipeline.clone()))),
-                Err(e) => return Ended::Lost(e.to_string()),
-            },
-            None => None,
-        };
 
-        let mut queues = self.amqp.inbound.clone();
-        if let Some(cluster) = &self.cluster {
-            queues.extend(cluster.partition_queues());
-        }
-        let mut consumers = Vec::with_capacity(queues.len());
-        let mut tags = Vec::with_capacity(queues.len());
-        for queue in &queues {
-            let tag = format!("silpgate-{}-{queue}", std::process::id());
-            match channel
-                .basic_consume(
-                    queue.as_str().into(),
-                    tag.as_str().into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-            {
-                Ok(consumer) => {
-                    let queue: Arc<str> = queue.as_str().into();
-                    consumers.push(consumer.map(move |d| (queue.clone(), d)));
-                    tags.push(tag);
+        let mut deliveries = Deliveries::default();
+        // A cluster forwards the inbound queues on a channel of its own.
+        let mut tags = Vec::with_capacity(self.amqp.inbound.len());
+        if self.cluster.is_none() {
+            for queue in &self.amqp.inbound {
+                let tag = format!("silpgate-{}-{queue}", std::process::id());
+                match ownership::subscribe(channel, queue, &tag).await {
+                    Ok(consumer) => deliveries.push(consumer),
+                    Err(e) => return Ended::Lost(e.to_string()),
                 }
-                Err(e) => return Ended::Lost(e.to_string()),
+                tags.push(tag);
             }
         }
-        let mut deliveries = futures_util::stream::select_all(consumers);
+        let (taken_over, mut takeovers) = mpsc::unbounded_channel();
+        let mut cluster_side = match &self.cluster {
+            Some(cluster) => {
+                match ClusterSide::start(connection, cluster, &pipeline, &mut deliveries, taken_over).await {
+                    Ok(side) => Some(side),
+                    Err(e) => return Ended::Lost(e.to_string()),
+                }
+            }
+            None => None,
+        };
         let broker = worker::Broker::from_uri(&self.amqp.uri());
 
+        // Hands a delivery to the worker of its conversation.
+        let dispatch = async |senders: &[mpsc::Sender<Job>], parked: Parked, partition| {
+            let Parked { queue, envelope, delivery } = parked;
+            tracing::debug!(pid = std::process::id(), queue = %queue, message_id = ?envelope.message_id, redelivered = delivery.redelivered, "DISPATCH");
+            let span = worker::delivery_span(&queue, &envelope, &delivery, &broker);
+            let decoded = tracing::info_span!(parent: &span, "nlip decode")
+                .in_scope(|| pipeline.decode(&delivery.data, &envelope));
+            let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
+            let received = std::time::Instant::now();
+            let job = Job { span, received, delivery, queue, envelope, decoded, partition };
+            senders[shard].send(job).await.is_ok()
+        };
+        let dispatch_all = async |senders: &[mpsc::Sender<Job>], ready: Vec<Parked>, partition| {
+            for parked in ready {
+                if !dispatch(senders, parked, partition).await {
+                    return false;
+                }
+            }
+            true
+        };
         let (senders, mut workers): (Vec<_>, Vec<_>) = (0..self.amqp.workers)
             .map(|_| {
                 let (tx, mut rx) = mpsc::channel::<Job>(WORKER_QUEUE);
@@ -235,49 +231,78 @@ impl Amqp {
             })
             .unzip();
 
-        let ended = loop {
+        let mut rebalance = tokio::time::interval(REBALANCE_TICK);
+        // A cluster instance told to stop first hands its partitions on (until this deadline).
+        let mut leaving: Option<tokio::time::Instant> = None;
+        let ended = 'intake: loop {
             tokio::select! {
                 biased;
-                () = stopped(&mut shutdown) => break Ended::Shutdown,
-                () = pipeline.fatal.notified() => break Ended::Fatal,
-                () = pipeline.broken.notified() => break Ended::Lost("a channel failed".into()),
-                next = deliveries.next() => match next {
-                    Some((queue, Ok(delivery))) => {
+                () = stopped(&mut shutdown), if leaving.is_none() => {
+                    let Some(side) = cluster_side.as_mut() else { break Ended::Shutdown };
+                    leaving = Some(tokio::time::Instant::now() + Duration::from_secs(self.amqp.drain_secs));
+                    side.leave();
+                }
+                _ = rebalance.tick(), if cluster_side.is_some() => {
+                    let side = cluster_side.as_mut().expect("checked");
+                    if side.left() || leaving.is_some_and(|deadline| tokio::time::Instant::now() >= deadline) {
+                        break Ended::Shutdown;
+                    }
+                    match side.tick(channel, &pipeline, &mut deliveries).await {
+                        Ok(ready) => {
+                            for (partition, parked) in ready {
+                                if !dispatch_all(&senders, parked, Some(partition)).await {
+                                    break 'intake Ended::Lost("a worker stopped".into());
+                                }
+                            }
+                        }
+                        Err(e) => break Ended::Lost(e.to_string()),
+                    }
+                }
+                Some((partition, result)) = takeovers.recv() => {
+                    if let Err(e) = result {
+                        warn!(partition = partition.index, error = %e, "Taking over a partition failed.");
+                        break if e.is_fatal() { Ended::Fatal } else { Ended::Lost(e.to_string()) };
+                    }
+                    let side = cluster_side.as_mut().expect("takeovers are a cluster's");
+                    match side.taken_over(partition).await {
+                        Ok(ready) => {
+                            if !dispatch_all(&senders, ready, Some(partition)).await {
+                                break Ended::Lost("a worker stopped".into());
+                            }
+                        }
+                        Err(e) => break Ended::Lost(e.to_string()),
+                    }
+                }
+                // A leaving cluster instance cancels every consumer, then finishes on the ticks.
+                next = deliveries.next(), if !deliveries.is_empty() || leaving.is_none() => match next {
+                    Some((queue, Some(Ok(delivery)))) => {
                         let metrics = crate::metrics::get();
                         metrics.messages_in.with_label_values(&["amqp", &queue]).inc();
                         metrics.bytes.with_label_values(&["amqp", "in"]).inc_by(delivery.data.len() as u64);
                         let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
-                        let partition = match self.role(&queue) {
-                            Role::Forward => {
-                                let decoded = pipeline.decode(&delivery.data, &envelope);
-                                let key = cluster::ingress::partition_key(&decoded, &envelope, &delivery.data);
-                                let forwarder = forwarder.as_ref().expect("a cluster forwards");
-                                match forwarder.forward(&queue, &key, delivery).await {
-                                    Ok(()) => continue,
+                        let parked = Parked { queue, envelope, delivery };
+                        let partition = self.cluster.as_ref().and_then(|c| c.partition_of(&parked.queue));
+                        let ready = match (&mut cluster_side, partition) {
+                            (Some(side), Some(partition)) => {
+                                match side.admit(connection, &pipeline, partition, parked).await {
+                                    Ok(ready) => ready,
                                     Err(e) => break Ended::Lost(e.to_string()),
                                 }
                             }
-                            Role::Handle(partition) => partition,
+                            _ => vec![parked],
                         };
-                        if let (Some(cluster), Some(partition)) = (&self.cluster, partition)
-                            && !cluster.owns(partition)
-                            && let Err(e) = cluster.take_over(connection, &pipeline.publisher, partition).await
-                        {
-                            warn!(partition = partition.index, error = %e, "Taking over a partition failed.");
-                            break if e.is_fatal() { Ended::Fatal } else { Ended::Lost(e.to_string()) };
-                        }
-                        let span = worker::delivery_span(&queue, &envelope, &delivery, &broker);
-                        let decoded = tracing::info_span!(parent: &span, "nlip decode")
-                            .in_scope(|| pipeline.decode(&delivery.data, &envelope));
-                        let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
-                        let received = std::time::Instant::now();
-                        let job = Job { span, received, delivery, queue, envelope, decoded, partition };
-                        if senders[shard].send(job).await.is_err() {
+                        if !dispatch_all(&senders, ready, partition).await {
                             break Ended::Lost("a worker stopped".into());
                         }
                     }
-                    Some((_, Err(e))) => break Ended::Lost(e.to_string()),
-                    None => break Ended::Lost("the broker cancelled the consumer".into()),
+                    Some((_, Some(Err(e)))) => break Ended::Lost(e.to_string()),
+                    Some((queue, None)) => {
+                        if !cluster_side.as_mut().is_some_and(|side| side.expected_end(&queue)) {
+                            break Ended::Lost(format!("the broker cancelled the consumer of {queue}"));
+                        }
+                    }
+                    None if leaving.is_some() => continue,
+                    None => break Ended::Lost("no consumer left".into()),
                 },
             }
         };
@@ -292,7 +317,6 @@ impl Amqp {
         }
         drop(senders);
         drop(deliveries);
-        drop(forwarder);
         let drain = Duration::from_secs(self.amqp.drain_secs);
         let all = futures_util::future::join_all(workers.iter_mut());
         if tokio::time::timeout(drain, all).await.is_err() {
@@ -304,9 +328,8 @@ impl Amqp {
                 worker.abort();
             }
         }
-        if let Some(follower) = follower {
-            follower.abort();
-            let _ = follower.await;
+        if let Some(side) = cluster_side {
+            side.stop().await;
         }
         // The marks writer ends once the last worker has dropped its sender.
         drop(pipeline);
@@ -315,29 +338,6 @@ impl Amqp {
             warn!(error = %e, "Flushing the store failed.");
         }
         ended
-    }
-}
-
-impl Amqp {
-    fn role(&self, queue: &str) -> Role {
-        match &self.cluster {
-            Some(cluster) => match cluster.partition_of(queue) {
-                Some(partition) => Role::Handle(Some(partition)),
-                None => Role::Forward,
-            },
-            None => Role::Handle(None),
-        }
-    }
-}
-
-/// Follows the cluster's lock stream until the connection fails, then says so.
-async fn follow_lock(channel: Channel, cluster: Arc<Cluster>, pipeline: Arc<Pipeline>) {
-    let Err(e) = cluster::lock::follow(channel, &cluster).await else { return };
-    warn!(error = %e, "Following the lock stream failed.");
-    if e.is_fatal() {
-        pipeline.fatal.notify_one();
-    } else {
-        pipeline.broken.notify_one();
     }
 }
 

@@ -110,8 +110,9 @@ impl Pending {
     /// # Errors
     /// Returned as unroutable, refused (nack), not confirmed in time, or the channel failed.
     pub async fn confirmed(self) -> Result<(), PublishError> {
-        let confirmation =
-            tokio::time::timeout(self.timeout, self.confirm).await.map_err(|_| PublishError::Timeout(self.timeout))??;
+        let confirmation = tokio::time::timeout(self.timeout, self.confirm)
+            .await
+            .map_err(|_| PublishError::Timeout(self.timeout))??;
         let Pending { exchange, routing_key, .. } = self;
         match confirmation {
             Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),

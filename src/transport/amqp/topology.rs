@@ -81,7 +81,11 @@ fn quorum(name: &str) -> Queue {
 }
 
 impl Topology {
-    pub fn from_config(amqp: &AmqpConfig, cluster: Option<&ClusterConfig>, agents: &[AgentConfig]) -> Topology {
+    pub fn from_config(
+        amqp: &AmqpConfig,
+        cluster: Option<&ClusterConfig>,
+        agents: &[AgentConfig],
+    ) -> Topology {
         // The broker's own dead-lettering is the safety net behind silpgate's: a message that
         // keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
         let inbound = |name: &str| {
@@ -95,7 +99,8 @@ impl Topology {
             }
             queue
         };
-        let exchange = |name: &str, kind| Exchange { name: name.to_owned(), kind, arguments: Arguments::new() };
+        let exchange =
+            |name: &str, kind| Exchange { name: name.to_owned(), kind, arguments: Arguments::new() };
         let mut exchanges = vec![
             exchange(&amqp.inbound_exchange, "direct"),
             exchange(&amqp.agents_exchange, "direct"),
@@ -129,6 +134,7 @@ impl Topology {
                 queues.push(stream(cluster.changelog_stream(index), cluster.changelog_max_bytes));
             }
             queues.push(stream(cluster.lock_stream.clone(), cluster.changelog_max_bytes));
+            queues.push(quorum(&cluster.members_queue()));
         }
         for agent in agents {
             if let Some(queue) = &agent.queue {

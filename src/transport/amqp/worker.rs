@@ -156,9 +156,13 @@ impl Pipeline {
         let span = job.span.clone();
         let metrics = crate::metrics::get();
         let received = job.received;
+        let partition = job.partition;
         metrics.in_flight.inc();
         self.settle(job).instrument(span).await;
         metrics.in_flight.dec();
+        if let (Some(cluster), Some(partition)) = (&self.cluster, partition) {
+            cluster.settled(partition);
+        }
         metrics.message_seconds.with_label_values(&["amqp"]).observe(received.elapsed().as_secs_f64());
     }
 

@@ -3,9 +3,16 @@
 //!
 //! Replay, when an instance takes a partition over: append a claim with a fresh nonce, then
 //! read the stream from the offset the local store applied last (or from its start) up to that
-//! claim. Everything the previous owner appended was confirmed before its connection went, so
-//! it sits before the claim: the claim is the fence that says "the replay is complete". A gap
-//! (retention cut the stream past the local offset) is bridged by the first snapshot after it.
+//! claim. An owner that went away (crash, shutdown) appended everything before its connection
+//! closed, so it all sits before the claim: the claim is the fence that says "complete".
+//!
+//! An owner that hands a partition on while it keeps running (rebalancing) appends
+//! `Releasing`, stops consuming, finishes the messages it holds, and appends `Released`. A
+//! replay that meets `Releasing` without its `Released` before the claim reads on past the
+//! claim until `Released` arrives (or the hand-over wait runs out: the old owner died).
+//!
+//! A gap (retention cut the stream past the local offset) is bridged by the first snapshot
+//! after it.
 
 use super::ClusterError;
 use crate::gateway::session::Partition;
@@ -32,83 +39,136 @@ const ACK_EVERY: u64 = 200;
 #[serde(rename_all = "snake_case")]
 pub enum Entry {
     Change(PartitionChange),
-    /// An instance taking the partition over; the end of its replay.
-    Claim { owner: String, nonce: String },
+    /// An instance taking the partition over: the end of its replay.
+    Claim(Marker),
+    /// The owner hands the partition on: it has stopped consuming and finishes what it holds.
+    Releasing(Marker),
+    /// ...and has finished: everything it did is above this entry.
+    Released(Marker),
+}
+
+/// Who wrote an ownership entry, with a nonce that tells this entry from every other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    pub owner: String,
+    pub nonce: String,
+}
+
+impl Marker {
+    pub fn new(owner: &str) -> Marker {
+        let nonce =
+            format!("{owner}/{}/{:016x}", std::process::id(), crate::transport::amqp::backoff::random());
+        Marker { owner: owner.to_owned(), nonce }
+    }
 }
 
 pub fn encode(entry: &Entry) -> Vec<u8> {
     serde_json::to_vec(entry).expect("changelog entries serialise")
 }
 
-/// Replays `stream` into `store` up to a new claim of `owner`; returns the entries applied.
+/// Where a replay stands with respect to ownership.
+struct Fence {
+    claim: String,
+    /// A hand-over in progress: `Releasing` read, its `Released` not yet.
+    handing_over: Option<String>,
+    /// This replay's claim has been read while a hand-over was in progress: wait until then.
+    waiting_until: Option<tokio::time::Instant>,
+    handover_wait: Duration,
+}
+
+impl Fence {
+    /// Reads one ownership entry; true when the replay is complete.
+    fn read(&mut self, entry: &Entry) -> bool {
+        match entry {
+            Entry::Claim(m) if m.nonce == self.claim => {
+                if self.handing_over.is_some() {
+                    self.waiting_until = Some(tokio::time::Instant::now() + self.handover_wait);
+                }
+                self.handing_over.is_none()
+            }
+            // A later claim settled (or gave up on) any hand-over before it.
+            Entry::Claim(_) => {
+                self.handing_over = None;
+                false
+            }
+            Entry::Releasing(m) => {
+                self.handing_over = Some(m.nonce.clone());
+                false
+            }
+            Entry::Released(m) => {
+                if self.handing_over.as_ref() == Some(&m.nonce) {
+                    self.handing_over = None;
+                }
+                self.waiting_until.is_some() && self.handing_over.is_none()
+            }
+            Entry::Change(_) => false,
+        }
+    }
+}
+
+/// Replays `stream` into `store` on `channel` up to a new claim of `owner` (and, while the
+/// previous owner is still handing over, up to its `Released`, waiting at most
+/// `handover_wait`); returns the changes applied.
 ///
 /// # Errors
 /// The broker failed, the replay stalled, or the store failed.
 pub async fn replay(
-    connection: &lapin::Connection,
+    channel: lapin::Channel,
     publisher: &Publisher,
     stream: &str,
     store: &SledStore,
     partition: Partition,
     owner: &str,
+    handover_wait: Duration,
 ) -> Result<u64, ClusterError> {
-    let nonce = format!("{owner}/{}/{:016x}", std::process::id(), crate::transport::amqp::backoff::random());
-    let claim = Entry::Claim { owner: owner.to_owned(), nonce: nonce.clone() };
-    publisher
-        .publish_all(vec![Publication {
-            exchange: "",
-            routing_key: stream,
-            body: encode(&claim),
-            properties: properties::stream_properties(),
-        }])
-        .await?;
+    let claim = Marker::new(owner);
+    let mut fence =
+        Fence { claim: claim.nonce.clone(), handing_over: None, waiting_until: None, handover_wait };
+    append(publisher, stream, &Entry::Claim(claim)).await?;
 
     let applied = store.partition_offset(partition.index)?;
     let first = applied.map_or(0, |o| o + 1);
-    let channel = connection.create_channel().await?;
     channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
     let mut arguments = FieldTable::default();
     arguments.insert("x-stream-offset".into(), offset_argument(applied));
-    let tag = format!("silpgate-replay-{nonce}");
+    let tag = format!("silpgate-replay-{}", fence.claim);
     let mut consumer = channel
         .basic_consume(stream.into(), tag.as_str().into(), BasicConsumeOptions::default(), arguments)
         .await?;
 
     let mut replayed = 0u64;
     let mut read = 0u64;
-    // Whether entries are skipped: the stream no longer holds what follows the local offset
+    // Whether changes are skipped: the stream no longer holds what follows the local offset
     // (decided at the first entry), until a snapshot restarts the state.
     let mut skipping: Option<bool> = None;
     let result = loop {
-        let delivery = match tokio::time::timeout(STALL, consumer.next()).await {
+        let deadline = fence.waiting_until.unwrap_or_else(|| tokio::time::Instant::now() + STALL);
+        let delivery = match tokio::time::timeout_at(deadline, consumer.next()).await {
+            Err(_) if fence.waiting_until.is_some() => {
+                warn!(stream, "The previous owner did not finish handing over in time; taking over.");
+                break Ok(replayed);
+            }
             Err(_) => break Err(ClusterError::Stream(format!("replay of {stream} stalled for {STALL:?}"))),
             Ok(None) => break Err(ClusterError::Stream(format!("the broker ended the replay of {stream}"))),
             Ok(Some(delivery)) => delivery?,
         };
         read += 1;
-        let offset = delivery
-            .properties
-            .headers()
-            .as_ref()
-            .and_then(|h| h.inner().get("x-stream-offset"))
-            .and_then(properties::value_integer)
-            .and_then(|o| u64::try_from(o).ok());
-        let Some(offset) = offset else {
+        let Some(offset) = stream_offset(&delivery) else {
             break Err(ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset")));
         };
         let skip = *skipping.get_or_insert_with(|| {
             let cut = offset > first;
             if cut {
-                warn!(stream, from = first, first_held = offset, "Changelog cut by retention; replaying from the next snapshot.");
+                warn!(
+                    stream,
+                    from = first,
+                    first_held = offset,
+                    "Changelog cut by retention; replaying from the next snapshot."
+                );
             }
             cut
         });
         let done = match serde_json::from_slice::<Entry>(&delivery.data) {
-            Ok(Entry::Claim { nonce: n, .. }) if n == nonce => {
-                store.set_partition_offset(partition.index, offset)?;
-                true
-            }
-            Ok(Entry::Claim { .. }) => false,
             Ok(Entry::Change(change)) => {
                 let snapshot = matches!(change, PartitionChange::Snapshot { .. });
                 if !skip || snapshot {
@@ -118,6 +178,7 @@ pub async fn replay(
                 }
                 false
             }
+            Ok(marker) => fence.read(&marker),
             Err(e) => {
                 warn!(stream, offset, error = %e, "Not a changelog entry; skipped.");
                 false
@@ -127,6 +188,7 @@ pub async fn replay(
             delivery.acker.ack(BasicAckOptions { multiple: true }).await?;
         }
         if done {
+            store.set_partition_offset(partition.index, offset)?;
             break Ok(replayed);
         }
     };
@@ -135,8 +197,33 @@ pub async fn replay(
     result
 }
 
+/// Appends one entry to `stream` and waits for the broker's confirm.
+///
+/// # Errors
+/// Not confirmed.
+pub async fn append(publisher: &Publisher, stream: &str, entry: &Entry) -> Result<(), ClusterError> {
+    let publication = Publication {
+        exchange: "",
+        routing_key: stream,
+        body: encode(entry),
+        properties: properties::stream_properties(),
+    };
+    Ok(publisher.publish_all(vec![publication]).await?)
+}
+
+/// The offset of a stream delivery.
+pub fn stream_offset(delivery: &lapin::message::Delivery) -> Option<u64> {
+    delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-stream-offset"))
+        .and_then(properties::value_integer)
+        .and_then(|o| u64::try_from(o).ok())
+}
+
 /// `x-stream-offset`: just after the last applied entry, or the stream's start.
-fn offset_argument(applied: Option<u64>) -> AMQPValue {
+pub fn offset_argument(applied: Option<u64>) -> AMQPValue {
     match applied {
         Some(offset) => AMQPValue::LongLongInt(i64::try_from(offset + 1).unwrap_or(i64::MAX)),
         None => AMQPValue::LongString(LongString::from(b"first".to_vec())),

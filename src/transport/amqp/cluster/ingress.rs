@@ -3,23 +3,39 @@
 //! a conversation always lands in the same partition. Producers that set the header
 //! themselves may publish to the exchange directly and skip this hop.
 //!
-//! The inbound queues have a single active consumer, and one instance forwards in delivery
-//! order on one channel, so a conversation keeps its order. Each message is acknowledged once
-//! its forwarded copy is confirmed; a failure resets the connection, which requeues every
-//! unacknowledged message in order (a copy that did arrive is a duplicate the ledger drops).
+//! The inbound queues have a single active consumer, and one task forwards in delivery order
+//! on one channel, so a conversation keeps its order. A message is acknowledged once its
+//! forwarded copy is confirmed; a failure resets the connection, which requeues every
+//! unacknowledged message (a copy that did arrive is a duplicate the ledger drops).
+//!
+//! Leaving without breaking the order: RabbitMQ makes the next consumer active as soon as this
+//! one cancels, so everything delivered here must be forwarded first. The task stops
+//! acknowledging (the broker then stops sending once the prefetch is used up), forwards what
+//! it has, and cancels only after a quiet moment; then it acknowledges and is done.
 
+use super::ClusterError;
+use super::ownership::{self, Deliveries};
 use crate::nlip::{Message, NlipError};
 use crate::transport::amqp::properties::{self, Envelope};
-use super::ClusterError;
-use crate::transport::amqp::publish::{Pending, Publication, Publisher};
+use crate::transport::amqp::publish::{Pending, Publication};
+use crate::transport::amqp::worker::Pipeline;
+use futures_util::StreamExt;
+use lapin::Channel;
 use lapin::message::Delivery;
-use lapin::options::BasicAckOptions;
+use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicQosOptions};
 use std::sync::Arc;
-use tokio::sync::{Notify, mpsc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::debug;
 
-/// Forwarded messages awaiting their confirm; the prefetch count bounds them anyway.
-const IN_FLIGHT: usize = 4096;
+/// Inbound deliveries held unacknowledged at most: forwarded and awaiting their confirm.
+const PREFETCH: u16 = 256;
+/// No delivery for this long while acknowledgements are held: the broker has nothing more on
+/// its way here, and cancelling is safe.
+const QUIET: Duration = Duration::from_millis(200);
 
 /// The partition key of a message: its conversation token; without one, its message id (or
 /// body hash), which spreads such messages over the partitions.
@@ -31,49 +47,177 @@ pub fn partition_key(decoded: &Result<Message, NlipError>, envelope: &Envelope, 
     }
 }
 
-/// Forwards inbound deliveries to the partitions, acknowledging them in order.
-pub struct Forwarder {
-    publisher: Publisher,
-    exchange: String,
-    confirms: mpsc::Sender<(Pending, Delivery)>,
+/// The forwarding task of one connection.
+pub struct Ingress {
+    task: JoinHandle<()>,
+    leave: watch::Sender<bool>,
+    left: watch::Receiver<bool>,
 }
 
-impl Forwarder {
-    /// Starts the task that waits for the confirms, in the order the messages went out, and
-    /// acknowledges each; at the first failure it tells `broken` and acknowledges nothing more.
-    pub fn start(publisher: Publisher, exchange: String, broken: Arc<Notify>) -> Forwarder {
-        let (confirms, mut pending) = mpsc::channel::<(Pending, Delivery)>(IN_FLIGHT);
-        tokio::spawn(async move {
-            while let Some((confirm, delivery)) = pending.recv().await {
-                let acked = match confirm.confirmed().await {
-                    Ok(()) => delivery.acker.ack(BasicAckOptions { multiple: false }).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Err(e) = acked {
-                    debug!(error = %e, "Forwarding to a partition failed; resetting the connection.");
-                    broken.notify_one();
-                    return;
-                }
-            }
-        });
-        Forwarder { publisher, exchange, confirms }
-    }
-
-    /// Sends `delivery`, which arrived on `queue`, on to the partition exchange under `key`.
+impl Ingress {
+    /// Subscribes to the inbound `queues` on `channel` and forwards them to `exchange`.
     ///
     /// # Errors
-    /// The channel failed, or the confirm task has stopped; the caller resets the connection.
-    pub async fn forward(&self, queue: &str, key: &str, delivery: Delivery) -> Result<(), ClusterError> {
+    /// The broker refused the subscription.
+    pub async fn start(
+        channel: Channel,
+        queues: &[String],
+        exchange: String,
+        instance: &str,
+        pipeline: Arc<Pipeline>,
+    ) -> lapin::Result<Ingress> {
+        channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
+        let mut deliveries = Deliveries::default();
+        let mut tags = Vec::with_capacity(queues.len());
+        for queue in queues {
+            let tag = format!("silpgate-{instance}-{queue}");
+            deliveries.push(ownership::subscribe(&channel, queue, &tag).await?);
+            tags.push(tag);
+        }
+        let (leave, leaving) = watch::channel(false);
+        let (done, left) = watch::channel(false);
+        let forwarding = Forwarding { channel, tags, exchange, pipeline };
+        let task = tokio::spawn(async move {
+            if let Err(e) = forwarding.run(deliveries, leaving).await {
+                debug!(error = %e, "Forwarding to the partitions failed; resetting the connection.");
+                forwarding.pipeline.broken.notify_one();
+                return;
+            }
+            let _ = done.send(true);
+        });
+        Ok(Ingress { task, leave, left })
+    }
+
+    /// Stops forwarding, without breaking the order (see the module's notes).
+    pub fn leave(&self) {
+        let _ = self.leave.send(true);
+    }
+
+    /// Whether forwarding has stopped after [`Ingress::leave`].
+    pub fn left(&self) -> bool {
+        *self.left.borrow()
+    }
+
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+struct Forwarding {
+    channel: Channel,
+    tags: Vec<String>,
+    exchange: String,
+    pipeline: Arc<Pipeline>,
+}
+
+impl Forwarding {
+    async fn run(
+        &self,
+        mut deliveries: Deliveries,
+        mut leaving: watch::Receiver<bool>,
+    ) -> Result<(), ClusterError> {
+        let (confirms, pending) = mpsc::channel::<(Pending, Delivery)>(usize::from(PREFETCH));
+        let (hold, held) = watch::channel(false);
+        let unconfirmed = Arc::new(AtomicUsize::new(0));
+        let acker = tokio::spawn(acknowledge(pending, held, unconfirmed.clone()));
+        let mut quiet_since: Option<Instant> = None;
+        let mut cancelled = false;
+        let mut ended = 0;
+        let outcome = loop {
+            let quiet = quiet_since.map(|at| at + QUIET);
+            tokio::select! {
+                changed = leaving.changed(), if quiet_since.is_none() && !cancelled => {
+                    if changed.is_err() || *leaving.borrow() {
+                        let _ = hold.send(true);
+                        quiet_since = Some(Instant::now());
+                    }
+                }
+                () = sleep_until(quiet), if quiet.is_some() && !cancelled => {
+                    if unconfirmed.load(Ordering::Acquire) > 0 {
+                        // Not before every copy is in its partition.
+                        quiet_since = Some(Instant::now());
+                        continue;
+                    }
+                    for tag in &self.tags {
+                        self.channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await?;
+                    }
+                    cancelled = true;
+                }
+                next = deliveries.next() => match next {
+                    Some((queue, Some(Ok(delivery)))) => {
+                        if quiet_since.is_some() {
+                            quiet_since = Some(Instant::now());
+                        }
+                        unconfirmed.fetch_add(1, Ordering::AcqRel);
+                        let pending = self.forward(&queue, &delivery).await?;
+                        if confirms.send((pending, delivery)).await.is_err() {
+                            break Err(ClusterError::Stream("forwarding stopped after a failed confirm".into()));
+                        }
+                    }
+                    Some((_, Some(Err(e)))) => break Err(e.into()),
+                    Some((queue, None)) if cancelled => {
+                        debug!(queue = %queue, "Stopped forwarding.");
+                        ended += 1;
+                        if ended == self.tags.len() {
+                            break Ok(());
+                        }
+                    }
+                    Some((queue, None)) => {
+                        break Err(ClusterError::Stream(format!("the broker cancelled the consumer of {queue}")));
+                    }
+                    None => break Ok(()),
+                },
+            }
+        };
+        drop(confirms);
+        let held = acker.await.map_err(|e| ClusterError::Stream(e.to_string()))??;
+        outcome?;
+        for delivery in held {
+            delivery.acker.ack(BasicAckOptions { multiple: false }).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends one delivery on to the partition exchange.
+    async fn forward(&self, queue: &str, delivery: &Delivery) -> Result<Pending, ClusterError> {
+        let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
+        let decoded = self.pipeline.decode(&delivery.data, &envelope);
+        let key = partition_key(&decoded, &envelope, &delivery.data);
+        tracing::debug!(message_id = ?envelope.message_id, "FORWARD");
         let publication = Publication {
             exchange: &self.exchange,
             routing_key: "",
             body: delivery.data.clone(),
-            properties: properties::partitioned_properties(&delivery.properties, key, queue),
+            properties: properties::partitioned_properties(&delivery.properties, &key, queue),
         };
-        let pending = self.publisher.send(&publication).await?;
-        self.confirms
-            .send((pending, delivery))
-            .await
-            .map_err(|_| ClusterError::Stream("forwarding stopped after a failed confirm".into()))
+        Ok(self.pipeline.publisher.send(&publication).await?)
+    }
+}
+
+/// Waits for the confirms in the order the messages went out and acknowledges each, or, once
+/// `hold` says so, keeps them unacknowledged; returns those kept.
+async fn acknowledge(
+    mut pending: mpsc::Receiver<(Pending, Delivery)>,
+    hold: watch::Receiver<bool>,
+    unconfirmed: Arc<AtomicUsize>,
+) -> Result<Vec<Delivery>, ClusterError> {
+    let mut held = Vec::new();
+    while let Some((confirm, delivery)) = pending.recv().await {
+        confirm.confirmed().await?;
+        unconfirmed.fetch_sub(1, Ordering::AcqRel);
+        if *hold.borrow() {
+            held.push(delivery);
+        } else {
+            delivery.acker.ack(BasicAckOptions { multiple: false }).await?;
+        }
+    }
+    Ok(held)
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

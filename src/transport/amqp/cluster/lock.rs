@@ -4,12 +4,11 @@
 //! becomes the record and later ones are dropped. Same stream, same order, same rule: every
 //! instance's `silpgate lock export` is the same chain.
 
-use super::{Cluster, ClusterError};
+use super::{Cluster, ClusterError, changelog};
 use crate::store::replica::LockProposal;
-use crate::transport::amqp::properties;
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::types::FieldTable;
 use tracing::warn;
 
 /// Entries the broker sends ahead to the follower.
@@ -29,10 +28,7 @@ pub fn encode(proposal: &LockProposal) -> Vec<u8> {
 pub async fn follow(channel: lapin::Channel, cluster: &Cluster) -> Result<(), ClusterError> {
     let stream = cluster.config.lock_stream.as_str();
     channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
-    let start = match cluster.store.lock_offset()? {
-        Some(offset) => AMQPValue::LongLongInt(i64::try_from(offset + 1).unwrap_or(i64::MAX)),
-        None => AMQPValue::LongString(LongString::from(b"first".to_vec())),
-    };
+    let start = changelog::offset_argument(cluster.store.lock_offset()?);
     let mut arguments = FieldTable::default();
     arguments.insert("x-stream-offset".into(), start);
     let tag = format!("silpgate-lock-{}", cluster.instance);
@@ -43,14 +39,9 @@ pub async fn follow(channel: lapin::Channel, cluster: &Cluster) -> Result<(), Cl
     while let Some(delivery) = consumer.next().await {
         let delivery = delivery?;
         read += 1;
-        let offset = delivery
-            .properties
-            .headers()
-            .as_ref()
-            .and_then(|h| h.inner().get("x-stream-offset"))
-            .and_then(properties::value_integer)
-            .and_then(|o| u64::try_from(o).ok())
-            .ok_or_else(|| ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset")))?;
+        let offset = changelog::stream_offset(&delivery).ok_or_else(|| {
+            ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset"))
+        })?;
         match serde_json::from_slice::<LockProposal>(&delivery.data) {
             Ok(proposal) => {
                 let grew = cluster.store.follow_lock(offset, &proposal)?;

@@ -14,8 +14,11 @@
 //! owns now (for `silpgate cluster status` and the metrics).
 
 pub mod changelog;
+pub mod connection;
+pub mod handover;
 pub mod ingress;
 pub mod lock;
+pub mod ownership;
 
 use super::properties;
 use super::publish::{Publication, PublishError, Publisher};
@@ -26,7 +29,7 @@ use crate::store::SledStore;
 use crate::store::replica::{LockProposal, PartitionChange};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tracing::info;
 
 /// Why a cluster step failed: the broker (reconnect and try again) or the store.
@@ -61,6 +64,8 @@ struct PartitionState {
     replay_ms: AtomicU64,
     /// Changes appended since the last snapshot.
     since_snapshot: AtomicU64,
+    /// Deliveries handed to the workers and not yet settled.
+    in_flight: AtomicUsize,
 }
 
 /// The cluster side of one instance.
@@ -76,11 +81,13 @@ pub struct Cluster {
     /// applied since: the difference is the follower's lag.
     proposed: AtomicU64,
     followed: AtomicU64,
+    handover_wait: std::time::Duration,
 }
 
 impl Cluster {
     /// The store's compile.lock chain now follows the lock stream.
-    pub fn new(config: ClusterConfig, store: Arc<SledStore>) -> Cluster {
+    /// `handover_wait`: how long a takeover waits for a running owner to finish handing over.
+    pub fn new(config: ClusterConfig, store: Arc<SledStore>, handover_wait: std::time::Duration) -> Cluster {
         store.follow_cluster_lock();
         let queues = (0..config.partitions).map(|i| (config.partition_queue(i), i)).collect();
         let changelogs = (0..config.partitions).map(|i| config.changelog_stream(i)).collect();
@@ -94,7 +101,13 @@ impl Cluster {
             partitions,
             proposed: AtomicU64::new(0),
             followed: AtomicU64::new(0),
+            handover_wait,
         }
+    }
+
+    /// The changelog stream of `partition`.
+    pub fn changelog(&self, partition: Partition) -> &str {
+        &self.changelogs[usize::from(partition.index)]
     }
 
     /// The partition queues, in partition order.
@@ -107,13 +120,44 @@ impl Cluster {
         self.queues.get(queue).map(|&index| self.partition(index))
     }
 
-    fn partition(&self, index: u16) -> Partition {
+    pub fn partition(&self, index: u16) -> Partition {
         Partition { index, count: self.config.partitions }
+    }
+
+    fn state(&self, partition: Partition) -> &PartitionState {
+        &self.partitions[usize::from(partition.index)]
     }
 
     /// Whether this instance serves `partition` on the current connection.
     pub fn owns(&self, partition: Partition) -> bool {
-        self.partitions[usize::from(partition.index)].owned.load(Ordering::Acquire)
+        self.state(partition).owned.load(Ordering::Acquire)
+    }
+
+    /// The partitions this instance serves now.
+    pub fn owned(&self) -> Vec<Partition> {
+        (0..self.config.partitions).map(|i| self.partition(i)).filter(|&p| self.owns(p)).collect()
+    }
+
+    /// A delivery of `partition` was handed to a worker.
+    pub fn dispatched(&self, partition: Partition) {
+        self.state(partition).in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A delivery of `partition` is settled (acknowledged, dead-lettered or left to the broker).
+    pub fn settled(&self, partition: Partition) {
+        self.state(partition).in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Deliveries of `partition` handed out and not yet settled.
+    pub fn in_flight(&self, partition: Partition) -> usize {
+        self.state(partition).in_flight.load(Ordering::Acquire)
+    }
+
+    /// This instance no longer serves `partition`.
+    pub fn release(&self, partition: Partition) {
+        if self.state(partition).owned.swap(false, Ordering::AcqRel) {
+            crate::metrics::get().partitions_owned.dec();
+        }
     }
 
     /// Takes `partition` over: replays its changelog into the store, then serves it. Called on
@@ -124,14 +168,22 @@ impl Cluster {
     /// The broker or the store failed; the partition is not served.
     pub async fn take_over(
         &self,
-        connection: &lapin::Connection,
+        channel: lapin::Channel,
         publisher: &Publisher,
         partition: Partition,
     ) -> Result<(), ClusterError> {
         let started = std::time::Instant::now();
-        let stream = &self.changelogs[usize::from(partition.index)];
-        let replayed =
-            changelog::replay(connection, publisher, stream, &self.store, partition, &self.instance).await?;
+        let stream = self.changelog(partition);
+        let replayed = changelog::replay(
+            channel,
+            publisher,
+            stream,
+            &self.store,
+            partition,
+            &self.instance,
+            self.handover_wait,
+        )
+        .await?;
         let elapsed = started.elapsed();
         let state = &self.partitions[usize::from(partition.index)];
         state.replayed.store(replayed, Ordering::Relaxed);
@@ -145,6 +197,7 @@ impl Cluster {
         metrics.replay_seconds.observe(elapsed.as_secs_f64());
         metrics.replayed_entries.inc_by(replayed);
         info!(
+            instance = %self.instance,
             partition = partition.index,
             replayed,
             replay_ms = elapsed.as_millis() as u64,
@@ -156,10 +209,8 @@ impl Cluster {
     /// Forgets every partition: the connection that held them is gone, and the broker hands
     /// them to whichever consumer is active next.
     pub fn release_all(&self) {
-        for state in &self.partitions {
-            if state.owned.swap(false, Ordering::AcqRel) {
-                crate::metrics::get().partitions_owned.dec();
-            }
+        for index in 0..self.config.partitions {
+            self.release(self.partition(index));
         }
     }
 

@@ -1,0 +1,244 @@
+//! The cluster's part of one broker connection: the partition consumers and their sharing
+//! ([`Ownership`]), takeovers, the [`Ingress`] forwarding, and the lock stream follower. It
+//! lives and dies with the connection; [`Cluster`] keeps what outlives it.
+//!
+//! A takeover runs beside the dispatcher, so that one partition's replay (which may wait for
+//! another instance's hand-over) never holds up the others: the partition's deliveries wait,
+//! in arrival order, until it is done.
+
+use super::handover::{Handover, STRAY_GRACE};
+use super::ingress::Ingress;
+use super::ownership::{Deliveries, Ownership};
+use super::{Cluster, ClusterError, lock};
+use crate::gateway::session::Partition;
+use crate::transport::amqp::properties::Envelope;
+use crate::transport::amqp::worker::Pipeline;
+use lapin::message::Delivery;
+use lapin::{Channel, Connection};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+/// How often hand-overs are checked; the instance count is read every `REBALANCE_EVERY` ticks.
+pub const REBALANCE_TICK: Duration = Duration::from_millis(250);
+const REBALANCE_EVERY: u32 = 8;
+
+/// A delivery held back while a queue is handed over to this instance.
+pub struct Parked {
+    pub queue: Arc<str>,
+    pub envelope: Envelope,
+    pub delivery: Delivery,
+}
+
+/// A finished takeover: its partition, and how it went.
+pub type TakenOver = (Partition, Result<(), ClusterError>);
+
+/// The cluster side of a connection.
+pub struct ClusterSide {
+    cluster: Arc<Cluster>,
+    ownership: Ownership,
+    ingress: Ingress,
+    follower: JoinHandle<()>,
+    takeovers: Vec<JoinHandle<()>>,
+    taken_over: mpsc::UnboundedSender<TakenOver>,
+    /// Partitions being taken over.
+    waiting: HashMap<u16, Handover>,
+    /// The instance is shutting down: it hands every partition on and takes none.
+    leaving: bool,
+    ticks: u32,
+}
+
+impl ClusterSide {
+    /// Subscribes to every partition, starts forwarding and following the lock stream.
+    /// Finished takeovers are reported on `taken_over`.
+    ///
+    /// # Errors
+    /// The broker refused a channel or a subscription.
+    pub async fn start(
+        connection: &Connection,
+        cluster: &Arc<Cluster>,
+        pipeline: &Arc<Pipeline>,
+        deliveries: &mut Deliveries,
+        taken_over: mpsc::UnboundedSender<TakenOver>,
+    ) -> lapin::Result<ClusterSide> {
+        let ownership =
+            Ownership::subscribe_all(connection, cluster, pipeline.amqp.prefetch, deliveries).await?;
+        let ingress = Ingress::start(
+            connection.create_channel().await?,
+            &pipeline.amqp.inbound,
+            cluster.config.exchange.clone(),
+            &cluster.instance,
+            pipeline.clone(),
+        )
+        .await?;
+        let follower =
+            tokio::spawn(follow_lock(connection.create_channel().await?, cluster.clone(), pipeline.clone()));
+        Ok(ClusterSide {
+            cluster: cluster.clone(),
+            ownership,
+            ingress,
+            follower,
+            takeovers: Vec::new(),
+            taken_over,
+            waiting: HashMap::new(),
+            leaving: false,
+            ticks: 0,
+        })
+    }
+
+    /// A delivery of `partition`; returns the deliveries now ready for the workers. On the
+    /// partition's first delivery its takeover starts, and its deliveries wait for it; while
+    /// the partition is being handed on, they wait for the cancel to go through.
+    ///
+    /// # Errors
+    /// No channel for the replay.
+    pub async fn admit(
+        &mut self,
+        connection: &Connection,
+        pipeline: &Pipeline,
+        partition: Partition,
+        parked: Parked,
+    ) -> Result<Vec<Parked>, ClusterError> {
+        if let Some(handover) = self.waiting.get_mut(&partition.index) {
+            let ready = handover.receive(parked);
+            return Ok(self.complete(partition, ready));
+        }
+        if self.cluster.owns(partition) {
+            return Ok(self
+                .ownership
+                .hold(partition, parked)
+                .map(|p| self.hand_out(partition, vec![p]))
+                .unwrap_or_default());
+        }
+        self.waiting.insert(partition.index, Handover::Parking(vec![parked]));
+        let channel = connection.create_channel().await?;
+        let (cluster, publisher, done) =
+            (self.cluster.clone(), pipeline.publisher.clone(), self.taken_over.clone());
+        self.takeovers.push(tokio::spawn(async move {
+            let grace = tokio::time::Instant::now() + STRAY_GRACE;
+            let result = cluster.take_over(channel, &publisher, partition).await;
+            tokio::time::sleep_until(grace).await;
+            let _ = done.send((partition, result));
+        }));
+        Ok(Vec::new())
+    }
+
+    /// Counts deliveries handed to the workers.
+    fn hand_out(&self, partition: Partition, ready: Vec<Parked>) -> Vec<Parked> {
+        for _ in &ready {
+            self.cluster.dispatched(partition);
+        }
+        ready
+    }
+
+    /// Ends a hand-over that has `ready` its deliveries, and hands them out.
+    fn complete(&mut self, partition: Partition, ready: Option<Vec<Parked>>) -> Vec<Parked> {
+        match ready {
+            Some(ready) => {
+                self.waiting.remove(&partition.index);
+                self.hand_out(partition, ready)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The partition's changelog is replayed: puts its waiting deliveries back in order (see
+    /// [`Handover`]); returns any ready for the workers.
+    ///
+    /// # Errors
+    /// The channel failed.
+    pub async fn taken_over(&mut self, partition: Partition) -> Result<Vec<Parked>, ClusterError> {
+        let ready = match self.waiting.get_mut(&partition.index) {
+            Some(handover) => handover.requeue().await?,
+            None => None,
+        };
+        Ok(self.complete(partition, ready))
+    }
+
+    /// One tick: moves the hand-overs to other instances on, and now and then reads the
+    /// instance count to hand on this instance's surplus. Returns deliveries now ready for
+    /// the workers.
+    ///
+    /// # Errors
+    /// The broker failed.
+    pub async fn tick(
+        &mut self,
+        channel: &Channel,
+        pipeline: &Pipeline,
+        deliveries: &mut Deliveries,
+    ) -> Result<Vec<(Partition, Vec<Parked>)>, ClusterError> {
+        self.takeovers.retain(|t| !t.is_finished());
+        let mut settled = Vec::new();
+        for (&index, handover) in &mut self.waiting {
+            if let Some(ready) = handover.settled() {
+                settled.push((self.cluster.partition(index), ready));
+            }
+        }
+        let settled: Vec<(Partition, Vec<Parked>)> =
+            settled.into_iter().map(|(p, ready)| (p, self.complete(p, Some(ready)))).collect();
+        if self.leaving {
+            // A takeover that finished meanwhile is handed on as well.
+            self.ownership.release_all(&self.cluster);
+        }
+        let ready =
+            self.ownership.advance(&self.cluster, &pipeline.publisher, deliveries, !self.leaving).await?;
+        let mut ready: Vec<(Partition, Vec<Parked>)> =
+            ready.into_iter().map(|(p, parked)| (p, self.hand_out(p, parked))).collect();
+        ready.extend(settled);
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks.is_multiple_of(REBALANCE_EVERY)
+            && self.waiting.is_empty()
+            && !self.ownership.releasing()
+        {
+            self.ownership.rebalance(channel, &self.cluster).await?;
+        }
+        Ok(ready)
+    }
+
+    /// Whether a consumer that ended was cancelled on purpose (a partition handed on, or any
+    /// consumer of an instance that is leaving).
+    pub fn expected_end(&mut self, queue: &str) -> bool {
+        self.ownership.expected_end(&self.cluster, queue) || self.leaving
+    }
+
+    /// Starts leaving the cluster: stops forwarding and hands every partition on, the way a
+    /// rebalance does, so that the next owners take over in order. [`ClusterSide::left`] says
+    /// when it is done.
+    pub fn leave(&mut self) {
+        self.leaving = true;
+        self.ingress.leave();
+        self.ownership.release_all(&self.cluster);
+    }
+
+    /// Whether leaving is complete: nothing forwarded, no partition served or being taken over.
+    pub fn left(&self) -> bool {
+        self.leaving
+            && self.ingress.left()
+            && self.waiting.is_empty()
+            && !self.ownership.releasing()
+            && self.cluster.owned().is_empty()
+    }
+
+    /// Stops following the lock stream and any takeover still running.
+    pub async fn stop(self) {
+        self.ingress.stop().await;
+        for task in self.takeovers.into_iter().chain(std::iter::once(self.follower)) {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Follows the cluster's lock stream until the connection fails, then says so.
+async fn follow_lock(channel: Channel, cluster: Arc<Cluster>, pipeline: Arc<Pipeline>) {
+    let Err(e) = lock::follow(channel, &cluster).await else { return };
+    warn!(error = %e, "Following the lock stream failed.");
+    if e.is_fatal() {
+        pipeline.fatal.notify_one();
+    } else {
+        pipeline.broken.notify_one();
+    }
+}

@@ -1,0 +1,368 @@
+//! Cluster mode against the real RabbitMQ on 127.0.0.1:5672: several silpgate processes over
+//! 16 partitions. Every test checks, from what reaches the downstream queue and from the
+//! stores: every message delivered, each conversation's messages in order, one session id per
+//! conversation with a renewal notice at exactly every 10th turn, and a turn count equal to
+//! the conversation's messages (nothing lost, reset or applied twice).
+
+mod support;
+
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use silpgate::nlip::{self, Encoding, Limits};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::broker::{self, Daemon, Names, Received};
+
+const PARTITIONS: u16 = 16;
+const CONVERSATIONS: usize = 300;
+/// `[sessions] heartbeat` in the test configuration.
+const HEARTBEAT: u64 = 10;
+const LONG: Duration = Duration::from_secs(300);
+
+/// Instances of one test: their names, store directories and running processes.
+struct Instances {
+    names: Names,
+    dir: PathBuf,
+    running: BTreeMap<String, Daemon>,
+}
+
+impl Instances {
+    fn new(test: &str) -> Instances {
+        Instances { names: Names::new(test), dir: broker::temp_dir(test), running: BTreeMap::new() }
+    }
+
+    fn store(&self, instance: &str) -> PathBuf {
+        self.dir.join(instance).join("store")
+    }
+
+    /// Starts (or restarts, on its store) the instance `name`, and waits until it is ready.
+    fn start(&mut self, name: &str) {
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let amqp = "prefetch = 256\nworkers = 32\n";
+        let config = self.names.config(&self.store(name), amqp, true)
+            + &self.names.cluster_section(PARTITIONS, name, 100);
+        let daemon = Daemon::start(&config, &dir);
+        daemon.wait_ready(Duration::from_secs(30));
+        self.running.insert(name.to_owned(), daemon);
+    }
+
+    fn kill(&mut self, name: &str) {
+        self.running.remove(name).expect("running").kill();
+    }
+
+    fn terminate(&mut self, name: &str) {
+        let (status, _) = self.running.remove(name).expect("running").terminate(Duration::from_secs(40));
+        assert!(status.success(), "{name} exits 0 on SIGTERM: {status}");
+    }
+
+    fn status(&self, name: &str) -> serde_json::Value {
+        let (code, body) = self.running[name].get("/cluster");
+        assert_eq!(code, 200, "GET /cluster: {body}");
+        serde_json::from_str(&body).expect("the cluster status is JSON")
+    }
+
+    /// Waits until every running instance has applied the lock stream to the same offset.
+    async fn wait_lock_followed(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let offsets: BTreeSet<String> =
+                self.running.keys().map(|n| self.status(n)["lock"]["applied_offset"].to_string()).collect();
+            if offsets.len() == 1 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "lock stream offsets differ: {offsets:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn header(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value.as_bytes().to_vec()))
+}
+
+/// Envelopes `range` over the 300 conversations (message `i` belongs to conversation
+/// `i % 300`). Two conversations in three go through silpgate's ingress (the inbound queue);
+/// every third is published straight to the partition exchange with its conversation header.
+fn batch(names: &Names, range: std::ops::Range<usize>) -> Vec<(String, String, Vec<u8>, BasicProperties)> {
+    range
+        .map(|i| {
+            let conversation = i % CONVERSATIONS;
+            let properties = BasicProperties::default()
+                .with_message_id(format!("m-{i}").into())
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2);
+            let body = broker::envelope(i, conversation, None);
+            if conversation % 3 == 0 {
+                let mut headers = FieldTable::default();
+                headers.insert("nlip-conversation".into(), header(&format!("conv-{conversation}")));
+                (names.partition_exchange(), String::new(), body, properties.with_headers(headers))
+            } else {
+                (names.inbound_exchange(), names.inbound(), body, properties)
+            }
+        })
+        .collect()
+}
+
+async fn publish(channel: &lapin::Channel, messages: Vec<(String, String, Vec<u8>, BasicProperties)>) {
+    let mut by_exchange: BTreeMap<String, Vec<(String, Vec<u8>, BasicProperties)>> = BTreeMap::new();
+    for (exchange, key, body, properties) in messages {
+        by_exchange.entry(exchange).or_default().push((key, body, properties));
+    }
+    for (exchange, messages) in by_exchange {
+        broker::publish_all(channel, &exchange, messages).await;
+    }
+}
+
+/// Publishes `range` in chunks of 500, calling `between` after each chunk.
+async fn publish_in_chunks(
+    channel: &lapin::Channel,
+    names: &Names,
+    range: std::ops::Range<usize>,
+    mut between: impl FnMut(usize),
+) {
+    let mut at = range.start;
+    while at < range.end {
+        let end = (at + 500).min(range.end);
+        publish(channel, batch(names, at..end)).await;
+        between(end);
+        at = end;
+    }
+}
+
+/// What reached the downstream queue, per conversation.
+#[derive(Default)]
+struct Delivered {
+    /// Inbound message numbers in arrival order (duplicates included).
+    forwarded: BTreeMap<usize, Vec<usize>>,
+    /// (session id, turn) of every renewal notice.
+    notices: BTreeMap<usize, Vec<(String, u64)>>,
+}
+
+fn conversation_of(message: &nlip::Message) -> usize {
+    let token = message.conversation_token().expect("every envelope carries its conversation");
+    token.strip_prefix("conv-").and_then(|n| n.parse().ok()).expect("conv-<n>")
+}
+
+fn read_delivered(got: &[Received]) -> Delivered {
+    let mut delivered = Delivered::default();
+    for r in got {
+        let encoding = Encoding::from_content_type(r.content_type.as_deref().unwrap_or_default()).unwrap();
+        let message = nlip::decode(&r.body, encoding, &Limits::default()).expect("valid NLIP downstream");
+        let conversation = conversation_of(&message);
+        if message.is_control() {
+            let nlip::Content::Json(content) = &message.content else { panic!("a notice is JSON") };
+            let session = content["session"].as_str().expect("a notice names its session").to_owned();
+            delivered
+                .notices
+                .entry(conversation)
+                .or_default()
+                .push((session, content["turn"].as_u64().unwrap()));
+        } else {
+            let inbound = r.message_id.rsplit_once(':').expect("<inbound id>:<n>").0;
+            let number = inbound.strip_prefix("m-").and_then(|n| n.parse().ok()).expect("m-<i>");
+            delivered.forwarded.entry(conversation).or_default().push(number);
+        }
+    }
+    delivered
+}
+
+/// Reads the downstream queue until every one of `count` messages has arrived.
+async fn collect_all(channel: &lapin::Channel, names: &Names, count: usize) -> Delivered {
+    let mut seen = BTreeSet::new();
+    let got = broker::collect(channel, &names.sink(), LONG, |got| {
+        if let Some(last) = got.last() {
+            let delivered = read_delivered(std::slice::from_ref(last));
+            seen.extend(delivered.forwarded.into_values().flatten());
+        }
+        seen.len() >= count
+    })
+    .await;
+    // A last look for duplicates still on their way.
+    let mut rest = broker::collect(channel, &names.sink(), Duration::from_secs(2), |_| false).await;
+    let mut all = got;
+    all.append(&mut rest);
+    read_delivered(&all)
+}
+
+/// Every message arrived, in order per conversation; one session per conversation, renewed
+/// exactly after every 10th turn.
+fn assert_delivered(delivered: &Delivered, count: usize) {
+    let mut distinct = 0;
+    for conversation in 0..CONVERSATIONS.min(count) {
+        let expected: Vec<usize> = (conversation..count).step_by(CONVERSATIONS).collect();
+        let arrived = delivered.forwarded.get(&conversation).cloned().unwrap_or_default();
+        let mut first_seen = Vec::new();
+        for n in arrived {
+            if !first_seen.contains(&n) {
+                first_seen.push(n);
+            }
+        }
+        assert_eq!(first_seen, expected, "conv-{conversation}: every message, in order");
+        distinct += first_seen.len();
+
+        let notices = delivered.notices.get(&conversation).cloned().unwrap_or_default();
+        let sessions: BTreeSet<&String> = notices.iter().map(|(s, _)| s).collect();
+        assert!(sessions.len() <= 1, "conv-{conversation} keeps one session id: {sessions:?}");
+        let turns: BTreeSet<u64> = notices.iter().map(|&(_, t)| t).collect();
+        let due: BTreeSet<u64> =
+            (1..=expected.len() as u64).filter(|t| *t > HEARTBEAT && (t - 1) % HEARTBEAT == 0).collect();
+        assert_eq!(turns, due, "conv-{conversation}: a renewal notice after exactly every {HEARTBEAT} turns");
+    }
+    assert_eq!(distinct, count);
+}
+
+/// Turns per conversation: the highest count any instance's store holds (a partition's last
+/// owner holds its latest state; an earlier owner's copy can only be behind).
+fn assert_turns(stores: &[PathBuf], count: usize) {
+    let mut turns: HashMap<String, u64> = HashMap::new();
+    for store in stores {
+        for (token, t) in broker::session_turns(store) {
+            let entry = turns.entry(token).or_default();
+            *entry = (*entry).max(t);
+        }
+    }
+    for conversation in 0..CONVERSATIONS.min(count) {
+        let expected = (conversation..count).step_by(CONVERSATIONS).count() as u64;
+        assert_eq!(
+            turns.get(&format!("conv-{conversation}")),
+            Some(&expected),
+            "turns of conv-{conversation}"
+        );
+    }
+}
+
+fn lock_export(store: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["lock", "export", "--store"])
+        .arg(store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "lock export: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn lock_verifies(store: &Path) -> bool {
+    Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["lock", "verify", "--store"])
+        .arg(store)
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_share_16_partitions_and_deliver_10000_envelopes_in_order() {
+    let mut cluster = Instances::new("cluster-three");
+    let (_connection, channel) = broker::channel().await;
+    for name in ["a", "b", "c"] {
+        cluster.start(name);
+    }
+    let count = 10_000;
+    publish_in_chunks(&channel, &cluster.names, 0..count, |_| {}).await;
+    let delivered = collect_all(&channel, &cluster.names, count).await;
+    assert_delivered(&delivered, count);
+
+    // The partitions are shared: each owned by exactly one instance, and no instance idle.
+    let statuses: Vec<serde_json::Value> = ["a", "b", "c"].iter().map(|n| cluster.status(n)).collect();
+    let mut owners: BTreeMap<u64, usize> = BTreeMap::new();
+    for status in &statuses {
+        for p in status["owned"].as_array().unwrap() {
+            *owners.entry(p.as_u64().unwrap()).or_default() += 1;
+        }
+    }
+    assert!(owners.values().all(|&n| n == 1), "no partition has two owners: {owners:?}");
+    for (name, status) in ["a", "b", "c"].iter().zip(&statuses) {
+        assert!(!status["owned"].as_array().unwrap().is_empty(), "{name} serves partitions: {status}");
+    }
+
+    // One compile.lock for the cluster: every instance's chain is the same, and verifies.
+    cluster.wait_lock_followed().await;
+    for name in ["a", "b", "c"] {
+        cluster.terminate(name);
+    }
+    let stores: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| cluster.store(n)).collect();
+    assert_turns(&stores, count);
+    let exports: Vec<String> = stores.iter().map(|s| lock_export(s)).collect();
+    assert!(exports[0].lines().count() > 1, "the chain holds records");
+    assert!(exports.iter().all(|e| *e == exports[0]), "every instance exports the same compile.lock");
+    assert!(stores.iter().all(|s| lock_verifies(s)), "every chain verifies");
+    cluster.names.clean_up(&channel, PARTITIONS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state() {
+    let mut cluster = Instances::new("cluster-kill");
+    let (_connection, channel) = broker::channel().await;
+    for name in ["a", "b", "c"] {
+        cluster.start(name);
+    }
+    let names = cluster.names.clone();
+    // SIGKILL one instance mid-stream, then a second one.
+    publish_in_chunks(&channel, &names, 0..3000, |published| match published {
+        1000 => cluster.kill("b"),
+        2000 => cluster.kill("c"),
+        _ => {}
+    })
+    .await;
+    // A fresh instance with an empty store joins; the survivor hands it half the partitions,
+    // which it rebuilds from their changelogs.
+    cluster.start("d");
+    publish_in_chunks(&channel, &names, 3000..6000, |_| {}).await;
+    let count = 6000;
+    let delivered = collect_all(&channel, &names, count).await;
+    assert_delivered(&delivered, count);
+
+    let fresh = cluster.status("d");
+    let rebuilt: u64 = fresh["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["owned"] == true)
+        .map(|p| p["replayed_entries"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(rebuilt > 0, "the fresh instance rebuilt its partitions from the changelogs: {fresh}");
+
+    cluster.wait_lock_followed().await;
+    for name in ["a", "d"] {
+        cluster.terminate(name);
+    }
+    let stores: Vec<PathBuf> = ["a", "b", "c", "d"].iter().map(|n| cluster.store(n)).collect();
+    assert_turns(&stores, count);
+    let (a, d) = (lock_export(&stores[0]), lock_export(&stores[3]));
+    assert_eq!(a, d, "the fresh instance holds the same compile.lock, from the lock stream");
+    assert!(lock_verifies(&stores[3]));
+    names.clean_up(&channel, PARTITIONS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_nothing() {
+    let mut cluster = Instances::new("cluster-rolling");
+    let (_connection, channel) = broker::channel().await;
+    for name in ["a", "b", "c"] {
+        cluster.start(name);
+    }
+    let names = cluster.names.clone();
+    publish_in_chunks(&channel, &names, 0..6000, |published| {
+        let name = match published {
+            1000 => "a",
+            2500 => "b",
+            4000 => "c",
+            _ => return,
+        };
+        cluster.terminate(name);
+        cluster.start(name);
+    })
+    .await;
+    let count = 6000;
+    let delivered = collect_all(&channel, &names, count).await;
+    assert_delivered(&delivered, count);
+    for name in ["a", "b", "c"] {
+        cluster.terminate(name);
+    }
+    let stores: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| cluster.store(n)).collect();
+    assert_turns(&stores, count);
+    names.clean_up(&channel, PARTITIONS).await;
+}
