@@ -24,60 +24,39 @@ fn every_configuration_file_loads_and_validates() {
 }
 
 #[test]
-fn the_rabbitmq_definitions_hold_the_topology_silpgate_declares() {
-    let config = Config::load(&root("config/silpgate.toml")).unwrap();
-    let topology = Topology::from_config(config.amqp.as_ref().expect("[amqp]"), &config.agents);
+fn the_rabbitmq_definitions_hold_the_topology_a_cluster_node_declares() {
+    let config = Config::load(&root("config/cluster-node.toml")).unwrap();
+    let topology =
+        Topology::from_config(config.amqp.as_ref().expect("[amqp]"), config.cluster.as_ref(), &config.agents);
+    let declared = topology.definitions();
     let text = std::fs::read_to_string(root("deploy/rabbitmq/definitions.json")).unwrap();
     let defs: Value = serde_json::from_str(&text).expect("definitions.json is JSON");
-
-    let exchanges: BTreeSet<(String, String)> = defs["exchanges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            assert_eq!(x["durable"], true, "{x}");
-            (x["name"].as_str().unwrap().to_owned(), x["type"].as_str().unwrap().to_owned())
-        })
-        .collect();
-    let expected: BTreeSet<_> =
-        topology.exchanges.iter().map(|(n, k)| (n.clone(), (*k).to_owned())).collect();
-    assert_eq!(exchanges, expected);
-
-    let queues: BTreeSet<(String, Option<String>, Option<u64>)> = defs["queues"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|q| {
-            let args = &q["arguments"];
-            assert_eq!(args["x-queue-type"], "quorum", "{q}");
-            assert_eq!(q["durable"], true, "{q}");
-            (
-                q["name"].as_str().unwrap().to_owned(),
-                args["x-dead-letter-exchange"].as_str().map(str::to_owned),
-                args["x-delivery-limit"].as_u64(),
-            )
-        })
-        .collect();
-    let expected: BTreeSet<_> = topology
-        .queues
-        .iter()
-        .map(|q| (q.name.clone(), q.dead_letter_exchange.clone(), q.delivery_limit.map(u64::from)))
-        .collect();
-    assert_eq!(queues, expected);
-
-    let bindings: BTreeSet<(String, String, String)> = defs["bindings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            (
-                b["destination"].as_str().unwrap().to_owned(),
-                b["source"].as_str().unwrap().to_owned(),
-                b["routing_key"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    assert_eq!(bindings, topology.bindings.iter().cloned().collect());
+    for kind in ["exchanges", "queues", "bindings"] {
+        let set = |v: &Value| -> BTreeSet<String> {
+            v[kind]
+                .as_array()
+                .unwrap_or_else(|| panic!("{kind} is a list"))
+                .iter()
+                .map(Value::to_string)
+                .collect()
+        };
+        assert_eq!(set(&defs), set(&declared), "{kind} in deploy/rabbitmq/definitions.json");
+    }
+    // The cluster's pieces are all there: P partition queues with single active consumer, a
+    // changelog stream each, the lock stream, and the consistent-hash exchange.
+    let queues = defs["queues"].as_array().unwrap();
+    let with = |key: &str, value: Value| queues.iter().filter(|q| q["arguments"][key] == value).count();
+    let cluster = config.cluster.as_ref().expect("[cluster]");
+    let partitions = usize::from(cluster.partitions);
+    assert_eq!(
+        with("x-single-active-consumer", Value::Bool(true)),
+        partitions + config.amqp.as_ref().unwrap().inbound.len()
+    );
+    assert_eq!(with("x-queue-type", Value::from("stream")), partitions + 1);
+    assert!(defs["exchanges"].as_array().unwrap().iter().any(|x| x["type"] == "x-consistent-hash"));
+    // The plugin the exchange needs is enabled.
+    let plugins = std::fs::read_to_string(root("deploy/rabbitmq/enabled_plugins")).unwrap();
+    assert!(plugins.contains("rabbitmq_consistent_hash_exchange"), "{plugins}");
 }
 
 #[test]

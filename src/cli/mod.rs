@@ -64,6 +64,9 @@ pub use store::key_from_env as lock_key;
 enum ConfigCommand {
     /// Parse and check FILE: exit 0 when valid, else exit 1 with the error, its line and column.
     Check { file: std::path::PathBuf },
+    /// Print the RabbitMQ definitions (exchanges, queues, bindings) FILE makes silpgate
+    /// declare, for operators who pre-declare (`load_definitions`).
+    Definitions { file: std::path::PathBuf },
 }
 
 /// Exit status for an invalid input.
@@ -131,6 +134,27 @@ pub fn run(cli: Cli) -> ExitCode {
                 println!("ok: {} is a valid configuration", file.display());
                 ExitCode::SUCCESS
             }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        },
+        Command::Config(ConfigCommand::Definitions { file }) => match crate::config::Config::load(&file) {
+            Ok(config) => match &config.amqp {
+                Some(amqp) => {
+                    let topology = crate::transport::amqp::topology::Topology::from_config(
+                        amqp,
+                        config.cluster.as_ref(),
+                        &config.agents,
+                    );
+                    println!("{:#}", topology.definitions());
+                    ExitCode::SUCCESS
+                }
+                None => {
+                    eprintln!("error: {} has no [amqp] section: silpgate declares nothing", file.display());
+                    ExitCode::from(EXIT_INVALID)
+                }
+            },
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::from(EXIT_INVALID)

@@ -201,7 +201,6 @@ impl Amqp {
         // Hands a delivery to the worker of its conversation.
         let dispatch = async |senders: &[mpsc::Sender<Job>], parked: Parked, partition| {
             let Parked { queue, envelope, delivery } = parked;
-            tracing::debug!(pid = std::process::id(), queue = %queue, message_id = ?envelope.message_id, redelivered = delivery.redelivered, "DISPATCH");
             let span = worker::delivery_span(&queue, &envelope, &delivery, &broker);
             let decoded = tracing::info_span!(parent: &span, "nlip decode")
                 .in_scope(|| pipeline.decode(&delivery.data, &envelope));

@@ -5,8 +5,8 @@
 //! can be given newer messages before such an older one. Returned messages are delivered
 //! ahead of the rest, and marked redelivered. So the new owner, once its replay is done and
 //! the previous owner's messages have had [`STRAY_GRACE`] to return, puts back what it was
-//! given meanwhile (in order: a partition's window is small enough that RabbitMQ requeues it
-//! in delivery order), and collects until all of it has come again: the redelivered ones
+//! given meanwhile (with one nack for all, which RabbitMQ requeues in delivery order), and
+//! collects until all of it has come again: the redelivered ones
 //! (returned, then its own) come first, in arrival order, then anything delivered fresh.
 
 use super::ClusterError;
@@ -64,9 +64,13 @@ impl Handover {
         let Handover::Parking(held) = self else { return Ok(None) };
         let held = std::mem::take(held);
         let mut awaited: HashMap<String, usize> = HashMap::new();
-        for parked in held {
-            *awaited.entry(identity(&parked)).or_default() += 1;
-            parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
+        for parked in &held {
+            *awaited.entry(identity(parked)).or_default() += 1;
+        }
+        // One nack for them all (the partition's channel holds nothing else unacknowledged):
+        // nacked one by one, RabbitMQ may requeue them in another order.
+        if let Some(last) = held.last() {
+            last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
         }
         *self =
             Handover::Settling { since: Instant::now(), awaited, returned: Vec::new(), fresh: Vec::new() };

@@ -184,7 +184,6 @@ impl Forwarding {
         let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
         let decoded = self.pipeline.decode(&delivery.data, &envelope);
         let key = partition_key(&decoded, &envelope, &delivery.data);
-        tracing::debug!(message_id = ?envelope.message_id, "FORWARD");
         let publication = Publication {
             exchange: &self.exchange,
             routing_key: "",
