@@ -95,7 +95,7 @@ fn batch(names: &Names, range: std::ops::Range<usize>) -> Vec<(String, String, V
                 .with_content_type("application/json".into())
                 .with_delivery_mode(2);
             let body = broker::envelope(i, conversation, None);
-            if conversation % 3 == 0 {
+            if conversation.is_multiple_of(3) {
                 let mut headers = FieldTable::default();
                 headers.insert("nlip-conversation".into(), header(&format!("conv-{conversation}")));
                 (names.partition_exchange(), String::new(), body, properties.with_headers(headers))
@@ -208,7 +208,7 @@ fn assert_delivered(delivered: &Delivered, count: usize) {
         assert!(sessions.len() <= 1, "conv-{conversation} keeps one session id: {sessions:?}");
         let turns: BTreeSet<u64> = notices.iter().map(|&(_, t)| t).collect();
         let due: BTreeSet<u64> =
-            (1..=expected.len() as u64).filter(|t| *t > HEARTBEAT && (t - 1) % HEARTBEAT == 0).collect();
+            (1..=expected.len() as u64).filter(|t| *t > HEARTBEAT && (t - 1).is_multiple_of(HEARTBEAT)).collect();
         assert_eq!(turns, due, "conv-{conversation}: a renewal notice after exactly every {HEARTBEAT} turns");
     }
     assert_eq!(distinct, count);

@@ -31,6 +31,8 @@ if ! rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1; then
   done
 fi
 rabbitmqctl -q await_startup --timeout 10 || { echo "tests/run.sh: RabbitMQ did not start" >&2; exit 1; }
+# Cluster mode's partitions sit behind a consistent-hash exchange (a plugin shipped with RabbitMQ).
+rabbitmq-plugins enable -q rabbitmq_consistent_hash_exchange >/dev/null
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
