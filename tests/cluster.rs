@@ -207,8 +207,9 @@ fn assert_delivered(delivered: &Delivered, count: usize) {
         let sessions: BTreeSet<&String> = notices.iter().map(|(s, _)| s).collect();
         assert!(sessions.len() <= 1, "conv-{conversation} keeps one session id: {sessions:?}");
         let turns: BTreeSet<u64> = notices.iter().map(|&(_, t)| t).collect();
-        let due: BTreeSet<u64> =
-            (1..=expected.len() as u64).filter(|t| *t > HEARTBEAT && (t - 1).is_multiple_of(HEARTBEAT)).collect();
+        let due: BTreeSet<u64> = (1..=expected.len() as u64)
+            .filter(|t| *t > HEARTBEAT && (t - 1).is_multiple_of(HEARTBEAT))
+            .collect();
         assert_eq!(turns, due, "conv-{conversation}: a renewal notice after exactly every {HEARTBEAT} turns");
     }
     assert_eq!(distinct, count);
