@@ -280,22 +280,21 @@ impl Pipeline {
                     Some((cluster, partition)) => {
                         let conversation = job.decoded.as_ref().ok().and_then(Message::conversation_token);
                         let message_id = job.envelope.message_id.as_deref();
-                        cluster
-                            .entries(partition, conversation, message_id, &outcome.frozen)
-                            .map_err(GatewayError::Store)?
+                        let entries = cluster.entries(partition, conversation, message_id, &outcome.frozen);
+                        Some(entries.map_err(GatewayError::Store)?)
                     }
-                    None => Vec::new(),
+                    None => None,
                 };
-                let changes = (entries.len() - outcome.frozen.len().min(entries.len())) as u64;
-                self.publish(job, &base_id, outcome.outbound, entries).await?;
+                let (changes, proposals) = entries.as_ref().map_or((0, 0), |e| (e.changes, e.proposals));
+                let appends = entries.map(|e| e.publications).unwrap_or_default();
+                self.publish(job, &base_id, outcome.outbound, appends).await?;
                 if let Some(id) = &job.envelope.message_id {
                     self.marks.published(id.clone());
                 }
-                if let Some((cluster, partition)) = cluster {
-                    let proposals = outcome.frozen.len() as u64;
-                    if let Err(e) = cluster.appended(&self.publisher, partition, changes, proposals).await {
-                        warn!(partition = partition.index, error = %e, "Snapshot not appended; the next change tries again.");
-                    }
+                if let Some((cluster, partition)) = cluster
+                    && let Err(e) = cluster.appended(&self.publisher, partition, changes, proposals).await
+                {
+                    warn!(partition = partition.index, error = %e, "Snapshot not appended; the next change tries again.");
                 }
                 Ok(())
             }

@@ -52,6 +52,14 @@ impl ClusterError {
     }
 }
 
+/// What a handled message appends to the streams.
+pub struct Entries<'a> {
+    pub publications: Vec<Publication<'a>>,
+    /// Changelog entries among them (0 or 1), and lock proposals.
+    pub changes: u64,
+    pub proposals: u64,
+}
+
 /// One partition as this instance sees it.
 #[derive(Debug, Default)]
 struct PartitionState {
@@ -108,11 +116,6 @@ impl Cluster {
     /// The changelog stream of `partition`.
     pub fn changelog(&self, partition: Partition) -> &str {
         &self.changelogs[usize::from(partition.index)]
-    }
-
-    /// The partition queues, in partition order.
-    pub fn partition_queues(&self) -> Vec<String> {
-        (0..self.config.partitions).map(|i| self.config.partition_queue(i)).collect()
     }
 
     /// The partition a queue is, if it is one.
@@ -227,7 +230,7 @@ impl Cluster {
         conversation: Option<&str>,
         message_id: Option<&str>,
         frozen: &[Freeze],
-    ) -> Result<Vec<Publication<'_>>, StoreError> {
+    ) -> Result<Entries<'_>, StoreError> {
         let mut entries = Vec::with_capacity(1 + frozen.len());
         let session = conversation.map(|token| self.store.session_by_token(token)).transpose()?.flatten();
         if let Some(session) = session {
@@ -238,6 +241,7 @@ impl Cluster {
             let change = PartitionChange::Session { session, message };
             entries.push(self.changelog_entry(partition, &changelog::Entry::Change(change)));
         }
+        let changes = entries.len() as u64;
         let now = crate::store::time::now_millis();
         for freeze in frozen {
             entries.push(Publication {
@@ -247,7 +251,7 @@ impl Cluster {
                 properties: properties::stream_properties(),
             });
         }
-        Ok(entries)
+        Ok(Entries { publications: entries, changes, proposals: frozen.len() as u64 })
     }
 
     fn changelog_entry(&self, partition: Partition, entry: &changelog::Entry) -> Publication<'_> {
