@@ -21,6 +21,10 @@ const CONVERSATIONS: usize = 300;
 const HEARTBEAT: u64 = 10;
 const LONG: Duration = Duration::from_secs(300);
 
+/// The tests share one broker on two cores: three instances each are load enough; one test at a
+/// time keeps their timing honest.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Instances of one test: their names, store directories and running processes.
 struct Instances {
     names: Names,
@@ -256,6 +260,7 @@ fn lock_verifies(store: &Path) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_share_16_partitions_and_deliver_10000_envelopes_in_order() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = Instances::new("cluster-three");
     let (_connection, channel) = broker::channel().await;
     for name in ["a", "b", "c"] {
@@ -295,6 +300,7 @@ async fn three_instances_share_16_partitions_and_deliver_10000_envelopes_in_orde
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = Instances::new("cluster-kill");
     let (_connection, channel) = broker::channel().await;
     for name in ["a", "b", "c"] {
@@ -340,6 +346,7 @@ async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_under_load_loses_nothing() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = Instances::new("cluster-rolling");
     let (_connection, channel) = broker::channel().await;
     for name in ["a", "b", "c"] {

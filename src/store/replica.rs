@@ -173,3 +173,86 @@ impl SledStore {
         Ok(fresh)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::store::Store;
+
+    fn store(name: &str) -> SledStore {
+        let dir = std::env::temp_dir().join(format!("silpgate-replica-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        SledStore::open(&dir, None).unwrap()
+    }
+
+    fn session(id: &str, token: &str, turns: u64) -> SessionRecord {
+        SessionRecord {
+            id: id.into(),
+            token: token.into(),
+            turns,
+            heartbeat: 10,
+            last_activity: 1,
+            renewal_due: false,
+            expired: false,
+        }
+    }
+
+    const P0: Partition = Partition { index: 0, count: 2 };
+
+    #[test]
+    fn a_change_replaces_whatever_the_replica_held_for_the_token_or_the_id() {
+        let store = store("change");
+        // "aa" is position 0 (partition 0 of 2); a stale local holder of it gives way.
+        let stale = PartitionChange::Session { session: session("aa", "old", 3), message: None };
+        store.apply_change(P0, &stale, Some(0), 1).unwrap();
+        let pending = LedgerState::Pending { turn: None };
+        let change = PartitionChange::Session {
+            session: session("aa", "new", 7),
+            message: Some(("m-1".into(), pending.clone())),
+        };
+        store.apply_change(P0, &change, Some(1), 1).unwrap();
+        assert_eq!(store.session_by_token("old").unwrap(), None);
+        assert_eq!(store.session_by_token("new").unwrap().unwrap().turns, 7);
+        assert_eq!(store.ledger("m-1").unwrap(), Some(pending));
+        assert_eq!(store.partition_offset(0).unwrap(), Some(1));
+        // Applying the same entry again changes nothing.
+        store.apply_change(P0, &change, Some(1), 1).unwrap();
+        assert_eq!(store.sessions().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_resets_its_partition_and_leaves_the_others_alone() {
+        let store = store("snapshot");
+        let p1 = Partition { index: 1, count: 2 };
+        for (id, token) in [("aa", "t0"), ("ac", "t2")] {
+            let change = PartitionChange::Session { session: session(id, token, 1), message: None };
+            store.apply_change(P0, &change, None, 1).unwrap();
+        }
+        let other = PartitionChange::Session { session: session("ab", "t1", 1), message: None };
+        store.apply_change(p1, &other, None, 1).unwrap();
+        let snapshot = PartitionChange::Snapshot { sessions: vec![session("ac", "t2", 5)] };
+        store.apply_change(P0, &snapshot, Some(9), 1).unwrap();
+        assert_eq!(store.session_by_token("t0").unwrap(), None, "not in the snapshot: gone");
+        assert_eq!(store.session_by_token("t2").unwrap().unwrap().turns, 5);
+        assert!(store.session_by_token("t1").unwrap().is_some(), "partition 1 untouched");
+        assert_eq!(store.partition_sessions(P0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_first_proposal_of_an_entry_becomes_the_record_and_the_chain_verifies() {
+        let store = store("lock");
+        store.follow_cluster_lock();
+        let proposal = |output: &str, by: &str| LockProposal {
+            ir_hash: "sha256:00".into(),
+            frontend: "code".into(),
+            output: output.into(),
+            at: 1_700_000_000_000,
+            by: by.into(),
+        };
+        assert!(store.follow_lock(0, &proposal("first", "a")).unwrap());
+        assert!(!store.follow_lock(1, &proposal("second", "b")).unwrap());
+        assert_eq!(store.frozen("sha256:00", Frontend::Code).unwrap().as_deref(), Some("first"));
+        assert_eq!(store.lock_offset().unwrap(), Some(1));
+        assert_eq!(store.verify_lock().unwrap(), 1);
+    }
+}

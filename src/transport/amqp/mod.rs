@@ -11,8 +11,9 @@
 //! connection; the broker requeues whatever was not acknowledged.
 //!
 //! In cluster mode ([`cluster`]) the inbound queues are only forwarded to the partitions, the
-//! partition queues are what the workers handle, and a partition's first delivery on a
-//! connection waits until its changelog is replayed.
+//! partition queues are what the workers handle, a partition's first delivery on a connection
+//! waits until its changelog is replayed, and on SIGTERM the instance hands its partitions on
+//! before it closes.
 
 pub mod backoff;
 pub mod cluster;
@@ -272,7 +273,7 @@ impl Amqp {
                         Err(e) => break Ended::Lost(e.to_string()),
                     }
                 }
-                // A leaving cluster instance cancels every consumer, then finishes on the ticks.
+                // A leaving cluster instance's consumers end one by one; it finishes on the ticks.
                 next = deliveries.next(), if !deliveries.is_empty() || leaving.is_none() => match next {
                     Some((queue, Some(Ok(delivery)))) => {
                         let metrics = crate::metrics::get();
@@ -307,8 +308,8 @@ impl Amqp {
         };
 
         // Stop intake first; deliveries prefetched but not yet handed out are requeued when the
-        // connection closes. A cluster keeps its consumers until then: cancelling would hand
-        // its partitions on while their last messages are still being handled here.
+        // connection closes. A cluster instance has handed its partitions on already (or ran
+        // out of time doing so); its waiting consumers go with the connection.
         if matches!(ended, Ended::Shutdown) && self.cluster.is_none() {
             for tag in &tags {
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;

@@ -229,3 +229,48 @@ pub fn offset_argument(applied: Option<u64>) -> AMQPValue {
         None => AMQPValue::LongString(LongString::from(b"first".to_vec())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(nonce: &str) -> Marker {
+        Marker { owner: "x".into(), nonce: nonce.into() }
+    }
+
+    fn fence(claim: &str) -> Fence {
+        Fence {
+            claim: claim.into(),
+            handing_over: None,
+            waiting_until: None,
+            handover_wait: Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn a_replay_ends_at_its_own_claim_when_no_hand_over_is_in_progress() {
+        let mut f = fence("mine");
+        assert!(!f.read(&Entry::Claim(marker("theirs"))));
+        assert!(!f.read(&Entry::Releasing(marker("r1"))));
+        assert!(!f.read(&Entry::Released(marker("r1"))));
+        assert!(f.read(&Entry::Claim(marker("mine"))));
+    }
+
+    #[test]
+    fn a_replay_reads_past_its_claim_until_the_hand_over_in_progress_is_released() {
+        let mut f = fence("mine");
+        assert!(!f.read(&Entry::Releasing(marker("r1"))));
+        assert!(!f.read(&Entry::Claim(marker("mine"))), "the previous owner is still finishing");
+        assert!(f.waiting_until.is_some());
+        assert!(!f.read(&Entry::Released(marker("other"))));
+        assert!(f.read(&Entry::Released(marker("r1"))));
+    }
+
+    #[test]
+    fn a_later_claim_settles_an_earlier_hand_over() {
+        let mut f = fence("mine");
+        f.read(&Entry::Releasing(marker("r1")));
+        f.read(&Entry::Claim(marker("theirs")));
+        assert!(f.read(&Entry::Claim(marker("mine"))));
+    }
+}

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 /// How long a previous owner's messages may take to return to the queue after it let go.
-pub const STRAY_GRACE: Duration = Duration::from_millis(300);
+pub const STRAY_GRACE: Duration = Duration::from_millis(500);
 /// How long settling waits for what it put back (one may have been dead-lettered by the
 /// broker's delivery limit meanwhile) before it serves anyway.
 const SETTLE_LIMIT: Duration = Duration::from_secs(10);

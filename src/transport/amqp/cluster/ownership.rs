@@ -49,7 +49,7 @@ pub type Deliveries = SelectAll<BoxStream<'static, Tagged>>;
 /// consumer's messages in delivery order; small windows keep what goes back small.
 const PARTITION_PREFETCH: u16 = 32;
 /// No delivery for this long while quiescing: the broker has nothing on its way here.
-pub const QUIET: std::time::Duration = std::time::Duration::from_millis(200);
+pub const QUIET: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Subscribes to `queue` on `channel`; the stream ends with one `None`.
 ///
