@@ -5,9 +5,10 @@
 //! can be given newer messages before such an older one. Returned messages are delivered
 //! ahead of the rest, and marked redelivered. So the new owner, once its replay is done and
 //! the previous owner's messages have had [`STRAY_GRACE`] to return, puts back what it was
-//! given meanwhile (with one nack for all, which RabbitMQ requeues in delivery order), and
-//! collects until all of it has come again: the redelivered ones
-//! (returned, then its own) come first, in arrival order, then anything delivered fresh.
+//! given meanwhile, and collects until all of it has come again. Then it handles the previous
+//! owner's returned messages first (redelivered but not its own: older than anything it was
+//! given), then its own in the order they first came (RabbitMQ may requeue them in another),
+//! then anything delivered fresh meanwhile.
 
 use super::ClusterError;
 use super::connection::Parked;
@@ -29,7 +30,21 @@ pub enum Handover {
     /// Replaying; the deliveries wait.
     Parking(Vec<Parked>),
     /// Put back; waiting for them to come again.
-    Settling { since: Instant, awaited: HashMap<String, usize>, returned: Vec<Parked>, fresh: Vec<Parked> },
+    Settling(Settling),
+}
+
+/// Deliveries put back, and what has come since.
+pub struct Settling {
+    since: Instant,
+    /// Where each put-back delivery stood, by identity (a message may come twice).
+    positions: HashMap<String, Vec<usize>>,
+    /// The put-back deliveries as they come again, in their original order.
+    ours: Vec<Option<Parked>>,
+    missing: usize,
+    /// Redelivered messages that were not ours: the previous owner's, older than all of ours.
+    strays: Vec<Parked>,
+    /// Delivered for the first time meanwhile: newer than all of the above.
+    fresh: Vec<Parked>,
 }
 
 impl Handover {
@@ -38,59 +53,73 @@ impl Handover {
     pub fn receive(&mut self, parked: Parked) -> Option<Vec<Parked>> {
         match self {
             Handover::Parking(held) => held.push(parked),
-            Handover::Settling { awaited, returned, fresh, .. } => {
-                if parked.delivery.redelivered {
-                    let id = identity(&parked);
-                    if let Some(count) = awaited.get_mut(&id) {
-                        *count -= 1;
-                        if *count == 0 {
-                            awaited.remove(&id);
-                        }
-                    }
-                    returned.push(parked);
-                } else {
-                    fresh.push(parked);
-                }
-            }
+            Handover::Settling(settling) => settling.receive(parked),
         }
         self.settled()
     }
 
-    /// The replay is done: puts the parked deliveries back, in order.
+    /// The replay is done: puts the parked deliveries back.
     ///
     /// # Errors
     /// The channel failed.
     pub async fn requeue(&mut self) -> Result<Option<Vec<Parked>>, ClusterError> {
         let Handover::Parking(held) = self else { return Ok(None) };
         let held = std::mem::take(held);
-        let mut awaited: HashMap<String, usize> = HashMap::new();
-        for parked in &held {
-            *awaited.entry(identity(parked)).or_default() += 1;
+        let mut positions: HashMap<String, Vec<usize>> = HashMap::new();
+        for (position, parked) in held.iter().enumerate() {
+            positions.entry(identity(parked)).or_default().push(position);
         }
-        // One nack for them all (the partition's channel holds nothing else unacknowledged):
-        // nacked one by one, RabbitMQ may requeue them in another order.
-        if let Some(last) = held.last() {
-            last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
+        let missing = held.len();
+        for parked in held {
+            parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
         }
-        *self =
-            Handover::Settling { since: Instant::now(), awaited, returned: Vec::new(), fresh: Vec::new() };
+        *self = Handover::Settling(Settling {
+            since: Instant::now(),
+            positions,
+            ours: std::iter::repeat_with(|| None).take(missing).collect(),
+            missing,
+            strays: Vec::new(),
+            fresh: Vec::new(),
+        });
         Ok(self.settled())
     }
 
     /// `Some` with the deliveries to handle once everything put back has come again (or it has
-    /// waited too long).
+    /// waited too long): the previous owner's first, then ours in their original order, then
+    /// the fresh ones.
     pub fn settled(&mut self) -> Option<Vec<Parked>> {
-        let Handover::Settling { since, awaited, returned, fresh } = self else { return None };
-        let overdue = since.elapsed() >= SETTLE_LIMIT;
-        if !awaited.is_empty() && !overdue {
+        let Handover::Settling(settling) = self else { return None };
+        let overdue = settling.since.elapsed() >= SETTLE_LIMIT;
+        if settling.missing > 0 && !overdue {
             return None;
         }
         if overdue {
-            warn!(missing = awaited.len(), "Requeued deliveries did not all come back; serving anyway.");
+            warn!(missing = settling.missing, "Requeued deliveries did not all come back; serving anyway.");
         }
-        let mut ready = std::mem::take(returned);
-        ready.append(fresh);
+        let mut ready = std::mem::take(&mut settling.strays);
+        ready.extend(settling.ours.drain(..).flatten());
+        ready.append(&mut settling.fresh);
         Some(ready)
+    }
+}
+
+impl Settling {
+    fn receive(&mut self, parked: Parked) {
+        if !parked.delivery.redelivered {
+            self.fresh.push(parked);
+            return;
+        }
+        let slot = self
+            .positions
+            .get(&identity(&parked))
+            .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
+        match slot {
+            Some(position) => {
+                self.ours[position] = Some(parked);
+                self.missing -= 1;
+            }
+            None => self.strays.push(parked),
+        }
     }
 }
 
