@@ -23,7 +23,7 @@ use tracing::warn;
 pub const STRAY_GRACE: Duration = Duration::from_millis(500);
 /// How long settling waits for what it put back (one may have been dead-lettered by the
 /// broker's delivery limit meanwhile) before it serves anyway.
-const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A partition being taken over by this instance.
 pub enum Handover {
@@ -70,8 +70,9 @@ impl Handover {
             positions.entry(identity(parked)).or_default().push(position);
         }
         let missing = held.len();
-        for parked in held {
-            parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
+        // One nack for them all (the partition's channel holds nothing else unacknowledged).
+        if let Some(last) = held.last() {
+            last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
         }
         *self = Handover::Settling(Settling {
             since: Instant::now(),
