@@ -72,7 +72,7 @@ impl Running {
         match self {
             Running::Bare(task, connection) => {
                 task.abort();
-                let _ = connection.close(200, "done".into()).await;
+                close(&connection, "done").await;
             }
             Running::Silpgate(mut child) => {
                 let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
@@ -144,7 +144,7 @@ impl Relay {
                         channel.queue_declare(self.input().into(), passive, FieldTable::default()).await
                         && q.consumer_count() > 0
                     {
-                        let _ = connection.close(200, "ready".into()).await;
+                        close(&connection, "ready").await;
                         return Running::Silpgate(child);
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -168,8 +168,8 @@ impl Relay {
         let running = self.start().await;
         let (first, last) = counted.await.unwrap();
         running.stop().await;
-        let _ = counter.close(200, "done".into()).await;
-        let _ = connection.close(200, "done".into()).await;
+        close(&counter, "done").await;
+        close(&connection, "done").await;
         (n - 1) as f64 / (last - first).as_secs_f64()
     }
 
@@ -197,8 +197,8 @@ impl Relay {
         }
         let arrived = arrivals.await.unwrap();
         running.stop().await;
-        let _ = receiver.close(200, "done".into()).await;
-        let _ = connection.close(200, "done".into()).await;
+        close(&receiver, "done").await;
+        close(&connection, "done").await;
         let mut ms: Vec<f64> = arrived
             .into_iter()
             .map(|(i, at)| at.duration_since(*sent[i].get().unwrap()).as_secs_f64() * 1000.0)
@@ -221,7 +221,7 @@ impl Relay {
             let _ = channel.queue_delete(q.into(), QueueDeleteOptions::default()).await;
         }
         let _ = std::fs::remove_dir_all(self.store());
-        let _ = connection.close(200, "done".into()).await;
+        close(&connection, "done").await;
     }
 }
 
@@ -234,6 +234,12 @@ impl Latencies {
         }
         self.0[((self.0.len() - 1) as f64 * q).round() as usize]
     }
+}
+
+/// Closes a connection, without waiting forever: lapin's close was seen to hang once the
+/// relay task holding a consumer had been aborted.
+async fn close(connection: &Connection, why: &str) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), connection.close(200, why.into())).await;
 }
 
 async fn connect() -> Connection {

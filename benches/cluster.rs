@@ -186,7 +186,7 @@ impl Cluster {
                 arrived.entry(i).or_insert(at);
             }
         }
-        let _ = channel.close(200, "counted".into()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), channel.close(200, "counted".into())).await;
         arrived
     }
 
@@ -261,7 +261,7 @@ impl Cluster {
             let _ = channel.exchange_delete(format!("{p}.{x}").as_str().into(), Default::default()).await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = self.connection.close(200, "done".into()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.connection.close(200, "done".into())).await;
     }
 }
 

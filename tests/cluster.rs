@@ -308,6 +308,18 @@ async fn three_instances_share_16_partitions_and_deliver_10000_envelopes_in_orde
     for (name, status) in ["a", "b", "c"].iter().zip(&statuses) {
         assert!(!status["owned"].as_array().unwrap().is_empty(), "{name} serves partitions: {status}");
     }
+    // The operator's view of the same: `silpgate cluster status`.
+    let url = format!("http://{}", cluster.running["a"].http);
+    let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["cluster", "status", "--url", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cluster status: {}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).unwrap();
+    let owned = statuses[0]["owned"].as_array().unwrap().len();
+    assert!(table.starts_with(&format!("instance a: owns {owned} of {PARTITIONS} partitions")), "{table}");
+    assert_eq!(table.lines().filter(|l| l.contains(" yes ")).count(), owned, "{table}");
+    assert!(table.contains("lock stream"), "{table}");
 
     // One compile.lock for the cluster: every instance's chain is the same, and verifies.
     cluster.wait_lock_followed().await;
