@@ -197,17 +197,22 @@ pub async fn replay(
     result
 }
 
+/// `entry` as a message for `stream`.
+pub fn publication<'a>(stream: &'a str, entry: &Entry) -> Publication<'a> {
+    Publication {
+        exchange: "",
+        routing_key: stream,
+        body: encode(entry),
+        properties: properties::stream_properties(),
+    }
+}
+
 /// Appends one entry to `stream` and waits for the broker's confirm.
 ///
 /// # Errors
 /// Not confirmed.
 pub async fn append(publisher: &Publisher, stream: &str, entry: &Entry) -> Result<(), ClusterError> {
-    let publication = Publication {
-        exchange: "",
-        routing_key: stream,
-        body: encode(entry),
-        properties: properties::stream_properties(),
-    };
+    let publication = publication(stream, entry);
     Ok(publisher.publish_all(vec![publication]).await?)
 }
 

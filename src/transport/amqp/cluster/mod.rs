@@ -255,12 +255,7 @@ impl Cluster {
     }
 
     fn changelog_entry(&self, partition: Partition, entry: &changelog::Entry) -> Publication<'_> {
-        Publication {
-            exchange: "",
-            routing_key: &self.changelogs[usize::from(partition.index)],
-            body: changelog::encode(entry),
-            properties: properties::stream_properties(),
-        }
+        changelog::publication(self.changelog(partition), entry)
     }
 
     /// Counts what a message appended; every `snapshot_every` changes, appends a snapshot of
@@ -324,11 +319,7 @@ impl Cluster {
                 })
             })
             .collect();
-        let owned: Vec<u16> = partitions
-            .iter()
-            .filter(|p| p["owned"] == true)
-            .filter_map(|p| p["partition"].as_u64().map(|i| i as u16))
-            .collect();
+        let owned: Vec<u16> = self.owned().iter().map(|p| p.index).collect();
         let lag = self.proposed.load(Ordering::Relaxed).saturating_sub(self.followed.load(Ordering::Relaxed));
         serde_json::json!({
             "instance": self.instance,
