@@ -162,6 +162,14 @@ pub struct HttpConfig {
     pub connection_rate: f64,
     /// Burst on one WebSocket. Default 1000.
     pub connection_burst: f64,
+    /// HTTP and WebSocket connections open at once; one more is refused (plain: 503). Keep it
+    /// below the process's open-file limit. Default 1024.
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers, and the longest a kept-alive
+    /// connection may idle between requests. Default 10.
+    pub header_timeout_secs: u64,
+    /// Seconds a client has to complete the TLS handshake. Default 10.
+    pub handshake_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
@@ -179,6 +187,9 @@ impl Default for HttpConfig {
             client_burst: 1000.0,
             connection_rate: 200.0,
             connection_burst: 1000.0,
+            max_connections: 1024,
+            header_timeout_secs: 10,
+            handshake_timeout_secs: 10,
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::nlip::Limits;
 use crate::store::{Retention, SledStore};
 use crate::transport::amqp::cluster::Cluster;
 use crate::transport::amqp::{Amqp, AmqpError};
-use crate::transport::{Front, auth::Tokens, http, tls};
+use crate::transport::{Front, auth::Tokens, http, listener, tls};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -31,6 +31,8 @@ pub enum RunError {
     Key(String),
     #[error("{0}")]
     Tls(String),
+    #[error("[http] authentication: {0}")]
+    Auth(#[from] crate::transport::auth::AuthError),
     #[error(transparent)]
     Amqp(#[from] AmqpError),
 }
@@ -38,6 +40,7 @@ pub enum RunError {
 /// A started daemon, ready to serve.
 pub struct Daemon {
     listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     front: Arc<Front>,
     store: Arc<SledStore>,
     amqp: Option<Amqp>,
@@ -60,6 +63,17 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let store_dir = overrides.store.unwrap_or_else(|| config.store.path.clone());
     let key = crate::cli::lock_key(config.store.hmac_key_env.as_deref()).map_err(RunError::Key)?;
     let store = Arc::new(SledStore::open(&store_dir, key)?);
+    let auth = Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref())?;
+    if auth.is_open() {
+        tracing::warn!(
+            "HTTP and WebSocket clients are not authenticated: no [http] tokens or tokens_env configured."
+        );
+    }
+    // A bad certificate stops the start before anything listens.
+    let tls = match (&config.http.tls_cert, &config.http.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(RunError::Tls)?),
+        _ => None,
+    };
     let listen = overrides.listen.unwrap_or_else(|| config.http.listen.clone());
     let listener = TcpListener::bind(&listen)
         .await
@@ -80,7 +94,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let front = Arc::new(Front {
         broker: amqp.as_ref().map(Amqp::readiness),
         cluster,
-        auth: Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref()),
+        auth,
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
         clients: crate::transport::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
@@ -88,7 +102,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         limits,
         gateway: Gateway::new(config, store.clone()),
     });
-    Ok(Daemon { listener, front, store, amqp })
+    Ok(Daemon { listener, tls, front, store, amqp })
 }
 
 impl Daemon {
@@ -97,10 +111,16 @@ impl Daemon {
         self.listener.local_addr()
     }
 
+    /// The base URL clients use: https when TLS is configured.
+    pub fn base_url(&self) -> std::io::Result<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        Ok(format!("{scheme}://{}", self.local_addr()?))
+    }
+
     /// Serves until `shutdown` completes or the AMQP side fails for good, then drains the AMQP
     /// side and flushes the store.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
-        let Daemon { listener, front, store, amqp } = self;
+        let Daemon { listener, tls, front, store, amqp } = self;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let amqp = amqp.map(|amqp| tokio::spawn(amqp.run(stopped.clone())));
         let (http_stop, http_stopped) = (stop.clone(), stopped.clone());
@@ -109,25 +129,14 @@ impl Daemon {
             let _ = http_stop.send(true);
         });
         let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway.config())));
-        let tls = match (&front.gateway.config().http.tls_cert, &front.gateway.config().http.tls_key) {
-            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(RunError::Tls)?),
-            _ => None,
-        };
+        let bounds = bounds(front.gateway.config());
         let app = http::router(front);
         let http_shutdown = async move {
             let mut stopped = http_stopped;
             let _ = stopped.wait_for(|stop| *stop).await;
         };
         let http = async {
-            match tls {
-                Some(acceptor) => {
-                    tls::serve(listener, acceptor, app, http_shutdown).await.map_err(RunError::Serve)
-                }
-                None => axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-                    .with_graceful_shutdown(http_shutdown)
-                    .await
-                    .map_err(RunError::Serve),
-            }
+            listener::serve(listener, tls, app, bounds, http_shutdown).await.map_err(RunError::Serve)
         };
         // The AMQP side stopping on its own (a damaged store) stops the listener as well.
         let amqp_result = async {
@@ -145,6 +154,16 @@ impl Daemon {
         store.flush_async().await?;
         served?;
         amqp_result.map_err(RunError::from)
+    }
+}
+
+fn bounds(config: &Config) -> listener::Bounds {
+    let http = &config.http;
+    listener::Bounds {
+        max_connections: http.max_connections.max(1),
+        header_timeout: Duration::from_secs(http.header_timeout_secs.max(1)),
+        handshake_timeout: Duration::from_secs(http.handshake_timeout_secs.max(1)),
+        drain: Duration::from_secs(config.amqp.as_ref().map_or(30, |a| a.drain_secs)),
     }
 }
 

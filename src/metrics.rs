@@ -27,6 +27,10 @@ pub struct Metrics {
     pub confirm_seconds: Histogram,
     /// Messages being handled now.
     pub in_flight: IntGauge,
+    /// HTTP and WebSocket connections open now.
+    pub connections_open: IntGauge,
+    /// Connections turned away at the connection cap.
+    pub connections_refused: IntCounter,
     /// Live conversation sessions.
     pub sessions: IntGauge,
     /// compile.lock records.
@@ -105,6 +109,16 @@ impl Metrics {
             )
             .expect("valid metric"),
             in_flight: IntGauge::new("silpgate_in_flight", "Messages being handled").expect("valid metric"),
+            connections_open: IntGauge::new(
+                "silpgate_connections_open",
+                "HTTP and WebSocket connections open",
+            )
+            .expect("valid metric"),
+            connections_refused: IntCounter::new(
+                "silpgate_connections_refused_total",
+                "Connections turned away at the connection cap",
+            )
+            .expect("valid metric"),
             sessions: IntGauge::new("silpgate_sessions_active", "Live conversation sessions")
                 .expect("valid metric"),
             lock_records: IntGauge::new("silpgate_lock_records", "compile.lock records")
@@ -168,6 +182,8 @@ impl Metrics {
         register(Box::new(m.message_seconds.clone()));
         register(Box::new(m.confirm_seconds.clone()));
         register(Box::new(m.in_flight.clone()));
+        register(Box::new(m.connections_open.clone()));
+        register(Box::new(m.connections_refused.clone()));
         register(Box::new(m.sessions.clone()));
         register(Box::new(m.lock_records.clone()));
         register(Box::new(m.lock_drift.clone()));

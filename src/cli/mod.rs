@@ -103,8 +103,8 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
     };
     let result = runtime.block_on(async {
         let daemon = crate::daemon::start(config, overrides).await?;
-        let addr = daemon.local_addr().map_err(crate::daemon::RunError::Serve)?;
-        eprintln!("silpgate: listening on http://{addr} (POST /nlip, GET /nlip/ws, /nlip/ws/text)");
+        let url = daemon.base_url().map_err(crate::daemon::RunError::Serve)?;
+        eprintln!("silpgate: listening on {url} (POST /nlip, GET /nlip/ws, /nlip/ws/text)");
         daemon.serve(crate::daemon::signals()).await
     });
     drop(runtime);

@@ -6,7 +6,8 @@
 //! 401/403 for a missing/refused token, 503 when state or the agent is unavailable, 500 when
 //! silpgate itself is broken. Every non-2xx body is an NLIP error message, never a framework's.
 
-use super::{Front, auth::Refusal};
+use super::Front;
+use super::auth::{Identity, Refusal};
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -102,27 +103,58 @@ fn error_response(status: StatusCode, code: &str, message: &str, encoding: Encod
     message_response(status, &reply::error_message(code, message, &Location::None), encoding)
 }
 
-/// The refusal of a request without an accepted bearer token; `None` lets it through.
-pub fn refusal(front: &Front, headers: &HeaderMap) -> Option<Response> {
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    front.auth.check(authorization).err().map(|refusal| match refusal {
-        Refusal::Missing => {
-            let mut r = error_response(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "a bearer token is required: send Authorization: Bearer <token>",
+/// Why a request goes no further than authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    Unauthenticated(Refusal),
+    /// Over the per-client limit; retry after this many seconds.
+    RateLimited(u64),
+}
+
+impl IntoResponse for Denied {
+    fn into_response(self) -> Response {
+        match self {
+            Denied::Unauthenticated(Refusal::Missing) => {
+                let mut r = error_response(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "a bearer token is required: send Authorization: Bearer <token>",
+                    Encoding::Json,
+                );
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                r
+            }
+            Denied::Unauthenticated(Refusal::Wrong) => error_response(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the bearer token is not accepted",
                 Encoding::Json,
-            );
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            r
+            ),
+            Denied::RateLimited(retry_after) => rate_limited_response(retry_after),
         }
-        Refusal::Wrong => error_response(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "the bearer token is not accepted",
-            Encoding::Json,
-        ),
+    }
+}
+
+/// Who sent a request. A refused token is charged to the caller's address under the
+/// per-client rate limit, so that guessing tokens is throttled too.
+pub fn authenticate(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Result<Identity, Denied> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    front.auth.check(authorization).map_err(|refusal| {
+        match front.clients.admit(&super::client_key(Identity::Anonymous, peer)) {
+            Err(retry_after) => Denied::RateLimited(retry_after),
+            Ok(()) => Denied::Unauthenticated(refusal),
+        }
     })
+}
+
+fn rate_limited_response(retry_after: u64) -> Response {
+    let mut response = message_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        &super::rate_limited("this client", retry_after),
+        Encoding::Json,
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
 }
 
 async fn post_nlip(
@@ -131,18 +163,12 @@ async fn post_nlip(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Some(refused) = refusal(&front, &headers) {
-        return refused;
-    }
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if let Err(retry_after) = front.clients.admit(&super::client_key(&front, authorization, peer)) {
-        let mut response = message_response(
-            StatusCode::TOO_MANY_REQUESTS,
-            &super::rate_limited("this client", retry_after),
-            Encoding::Json,
-        );
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-        return response;
+    let identity = match authenticate(&front, &headers, peer) {
+        Ok(identity) => identity,
+        Err(denied) => return denied.into_response(),
+    };
+    if let Err(retry_after) = front.clients.admit(&super::client_key(identity, peer)) {
+        return rate_limited_response(retry_after);
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let Some(encoding) = Encoding::from_content_type(content_type) else {

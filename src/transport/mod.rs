@@ -7,6 +7,7 @@ pub mod amqp;
 pub mod auth;
 pub mod http;
 pub mod limit;
+pub mod listener;
 pub mod tls;
 pub mod ws;
 
@@ -50,12 +51,12 @@ pub fn transport_label(transport: Transport) -> &'static str {
     }
 }
 
-/// Who a request comes from, for the per-client limit: its bearer token when tokens are
-/// configured (hashed, never kept in clear), else its address.
-pub fn client_key(front: &Front, authorization: Option<&str>, peer: std::net::SocketAddr) -> String {
-    match authorization.filter(|_| !front.auth.is_open()) {
-        Some(token) => format!("token:{}", crate::silp::ir::sha256_hex(token.as_bytes())),
-        None => format!("addr:{}", peer.ip()),
+/// Who a request comes from, for the per-client limit: the accepted token's identity when
+/// tokens are configured, else its address.
+pub fn client_key(identity: auth::Identity, peer: std::net::SocketAddr) -> String {
+    match identity {
+        auth::Identity::Token(position) => format!("token:{position}"),
+        auth::Identity::Anonymous => format!("addr:{}", peer.ip()),
     }
 }
 

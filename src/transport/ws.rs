@@ -6,7 +6,7 @@
 //! not UTF-8, 1009 for a message over the size limit, 1008 for a dead peer (no pong).
 
 use super::Front;
-use super::http::refusal;
+use super::http::authenticate;
 use super::limit::Bucket;
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
@@ -19,7 +19,7 @@ use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
@@ -44,11 +44,10 @@ pub async fn upgrade_text(
 /// Answers the WebSocket handshake (RFC 6455 §4.2) and hands the upgraded connection to a
 /// socket task. Authentication happens here, before the upgrade.
 fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: SocketAddr) -> Response {
-    if let Some(refused) = refusal(&front, request.headers()) {
-        return refused;
-    }
-    let authorization = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let client = super::client_key(&front, authorization, peer);
+    let client = match authenticate(&front, request.headers(), peer) {
+        Ok(identity) => super::client_key(identity, peer),
+        Err(denied) => return denied.into_response(),
+    };
     let headers = request.headers();
     let is_upgrade = headers
         .get(header::UPGRADE)
@@ -76,7 +75,7 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
                         .await;
                 serve_socket(front, socket, encoding, client, trace).await;
             }
-            Err(e) => eprintln!("silpgate: WebSocket upgrade failed: {e}"),
+            Err(e) => tracing::warn!(error = %e, "WebSocket upgrade failed."),
         }
     });
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
@@ -94,6 +93,15 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
 
 fn close(code: CloseCode, reason: &str) -> Frame {
     Frame::Close(Some(CloseFrame { code, reason: reason.to_owned().into() }))
+}
+
+/// Sends one frame; false when the socket is gone or the peer has not taken the frame within
+/// `within` (a peer that stops reading would otherwise hold the task and its buffers forever).
+async fn send<S>(socket: &mut WebSocketStream<S>, within: Duration, frame: Frame) -> bool
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    matches!(tokio::time::timeout(within, socket.send(frame)).await, Ok(Ok(())))
 }
 
 fn frame(message: &Message, encoding: Encoding) -> Frame {
@@ -123,10 +131,10 @@ async fn serve_socket<S>(
             next = socket.next() => next,
             _ = ticker.tick() => {
                 if last_heard.elapsed() > front.ws_dead {
-                    let _ = socket.send(close(CloseCode::Policy, "no answer to pings")).await;
+                    send(&mut socket, front.ws_dead, close(CloseCode::Policy, "no answer to pings")).await;
                     return;
                 }
-                if socket.send(Frame::Ping(Vec::new().into())).await.is_err() {
+                if !send(&mut socket, front.ws_dead, Frame::Ping(Vec::new().into())).await {
                     return;
                 }
                 continue;
@@ -138,32 +146,39 @@ async fn serve_socket<S>(
             (Some(Ok(Frame::Binary(b))), Encoding::Cbor) => b.to_vec(),
             (Some(Ok(Frame::Text(t))), Encoding::Json) => t.as_bytes().to_vec(),
             (Some(Ok(Frame::Text(_))), Encoding::Cbor) => {
-                let _ = socket
-                    .send(close(
+                send(
+                    &mut socket,
+                    front.ws_dead,
+                    close(
                         CloseCode::Unsupported,
                         "/nlip/ws takes binary CBOR messages; JSON text goes to /nlip/ws/text",
-                    ))
-                    .await;
+                    ),
+                )
+                .await;
                 return;
             }
             (Some(Ok(Frame::Binary(_))), Encoding::Json) => {
-                let _ = socket
-                    .send(close(
+                send(
+                    &mut socket,
+                    front.ws_dead,
+                    close(
                         CloseCode::Unsupported,
                         "/nlip/ws/text takes JSON text messages; CBOR goes to /nlip/ws",
-                    ))
-                    .await;
+                    ),
+                )
+                .await;
                 return;
             }
             (Some(Ok(Frame::Close(_))), _) => return,
             (Some(Ok(_)), _) => continue, // ping, pong
             (Some(Err(tungstenite::Error::Capacity(e))), _) => {
                 let reason = format!("message too big: {e}");
-                let _ = socket.send(close(CloseCode::Size, &reason)).await;
+                send(&mut socket, front.ws_dead, close(CloseCode::Size, &reason)).await;
                 return;
             }
             (Some(Err(tungstenite::Error::Utf8(_))), _) => {
-                let _ = socket.send(close(CloseCode::Invalid, "a text message must be UTF-8")).await;
+                send(&mut socket, front.ws_dead, close(CloseCode::Invalid, "a text message must be UTF-8"))
+                    .await;
                 return;
             }
             (Some(Err(_)), _) => return,
@@ -174,7 +189,7 @@ async fn serve_socket<S>(
             front.clients.admit(&client).map_err(|retry| super::rate_limited("this client", retry))
         };
         if let Err(refusal) = admitted {
-            if socket.send(frame(&refusal, encoding)).await.is_err() {
+            if !send(&mut socket, front.ws_dead, frame(&refusal, encoding)).await {
                 return;
             }
             continue;
@@ -189,7 +204,7 @@ async fn serve_socket<S>(
             Err(e) => front.gateway.reject_undecodable(e).outbound.into_iter().map(|o| o.envelope).collect(),
         };
         for reply in &replies {
-            if socket.send(frame(reply, encoding)).await.is_err() {
+            if !send(&mut socket, front.ws_dead, frame(reply, encoding)).await {
                 return;
             }
         }

@@ -1,0 +1,201 @@
+//! The accept loop of the HTTP/WebSocket door, plain or TLS, and the bounds that keep one
+//! client from holding the door: a cap on open connections (WebSockets included, for as long
+//! as their socket lives), a TLS handshake timeout, and hyper's header-read timeout, which also
+//! closes a kept-alive connection that idles between requests.
+//!
+//! A connection over the cap is refused at once (plain: a 503 with an NLIP error; TLS: closed
+//! before the handshake, which would cost more than the refusal is worth) and counted.
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio_rustls::TlsAcceptor;
+
+/// How long connections may take and how many may be open.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Open connections at most; one more is refused.
+    pub max_connections: usize,
+    /// Time to send a request's headers, and the longest idle time between two requests.
+    pub header_timeout: Duration,
+    /// Time to complete a TLS handshake.
+    pub handshake_timeout: Duration,
+    /// How long open connections get to finish after shutdown before they are dropped.
+    pub drain: Duration,
+}
+
+/// Serves `app` until `shutdown` completes, then lets open connections finish their current
+/// request (up to `bounds.drain`).
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+    bounds: Bounds,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let saturated = AtomicBool::new(false);
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // Out of file descriptors and the like: the listener itself is fine; back off.
+                Err(e) => {
+                    tracing::warn!(error = %e, "Accepting a connection failed.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refuse(tcp, tls.is_none(), bounds.max_connections, &saturated);
+            continue;
+        };
+        saturated.store(false, Ordering::Relaxed);
+        crate::metrics::get().connections_open.inc();
+        let _ = tcp.set_nodelay(true);
+        let connection = Connection { app: app.clone(), peer, bounds, stopping: stopping.clone() };
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => connection.serve(Counted { io: tcp, _slot: slot }).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(bounds.handshake_timeout, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => connection.serve(Counted { io: stream, _slot: slot }).await,
+                        Ok(Err(_)) | Err(_) => crate::metrics::get().connections_open.dec(),
+                    }
+                }
+            }
+        });
+    }
+    let _ = stop.send(true);
+    // Every slot back means every connection has ended.
+    let all = u32::try_from(bounds.max_connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(bounds.drain, slots.acquire_many(all)).await;
+    Ok(())
+}
+
+/// One accepted connection, before its bytes are known to be TLS or plain.
+struct Connection {
+    app: Router,
+    peer: SocketAddr,
+    bounds: Bounds,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn serve<S>(mut self, io: Counted<S>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let app = self.app.layer(axum::Extension(ConnectInfo::<SocketAddr>(self.peer)));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new()).header_read_timeout(self.bounds.header_timeout);
+        let served = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app)).with_upgrades();
+        tokio::pin!(served);
+        tokio::select! {
+            _ = served.as_mut() => {}
+            () = stopped(&mut self.stopping) => {
+                served.as_mut().graceful_shutdown();
+                let _ = served.await;
+            }
+        }
+    }
+}
+
+async fn stopped(stopping: &mut watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// Turns away a connection over the cap, warning once per saturation.
+fn refuse(tcp: TcpStream, plain: bool, cap: usize, saturated: &AtomicBool) {
+    crate::metrics::get().connections_refused.inc();
+    if !saturated.swap(true, Ordering::Relaxed) {
+        tracing::warn!(max_connections = cap, "Connection cap reached; refusing new connections.");
+    }
+    if plain {
+        // A fresh socket's send buffer takes this whole: one non-blocking write, no task.
+        let _ = tcp.try_write(&over_capacity_response(cap));
+    }
+}
+
+fn over_capacity_response(cap: usize) -> Vec<u8> {
+    let detail = format!("the gateway serves {cap} connections at most; retry shortly");
+    let body = crate::nlip::to_json(&crate::nlip::reply::error_message(
+        "unavailable",
+        &detail,
+        &crate::nlip::reply::Location::None,
+    ));
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A connection's stream holding its slot under the cap: the slot goes back when the stream
+/// is dropped, which for a WebSocket is when the socket closes, not when HTTP hands it over.
+struct Counted<S> {
+    io: S,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<S> Drop for Counted<S> {
+    fn drop(&mut self) {
+        crate::metrics::get().connections_open.dec();
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}

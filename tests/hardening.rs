@@ -1,0 +1,236 @@
+//! The doors fail closed and stay bounded, attacked black-box: the daemon is started (as a
+//! process where its start must fail, in process otherwise) and each test asserts the refusal
+//! or the bound. Every wait has a limit and says what it was waiting for.
+
+use serde_json::Value;
+use silpgate::config::Config;
+use silpgate::daemon::{self, Overrides};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const ROUTE: &str = r#"
+[[routes]]
+name = "back"
+destination = "reply"
+mode = "decode"
+[http]
+plain = true
+"#;
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hardening-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn start(http_extra: &str) -> SocketAddr {
+    let config = Config::parse(&format!("{ROUTE}{http_extra}")).expect("test config");
+    let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(temp_dir("store")) };
+    let daemon = daemon::start(config, overrides).await.expect("daemon starts");
+    let addr = daemon.local_addr().unwrap();
+    tokio::spawn(daemon.serve(std::future::pending()));
+    addr
+}
+
+/// Runs `silpgate run` with `http_extra` in its [http] section and `env` set, expecting it to
+/// refuse to start: returns its stderr. A daemon that starts anyway fails the test.
+fn refused_start(http_extra: &str, env: &[(&str, &str)], unset: &[&str]) -> String {
+    let dir = temp_dir("refused");
+    let config = dir.join("silpgate.toml");
+    std::fs::write(&config, format!("{ROUTE}{http_extra}")).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command
+        .args(["run", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--store")
+        .arg(dir.join("store"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    for k in unset {
+        command.env_remove(k);
+    }
+    let mut child = command.spawn().expect("silpgate runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            assert!(!status.success(), "silpgate started and exited 0: {stderr}");
+            assert!(!stderr.contains("listening on"), "silpgate listened before refusing: {stderr}");
+            return stderr;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("silpgate did not refuse to start within 20 s (it serves without authentication)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_token_variable_that_is_unset_empty_or_blank_stops_the_start() {
+    let var = "SILPGATE_TEST_HARDENING_TOKENS";
+    let named = format!("tokens_env = \"{var}\"\n");
+    let unset = refused_start(&named, &[], &[var]);
+    assert!(unset.contains(var) && unset.contains("not set"), "{unset}");
+    let empty = refused_start(&named, &[(var, "")], &[]);
+    assert!(empty.contains(var) && empty.contains("holds no token"), "{empty}");
+    let blank_entry = refused_start(&named, &[(var, "good-token, ,other")], &[]);
+    assert!(blank_entry.contains("token 2") && blank_entry.contains("blank"), "{blank_entry}");
+    assert!(!blank_entry.contains("good-token"), "a token was echoed: {blank_entry}");
+    let blank_configured = refused_start("tokens = [\" \"]\n", &[], &[]);
+    assert!(blank_configured.contains("blank"), "{blank_configured}");
+}
+
+/// Reads until the server closes the connection; `None` when it is still open at `within`.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(within, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    read.ok().map(|()| got)
+}
+
+#[tokio::test]
+async fn headers_sent_byte_by_byte_are_cut_off_at_the_header_timeout() {
+    let addr = start("header_timeout_secs = 1\n").await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let started = Instant::now();
+    let trickle = async {
+        for byte in
+            b"POST /nlip HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter()
+        {
+            if stream.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(8), trickle).await;
+    let closed = closed_within(&mut stream, Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "a client trickling headers is still connected after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(8), "cut off only after {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed() {
+    let addr = start("header_timeout_secs = 1\n").await;
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)).await.is_some(),
+        "a connection that sent nothing is still open after 5 s"
+    );
+    // A kept-alive connection idling after one request is closed as well.
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let answered = closed_within(&mut kept, Duration::from_secs(5)).await.expect("closed after idling");
+    assert!(String::from_utf8_lossy(&answered).starts_with("HTTP/1.1 200"), "the request was answered first");
+}
+
+#[tokio::test]
+async fn a_tls_handshake_that_never_comes_is_cut_off() {
+    let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir = temp_dir("tls");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, identity.cert.pem()).unwrap();
+    std::fs::write(&key, identity.signing_key.serialize_pem()).unwrap();
+    let addr = start(&format!(
+        "tls_cert = {:?}\ntls_key = {:?}\nhandshake_timeout_secs = 1\n",
+        cert.display().to_string(),
+        key.display().to_string()
+    ))
+    .await;
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)).await.is_some(),
+        "a TLS connection without a handshake is still open after 5 s"
+    );
+}
+
+async fn healthz(addr: SocketAddr) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.ok()?;
+    closed_within(&mut stream, Duration::from_secs(5)).await.map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_refused_with_a_clear_503() {
+    let addr = start("max_connections = 4\nheader_timeout_secs = 30\n").await;
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
+    }
+    // The accept loop takes them in order: give it a moment to hold all four.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = healthz(addr).await.expect("the refusal arrives and the connection closes");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    let body: Value = serde_json::from_str(refused.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["submessages"][0]["content"]["code"], "unavailable", "{body}");
+    // A slot frees when a connection closes; the door serves again.
+    drop(idle.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = healthz(addr).await.unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot came back after a connection closed: {answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn post(addr: SocketAddr, authorization: &str) -> u16 {
+    let body = r#"{"format":"text","subformat":"english","content":"hello"}"#;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /nlip HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nAuthorization: {authorization}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let raw = closed_within(&mut stream, Duration::from_secs(5)).await.expect("an answer");
+    let head = String::from_utf8_lossy(&raw);
+    head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status: {head}"))
+}
+
+// One token per hour refills: the burst is all a client gets during the test.
+const LIMITED: &str = "tokens = [\"s3cret\"]\nclient_rate = 0.0003\nclient_burst = 3\n";
+
+#[tokio::test]
+async fn spelling_a_token_differently_buys_no_fresh_rate_limit() {
+    let addr = start(LIMITED).await;
+    let spellings = ["Bearer s3cret", "bearer s3cret", "BEARER  s3cret", "Bearer s3cret ", "bEaReR s3cret"];
+    let mut statuses = Vec::new();
+    for spelling in spellings {
+        statuses.push(post(addr, spelling).await);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429], "one identity, one bucket of 3");
+}
+
+#[tokio::test]
+async fn guessing_tokens_is_rate_limited() {
+    let addr = start(LIMITED).await;
+    let mut statuses = Vec::new();
+    for guess in 0..5 {
+        statuses.push(post(addr, &format!("Bearer guess-{guess}")).await);
+    }
+    assert_eq!(statuses, [403, 403, 403, 429, 429]);
+}
