@@ -42,11 +42,15 @@ pub struct GatewayConfig {
     /// Frontend used when nothing else decides (route, profile, `meta.out`). Default `code`.
     #[serde(deserialize_with = "frontend")]
     pub default_frontend: Frontend,
+    /// How long a request waits for its agent's answer, in milliseconds. Past it an HTTP
+    /// caller gets 504 with the SILP `timeout` code, a socket an NLIP `timeout` error, and the
+    /// late answer goes to the dead-letter queue. Default 30000.
+    pub reply_timeout_ms: u64,
 }
 
 impl Default for GatewayConfig {
     fn default() -> Self {
-        GatewayConfig { name: "silpgate".into(), default_frontend: Frontend::Code }
+        GatewayConfig { name: "silpgate".into(), default_frontend: Frontend::Code, reply_timeout_ms: 30_000 }
     }
 }
 
@@ -83,6 +87,17 @@ pub struct NlipConfig {
 impl Default for NlipConfig {
     fn default() -> Self {
         NlipConfig { max_message_bytes: 1 << 20, max_depth: 32, max_submessages: 256 }
+    }
+}
+
+impl NlipConfig {
+    /// The decoder's limits.
+    pub fn limits(&self) -> crate::nlip::Limits {
+        crate::nlip::Limits {
+            max_bytes: self.max_message_bytes,
+            max_depth: self.max_depth,
+            max_submessages: self.max_submessages,
+        }
     }
 }
 
@@ -242,6 +257,10 @@ pub struct AmqpConfig {
     /// quorum queues), past which it dead-letters the message itself: a safety net above
     /// `max_attempts`. Default 100.
     pub delivery_limit: u32,
+    /// The quorum queue agents answer to (the `reply_to` of everything silpgate forwards to
+    /// an AMQP agent). Each instance needs its own: in cluster mode the instance name is
+    /// appended. Default `silpgate.replies`.
+    pub reply_queue: String,
 }
 
 impl Default for AmqpConfig {
@@ -264,6 +283,7 @@ impl Default for AmqpConfig {
             confirm_timeout_ms: 10_000,
             drain_secs: 30,
             delivery_limit: 100,
+            reply_queue: "silpgate.replies".into(),
         }
     }
 }
@@ -421,6 +441,27 @@ pub struct AgentConfig {
     /// Default `application/json`.
     #[serde(default = "json_content_type")]
     pub content_type: String,
+    /// Where the agent listens when it is not on AMQP: `http://` or `https://` (NLIP over
+    /// HTTP, ECMA-431: the envelope is POSTed there and the response body is the agent's
+    /// answer). Default: none, the agent is reached over AMQP.
+    pub url: Option<String>,
+    /// A delivery not confirmed (HTTP: answered) within this many milliseconds failed, as a
+    /// transient failure. Default 10000.
+    #[serde(default = "agent_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Deliveries to this agent at once; more wait their turn. Default 64.
+    #[serde(default = "agent_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Environment variable holding the bearer token silpgate presents to the agent. The
+    /// variable must be set when named. Default: none.
+    pub token_env: Option<String>,
+    /// PEM file of the certificate authorities an `https://` agent is verified against, in
+    /// addition to the system's. Verification is never off.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Allow `http://` to a host other than loopback (ECMA-434 asks for TLS on every hop
+    /// that leaves the machine). Default false.
+    #[serde(default)]
+    pub plain: bool,
 }
 
 impl AgentConfig {
@@ -428,6 +469,19 @@ impl AgentConfig {
     pub fn routing_key(&self) -> &str {
         self.routing_key.as_deref().unwrap_or(&self.name)
     }
+
+    /// The encoding of envelopes sent to the agent.
+    pub fn encoding(&self) -> crate::nlip::Encoding {
+        crate::nlip::Encoding::from_content_type(&self.content_type).unwrap_or(crate::nlip::Encoding::Json)
+    }
+}
+
+fn agent_timeout_ms() -> u64 {
+    10_000
+}
+
+fn agent_max_in_flight() -> usize {
+    64
 }
 
 fn json_content_type() -> String {
@@ -449,6 +503,34 @@ pub struct RouteConfig {
     /// Send this frontend, overriding the agent's profile and the IR's `meta.out`.
     #[serde(default, deserialize_with = "optional_frontend")]
     pub frontend: Option<Frontend>,
+    /// Whether an HTTP or WebSocket caller waits for the agent's answer (`reply`, the
+    /// default) or only for the delivery to be confirmed (`none`: HTTP 202 with a control
+    /// message naming the outbound message id).
+    #[serde(default, rename = "await")]
+    pub wait: AwaitMode,
+    /// Who answers the sender: `gateway` (the default: the agent answers silpgate, which
+    /// counts, checks and transcodes the answer for the sender) or `direct` (the sender's
+    /// reply addresses travel to the agent, which answers the sender itself; AMQP only).
+    #[serde(default)]
+    pub replies: RepliesMode,
+}
+
+/// What an HTTP or WebSocket caller waits for on a route to an agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AwaitMode {
+    #[default]
+    Reply,
+    None,
+}
+
+/// Who an agent answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RepliesMode {
+    #[default]
+    Gateway,
+    Direct,
 }
 
 /// Conditions of a route; all given ones must hold.
@@ -571,6 +653,9 @@ impl Config {
                     agent.name, agent.content_type
                 )));
             }
+            if let Some(url) = &agent.url {
+                check_agent_url(&agent.name, url, agent.plain)?;
+            }
         }
         if let Some(amqp) = &self.amqp
             && (amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0)
@@ -610,6 +695,27 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// An agent URL must be http(s), and plain HTTP may not leave the machine unless asked for.
+fn check_agent_url(agent: &str, url: &str, plain: bool) -> Result<(), ConfigError> {
+    let invalid = |why: &str| ConfigError::Invalid(format!("agent '{agent}': url: {why}"));
+    let parsed: axum::http::Uri = url.parse().map_err(|_| invalid("not a URL"))?;
+    let host = parsed.host().ok_or_else(|| invalid("no host"))?;
+    match parsed.scheme_str() {
+        Some("https") => Ok(()),
+        Some("http") if plain || is_loopback(host) => Ok(()),
+        Some("http") => Err(invalid(
+            "plain http:// to a host other than loopback; use https://, or set plain = true for this agent",
+        )),
+        _ => Err(invalid("the scheme must be http:// or https://")),
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Sections an environment variable may override.

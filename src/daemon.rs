@@ -4,9 +4,11 @@
 //! the store, exit 0).
 
 use crate::config::Config;
+use crate::connectors::Agents;
+use crate::connectors::amqp::BrokerLink;
 use crate::gateway::Gateway;
 use crate::gateway::store::Store;
-use crate::nlip::Limits;
+use crate::intake::Intake;
 use crate::store::{Retention, SledStore};
 use crate::transport::amqp::cluster::Cluster;
 use crate::transport::amqp::{Amqp, AmqpError};
@@ -31,6 +33,8 @@ pub enum RunError {
     Key(String),
     #[error("{0}")]
     Tls(String),
+    #[error("[[agents]]: {0}")]
+    Agents(#[from] crate::connectors::SetupError),
     #[error("[http] authentication: {0}")]
     Auth(#[from] crate::transport::auth::AuthError),
     #[error(transparent)]
@@ -78,19 +82,19 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let listener = TcpListener::bind(&listen)
         .await
         .map_err(|source| RunError::Listen { addr: listen.clone(), source })?;
-    let limits = Limits {
-        max_bytes: config.nlip.max_message_bytes,
-        max_depth: config.nlip.max_depth,
-        max_submessages: config.nlip.max_submessages,
-    };
+    let limits = config.nlip.limits();
     let config = Arc::new(config);
     let cluster = config.cluster.clone().map(|c| {
         // A takeover waits for a running owner's hand-over as long as that owner may drain.
         let handover_wait = Duration::from_secs(config.amqp.as_ref().map_or(30, |a| a.drain_secs));
         Arc::new(Cluster::new(c, store.clone(), handover_wait))
     });
-    let amqp =
-        config.amqp.clone().map(|amqp| Amqp::new(config.clone(), amqp, store.clone(), cluster.clone()));
+    let (link, broker) = BrokerLink::new();
+    let agents = Agents::new(&config, config.amqp.is_some().then_some(broker.clone()))?;
+    let intake = Arc::new(Intake::new(Gateway::new(config.clone(), store.clone()), agents));
+    let amqp = config.amqp.clone().map(|amqp| {
+        Amqp::new(config.clone(), amqp, store.clone(), cluster.clone(), intake.clone(), (link, broker))
+    });
     let front = Arc::new(Front {
         broker: amqp.as_ref().map(Amqp::readiness),
         cluster,
@@ -100,7 +104,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         clients: crate::transport::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
         connection_rate: (config.http.connection_rate, config.http.connection_burst),
         limits,
-        gateway: Gateway::new(config, store.clone()),
+        intake,
     });
     Ok(Daemon { listener, tls, front, store, amqp })
 }
@@ -128,8 +132,9 @@ impl Daemon {
             shutdown.await;
             let _ = http_stop.send(true);
         });
-        let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway.config())));
-        let bounds = bounds(front.gateway.config());
+        let expiry = tokio::spawn(front.intake.clone().expire_forever());
+        let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway().config())));
+        let bounds = bounds(front.gateway().config());
         let app = http::router(front);
         let http_shutdown = async move {
             let mut stopped = http_stopped;
@@ -151,6 +156,7 @@ impl Daemon {
         };
         let (served, amqp_result) = tokio::join!(http, amqp_result);
         sweeper.abort();
+        expiry.abort();
         store.flush_async().await?;
         served?;
         amqp_result.map_err(RunError::from)

@@ -12,8 +12,10 @@
 
 pub mod cli;
 pub mod config;
+pub mod connectors;
 pub mod daemon;
 pub mod gateway;
+pub mod intake;
 pub mod metrics;
 pub mod nlip;
 pub mod silp;

@@ -27,6 +27,13 @@ pub struct Metrics {
     pub confirm_seconds: Histogram,
     /// Messages being handled now.
     pub in_flight: IntGauge,
+    /// Envelopes delivered to agents (or not), by agent, transport and result (`delivered`,
+    /// `transient`, `poison`).
+    pub agent_deliveries: IntCounterVec,
+    /// Time from delivering a request to its agent's answer, by agent.
+    pub reply_wait_seconds: HistogramVec,
+    /// Agents' answers nobody waited for any more, by reason (`timeout`, `requester_gone`).
+    pub replies_orphaned: IntCounterVec,
     /// HTTP and WebSocket connections open now.
     pub connections_open: IntGauge,
     /// Connections turned away at the connection cap.
@@ -109,6 +116,22 @@ impl Metrics {
             )
             .expect("valid metric"),
             in_flight: IntGauge::new("silpgate_in_flight", "Messages being handled").expect("valid metric"),
+            agent_deliveries: IntCounterVec::new(
+                Opts::new("silpgate_agent_deliveries_total", "Envelopes delivered to agents, by result"),
+                &["agent", "transport", "result"],
+            )
+            .expect("valid metric"),
+            reply_wait_seconds: HistogramVec::new(
+                HistogramOpts::new("silpgate_reply_wait_seconds", "Delivery to an agent's answer")
+                    .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+                &["agent"],
+            )
+            .expect("valid metric"),
+            replies_orphaned: IntCounterVec::new(
+                Opts::new("silpgate_replies_orphaned_total", "Agents' answers nobody waited for, by reason"),
+                &["reason"],
+            )
+            .expect("valid metric"),
             connections_open: IntGauge::new(
                 "silpgate_connections_open",
                 "HTTP and WebSocket connections open",
@@ -182,6 +205,9 @@ impl Metrics {
         register(Box::new(m.message_seconds.clone()));
         register(Box::new(m.confirm_seconds.clone()));
         register(Box::new(m.in_flight.clone()));
+        register(Box::new(m.agent_deliveries.clone()));
+        register(Box::new(m.reply_wait_seconds.clone()));
+        register(Box::new(m.replies_orphaned.clone()));
         register(Box::new(m.connections_open.clone()));
         register(Box::new(m.connections_refused.clone()));
         register(Box::new(m.sessions.clone()));

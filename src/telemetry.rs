@@ -127,6 +127,23 @@ pub fn inject(span: &tracing::Span, headers: &mut FieldTable) {
     TraceContextPropagator::new().inject_context(&span.context(), &mut HeaderInjector(headers));
 }
 
+/// Puts `span`'s trace context into the headers of an outbound HTTP request.
+pub fn inject_http(span: &tracing::Span, headers: &mut axum::http::HeaderMap) {
+    TraceContextPropagator::new().inject_context(&span.context(), &mut HttpInjector(headers));
+}
+
+struct HttpInjector<'a>(&'a mut axum::http::HeaderMap);
+
+impl Injector for HttpInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) =
+            (axum::http::HeaderName::from_bytes(key.as_bytes()), axum::http::HeaderValue::from_str(&value))
+        {
+            self.0.insert(name, value);
+        }
+    }
+}
+
 /// Gives `span` the inbound context as its parent.
 pub fn adopt(span: &tracing::Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);

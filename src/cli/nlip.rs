@@ -89,11 +89,7 @@ pub fn run_gateway(command: GatewayCommand) -> ExitCode {
             return ExitCode::from(super::EXIT_USAGE);
         }
     };
-    let limits = Limits {
-        max_bytes: config.nlip.max_message_bytes,
-        max_depth: config.nlip.max_depth,
-        max_submessages: config.nlip.max_submessages,
-    };
+    let limits = config.nlip.limits();
     let store: Arc<dyn Store> = match store {
         None => Arc::new(MemoryStore::new()),
         Some(dir) => match SledStore::open(&dir, None) {

@@ -15,6 +15,18 @@ pub enum Transport {
     Cli,
 }
 
+impl Transport {
+    /// The `transport` label of metrics and spans.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Amqp => "amqp",
+            Transport::Http => "http",
+            Transport::WebSocket => "websocket",
+            Transport::Cli => "cli",
+        }
+    }
+}
+
 /// Where an inbound message came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
@@ -23,7 +35,11 @@ pub struct Origin {
     pub source: String,
     /// Where replies go (AMQP `reply_to`); `None` when the transport answers in place.
     pub reply_to: Option<String>,
+    /// Every reply address with the encoding it wants (AMQP `nlip-reply-*`, else `reply_to`).
+    pub replies: Vec<(crate::nlip::Encoding, String)>,
     pub correlation_id: Option<String>,
+    /// The sender's user (AMQP `user_id`), carried onward in a header.
+    pub user_id: Option<String>,
     /// A stable id of the inbound message (AMQP `message_id`), for the processed-message ledger.
     pub message_id: Option<String>,
     /// The cluster partition the message's conversation belongs to (its queue), if any.
@@ -36,7 +52,9 @@ impl Origin {
             transport,
             source: source.into(),
             reply_to: None,
+            replies: Vec::new(),
             correlation_id: None,
+            user_id: None,
             message_id: None,
             partition: None,
         }

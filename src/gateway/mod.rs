@@ -84,8 +84,19 @@ impl Gateway {
 
     /// Handles one inbound envelope.
     pub fn handle(&self, inbound: Inbound) -> Outcome {
+        self.run(inbound, None)
+    }
+
+    /// Handles an agent's answer to a request: like any message (ledger, sanitiser,
+    /// validator, the conversation's turn), but it goes back to the asker, every SILP payload
+    /// written in `form`, the form the asker reads ([`payload::answer_form`]).
+    pub fn handle_answer(&self, answer: Inbound, form: OutputForm) -> Outcome {
+        self.run(answer, Some(form))
+    }
+
+    fn run(&self, inbound: Inbound, answering: Option<OutputForm>) -> Outcome {
         let mut notes = Vec::with_capacity(8);
-        match self.plan(&inbound, &mut notes) {
+        match self.plan(&inbound, answering, &mut notes) {
             Ok(Plan::Duplicate) => {
                 Outcome { status: Status::Duplicate, outbound: Vec::new(), notes, frozen: Vec::new() }
             }
@@ -145,8 +156,14 @@ impl Gateway {
         Some(Outbound { destination: Destination::Reply, envelope })
     }
 
-    /// Decides what happens to a message, without changing it.
-    fn plan(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Plan, (GatewayError, Location)> {
+    /// Decides what happens to a message, without changing it. `answering`: the message is an
+    /// agent's answer, for an asker who reads this form.
+    fn plan(
+        &self,
+        inbound: &Inbound,
+        answering: Option<OutputForm>,
+        notes: &mut Vec<Note>,
+    ) -> Result<Plan, (GatewayError, Location)> {
         let message = &inbound.envelope;
         let message_id = inbound.origin.message_id.as_deref();
         // A redelivery: if it was published, it is done; if its state was applied but its
@@ -158,10 +175,10 @@ impl Gateway {
             Ok(Some(Some(LedgerState::Pending { turn }))) => Some(turn),
             Ok(_) => None,
         };
-        if negotiate::is_ping(message) {
+        if answering.is_none() && negotiate::is_ping(message) {
             return self.answer_ping(inbound, notes).map(Plan::Reply).map_err(nowhere);
         }
-        if message.is_control() {
+        if answering.is_none() && message.is_control() {
             let mut ack = Message::text(format!("{}: control message received", self.config.gateway.name))
                 .with_messagetype("control");
             reply::echo_tokens(&mut ack, message, &self.config.gateway.name);
@@ -177,9 +194,14 @@ impl Gateway {
             intent: first.map(|ir| ir.intent.as_str()),
             next_agent: first.and_then(|ir| ir.meta.next_agent.as_deref()),
         };
-        let route =
-            route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?;
-        notes.push(Note::Route(route.name.clone()));
+        let route = match answering {
+            // An answer goes back the way its request came, in the asker's form.
+            Some(form) => Route::Answer(form),
+            None => Route::Configured(
+                route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?,
+            ),
+        };
+        notes.push(Note::Route(route.name().to_owned()));
 
         let mut changes = Changes::default();
         let mut outbound = Vec::with_capacity(2);
@@ -201,9 +223,9 @@ impl Gateway {
             (None, _) => None,
         };
 
-        let destination = match route.destination.as_str() {
-            "reply" => Destination::Reply,
-            agent => Destination::Agent(agent.to_owned()),
+        let destination = match &route {
+            Route::Configured(r) if r.destination != "reply" => Destination::Agent(r.destination.clone()),
+            _ => Destination::Reply,
         };
         if let Some(turn) = session.as_ref().filter(|t| t.renewed) {
             let content = json!({ "silp": "v1", "session": turn.id, "renewed": true, "turn": turn.turn });
@@ -220,17 +242,15 @@ impl Gateway {
         // Decide each payload's form and compile it; surface texts go through the compile.lock.
         let mut pending = Vec::with_capacity(units.len());
         for mut unit in units {
-            if route.mode == RouteMode::Validate {
-                continue;
-            }
             if let Some(turn) = &session {
                 unit.ir.meta.session_id = Some(turn.id.as_str().into());
             }
-            let form = match route.mode {
-                RouteMode::Decode => OutputForm::Ir,
-                _ => {
+            let form = match &route {
+                Route::Configured(r) if r.mode == RouteMode::Validate => continue,
+                Route::Configured(r) if r.mode == RouteMode::Decode => OutputForm::Ir,
+                Route::Configured(r) => {
                     let choice = choose::choose(
-                        route.frontend,
+                        r.frontend,
                         accepted.as_deref(),
                         unit.explicit_out,
                         self.config.gateway.default_frontend,
@@ -243,6 +263,7 @@ impl Gateway {
                     });
                     OutputForm::Surface(choice.frontend)
                 }
+                Route::Answer(form) => *form,
             };
             if let OutputForm::Surface(frontend) = form {
                 // The store keeps the first compile and reports drift against this one.
@@ -371,6 +392,21 @@ impl Gateway {
         notes.push(Note::ProfileLearnt { agent, frontends: announced.frontends });
         reply::echo_tokens(&mut answer, &inbound.envelope, &self.config.gateway.name);
         Ok(vec![Outbound { destination: Destination::Reply, envelope: answer }])
+    }
+}
+
+/// The route a message takes: a configured one, or back to the asker for an agent's answer.
+enum Route<'a> {
+    Configured(&'a crate::config::RouteConfig),
+    Answer(OutputForm),
+}
+
+impl Route<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Route::Configured(r) => &r.name,
+            Route::Answer(_) => "answer",
+        }
     }
 }
 

@@ -45,6 +45,19 @@ pub fn silp_form(format: Format, subformat: &str) -> Option<SilpForm> {
     }
 }
 
+/// The form an asker reads answers in: the form of its request's first SILP payload, or the
+/// natural-language rendering when it sent none (plain NLIP text).
+pub fn answer_form(request: &crate::nlip::Message) -> OutputForm {
+    let top = std::iter::once((request.format, request.subformat.as_str()));
+    let subs = request.submessages().iter().map(|s| (s.format, s.subformat.as_str()));
+    match top.chain(subs).find_map(|(format, subformat)| silp_form(format, subformat)) {
+        Some(SilpForm::Ir) => OutputForm::Ir,
+        Some(SilpForm::Code) => OutputForm::Surface(Frontend::Code),
+        Some(SilpForm::Json) => OutputForm::Surface(Frontend::Json),
+        None => OutputForm::Surface(Frontend::Natural),
+    }
+}
+
 /// A payload read into an IR.
 pub struct ReadPayload {
     pub ir: Ir,

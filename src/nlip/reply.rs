@@ -21,6 +21,19 @@ pub enum Location {
 /// The label of the structured detail submessage of an error message.
 pub const ERROR_DETAIL_LABEL: &str = "error";
 
+/// The code of an error message (`code` in its structured detail; `error` when it names
+/// none), or `None` for a message that is not an error.
+pub fn error_code(message: &Message) -> Option<String> {
+    if !message.is_error() {
+        return None;
+    }
+    let code = message.submessages().iter().find_map(|s| match &s.content {
+        Content::Json(v) => v.get("code").and_then(Value::as_str).map(str::to_owned),
+        Content::Binary(_) => None,
+    });
+    Some(code.unwrap_or_else(|| "error".to_owned()))
+}
+
 /// An error message: `messagetype: error`, an English `text` body, and a `structured`/`json`
 /// submessage `{"code", "message", "path" | "span"}` for machines.
 pub fn error_message(code: &str, message: &str, location: &Location) -> Message {

@@ -6,8 +6,8 @@
 //! 401/403 for a missing/refused token, 503 when state or the agent is unavailable, 500 when
 //! silpgate itself is broken. Every non-2xx body is an NLIP error message, never a framework's.
 
-use super::Front;
 use super::auth::{Identity, Refusal};
+use super::{Answer, Front};
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -38,7 +38,7 @@ pub fn router(front: Arc<Front>) -> Router {
 async fn readyz(State(front): State<Arc<Front>>) -> Response {
     // The store is open (it was opened at start) and answers a read, and the broker, when
     // there is one, is connected and consumed from.
-    if let Err(e) = front.gateway.store().ledger("readiness-probe") {
+    if let Err(e) = front.gateway().store().ledger("readiness-probe") {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response();
     }
     match &front.broker {
@@ -83,7 +83,8 @@ pub fn status_for(code: &str) -> StatusCode {
         "rate_limited" => StatusCode::TOO_MANY_REQUESTS,
         "no_route" => StatusCode::NOT_FOUND,
         "session_expired" => StatusCode::GONE,
-        "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable" | "agent_unavailable" | "broker_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        "timeout" => StatusCode::GATEWAY_TIMEOUT,
         "unauthorized" => StatusCode::UNAUTHORIZED,
         "forbidden" => StatusCode::FORBIDDEN,
         "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -192,7 +193,7 @@ async fn post_nlip(
     let envelope = match nlip::decode(&bytes, encoding, &front.limits) {
         Ok(m) => m,
         Err(e) => {
-            let outcome = front.gateway.reject_undecodable(e);
+            let outcome = front.gateway().reject_undecodable(e);
             let code = match &outcome.status {
                 crate::gateway::Status::Failed(e) => e.code(),
                 _ => "invalid_envelope",
@@ -204,16 +205,17 @@ async fn post_nlip(
         }
     };
     let parent = crate::telemetry::extract_http(&headers);
-    let answer = front.answer(envelope, Transport::Http, "http", parent).await;
-    let status = answer.error.map_or(StatusCode::OK, status_for);
-    // One request, one reply: the last envelope for the sender is the answer.
-    match answer.replies.last() {
-        Some(reply) => message_response(status, reply, encoding),
-        None => error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the message produced no reply",
-            encoding,
-        ),
+    match front.request(envelope, Transport::Http, "http", parent).await {
+        Answer::Reply(message) => message_response(StatusCode::OK, &message, encoding),
+        Answer::Accepted(ids) => {
+            message_response(StatusCode::ACCEPTED, &super::accepted_message(&ids), encoding)
+        }
+        Answer::Refused { message, code, transient } => {
+            let status = match status_for(&code) {
+                StatusCode::BAD_REQUEST if transient => StatusCode::SERVICE_UNAVAILABLE,
+                status => status,
+            };
+            message_response(status, &message, encoding)
+        }
     }
 }

@@ -1,7 +1,7 @@
-//! The network front door: NLIP over HTTP (ECMA-431) and WebSocket (ECMA-432), thin adapters
-//! around the gateway core. Each request or socket message is decoded, handed to
-//! [`Gateway::handle`](crate::gateway::Gateway::handle), its state flushed, and the reply
-//! written back in the encoding it came in.
+//! The network front door: NLIP over HTTP (ECMA-431) and WebSocket (ECMA-432). Each request or
+//! socket message is decoded and handed to the [intake](crate::intake), which takes it through
+//! the core to its agent; the reply route's envelope or the agent's answer is written back in
+//! the encoding the request came in.
 
 pub mod amqp;
 pub mod auth;
@@ -11,16 +11,17 @@ pub mod listener;
 pub mod tls;
 pub mod ws;
 
-use crate::gateway::{Destination, Gateway, GatewayError, Inbound, Origin, Outcome, Status, Transport};
+use crate::gateway::{Gateway, Origin, Transport};
+use crate::intake::{Arrival, InPlace, Intake, Refused};
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{Limits, Message};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{Instrument, info_span};
+use tracing::Instrument;
 
 /// Everything a listener needs, shared by all connections.
 pub struct Front {
-    pub gateway: Gateway,
+    pub intake: Arc<Intake>,
     pub limits: Limits,
     pub auth: auth::Tokens,
     pub ws_ping: Duration,
@@ -41,16 +42,6 @@ pub fn rate_limited(what: &str, retry_after: u64) -> Message {
     reply::error_message("rate_limited", &message, &Location::None)
 }
 
-/// The `transport` label of a transport's metrics.
-pub fn transport_label(transport: Transport) -> &'static str {
-    match transport {
-        Transport::Amqp => "amqp",
-        Transport::Http => "http",
-        Transport::WebSocket => "websocket",
-        Transport::Cli => "cli",
-    }
-}
-
 /// Who a request comes from, for the per-client limit: the accepted token's identity when
 /// tokens are configured, else its address.
 pub fn client_key(identity: auth::Identity, peer: std::net::SocketAddr) -> String {
@@ -60,19 +51,27 @@ pub fn client_key(identity: auth::Identity, peer: std::net::SocketAddr) -> Strin
     }
 }
 
-/// What a transport sends back for one inbound message.
-pub struct Answer {
-    /// The envelopes for the sender, in order.
-    pub replies: Vec<Message>,
-    /// The error code when the message was not delivered.
-    pub error: Option<&'static str>,
+/// What a door sends back for one request.
+#[derive(Debug)]
+pub enum Answer {
+    /// The envelope for the sender: a reply route's, or the agent's answer.
+    Reply(Message),
+    /// Delivered to agents that nobody waits for (`await = "none"`): their envelopes' ids.
+    Accepted(Vec<String>),
+    /// Not delivered: the error message, its code and whether trying again may help.
+    Refused { message: Message, code: String, transient: bool },
 }
 
 impl Front {
-    /// Runs the core on one decoded envelope and makes its state durable before answering.
-    /// `parent` is the trace context the request came with (empty: a new trace).
-    pub async fn answer(
-        self: &Arc<Self>,
+    pub fn gateway(&self) -> &Gateway {
+        self.intake.gateway()
+    }
+
+    /// Takes one decoded envelope from an HTTP request or a socket through the intake, and
+    /// waits for the agent's answer when there is one to wait for. `parent` is the trace
+    /// context the request came with (empty: a new trace).
+    pub async fn request(
+        &self,
         envelope: Message,
         transport: Transport,
         source: &str,
@@ -84,75 +83,81 @@ impl Front {
             otel.kind = "server",
             network.transport = "tcp",
             network.protocol.name = if transport == Transport::WebSocket { "websocket" } else { "http" },
-            silpgate.transport = ?transport,
+            silpgate.transport = transport.as_str(),
             silpgate.source = source
         );
         crate::telemetry::adopt(&span, parent);
-        crate::telemetry::record_format(&span, &envelope);
         let metrics = crate::metrics::get();
-        let label = transport_label(transport);
+        let label = transport.as_str();
         let started = std::time::Instant::now();
         metrics.messages_in.with_label_values(&[label, source]).inc();
         metrics.in_flight.inc();
-        let inbound = Inbound {
+        let (path, answered) = InPlace::new();
+        let arrival = Arrival {
             envelope,
             origin: Origin::new(transport, source),
-            received_at: crate::store::time::now_millis(),
+            span: span.clone(),
+            answers: Some(path),
         };
-        let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.gateway.handle(inbound));
-        crate::telemetry::record_notes(&span, &outcome.notes);
-        metrics.observe_notes(&outcome.notes);
-        let flushed =
-            self.gateway.store().flush_async().instrument(info_span!(parent: &span, "store flush")).await;
-        let answer = match flushed {
-            Err(e) => {
-                let error = GatewayError::Store(e);
-                let message = reply::error_message(error.code(), &error.detail(), &Location::None);
-                Answer { replies: vec![message], error: Some(error.code()) }
+        let answer = match self.intake.take(arrival).await {
+            Err(Refused { failure, replies }) => {
+                tracing::warn!(transport = label, source, code = failure.code(), error = %failure, "Message not delivered.");
+                let message = replies.into_iter().last().unwrap_or_else(|| {
+                    reply::error_message(failure.code(), &failure.to_string(), &Location::None)
+                });
+                let transient = failure.disposition() == crate::gateway::Disposition::Transient;
+                Answer::Refused { message, code: failure.code().to_owned(), transient }
             }
-            Ok(()) => self.settle(outcome),
+            Ok(taken) if taken.awaiting.is_some() => {
+                let wait = tracing::info_span!(parent: &span, "await answer");
+                // The intake answers every wait, at the latest with a timeout error; the
+                // margin only guards against a wait that was never registered.
+                let limit = self.intake.waiting().timeout() + Duration::from_secs(5);
+                match tokio::time::timeout(limit, answered).instrument(wait).await {
+                    Ok(Ok(message)) => answer_of(message),
+                    _ => {
+                        let message = reply::error_message(
+                            "timeout",
+                            "the agent did not answer in time",
+                            &Location::None,
+                        );
+                        Answer::Refused { message, code: "timeout".into(), transient: true }
+                    }
+                }
+            }
+            Ok(taken) if taken.replies.is_empty() && !taken.delivered.is_empty() => {
+                Answer::Accepted(taken.delivered)
+            }
+            Ok(taken) => match taken.replies.into_iter().last() {
+                Some(message) => Answer::Reply(message),
+                None => {
+                    let message =
+                        reply::error_message("internal", "the message produced no reply", &Location::None);
+                    Answer::Refused { message, code: "internal".into(), transient: false }
+                }
+            },
         };
-        if let Some(code) = answer.error {
-            span.record("error.type", code);
-            tracing::warn!(transport = label, source, code, "Message not delivered.");
-            let disposition = if code == "unavailable" { "transient" } else { "poison" };
-            metrics.failures.with_label_values(&[label, disposition, code]).inc();
-        }
-        metrics.messages_out.with_label_values(&[label, "reply"]).inc_by(answer.replies.len() as u64);
+        metrics.messages_out.with_label_values(&[label, "reply"]).inc();
         metrics.message_seconds.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
         metrics.in_flight.dec();
         answer
     }
+}
 
-    /// The replies of an outcome. Messages for agents need an agent transport (AMQP), which a
-    /// front door alone does not have: they are refused as `unavailable`, not dropped.
-    fn settle(&self, outcome: Outcome) -> Answer {
-        let mut replies = Vec::new();
-        let mut unreachable = Vec::new();
-        for o in outcome.outbound {
-            match o.destination {
-                Destination::Reply => replies.push(o.envelope),
-                Destination::Agent(agent) => unreachable.push(agent),
-            }
+/// An agent's answer as the door returns it: an NLIP error answer keeps its code.
+fn answer_of(message: Message) -> Answer {
+    match reply::error_code(&message) {
+        Some(code) => {
+            let transient = matches!(code.as_str(), "timeout" | "unavailable");
+            Answer::Refused { message, code, transient }
         }
-        match outcome.status {
-            Status::Failed(e) => {
-                if replies.is_empty() {
-                    replies.push(reply::error_message(e.code(), &e.detail(), &Location::None));
-                }
-                Answer { replies, error: Some(e.code()) }
-            }
-            _ if !unreachable.is_empty() => {
-                let message = format!(
-                    "agent {} is reached over AMQP only: publish the message to an inbound queue",
-                    unreachable.join(", ")
-                );
-                Answer {
-                    replies: vec![reply::error_message("unavailable", &message, &Location::None)],
-                    error: Some("unavailable"),
-                }
-            }
-            _ => Answer { replies, error: None },
-        }
+        None => Answer::Reply(message),
     }
+}
+
+/// The control message that confirms a delivery nobody waits an answer for.
+pub fn accepted_message(ids: &[String]) -> Message {
+    let content = serde_json::json!({ "delivered": ids });
+    Message::new(crate::nlip::Format::Structured, "json", crate::nlip::Content::Json(content))
+        .with_messagetype("control")
 }

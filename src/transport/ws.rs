@@ -1,13 +1,15 @@
 //! NLIP over WebSocket (ECMA-432): `/nlip/ws` carries one CBOR-encoded NLIP message per binary
-//! message, `/nlip/ws/text` one JSON message per text message. Replies come back on the same
-//! socket in request order. The server pings idle sockets and drops those that stop answering.
+//! message, `/nlip/ws/text` one JSON message per text message. Many requests may be in flight
+//! on one socket; each one's reply (a reply route's envelope, or its agent's answer, or an
+//! error) comes back on the same socket as soon as it is ready, so replies follow the order in
+//! which agents answer. The server pings idle sockets and drops those that stop answering.
 //!
 //! Close codes: 1003 for the wrong frame type on an endpoint, 1007 for a text message that is
 //! not UTF-8, 1009 for a message over the size limit, 1008 for a dead peer (no pong).
 
-use super::Front;
 use super::http::authenticate;
 use super::limit::Bucket;
+use super::{Answer, Front};
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -19,7 +21,8 @@ use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
@@ -95,15 +98,6 @@ fn close(code: CloseCode, reason: &str) -> Frame {
     Frame::Close(Some(CloseFrame { code, reason: reason.to_owned().into() }))
 }
 
-/// Sends one frame; false when the socket is gone or the peer has not taken the frame within
-/// `within` (a peer that stops reading would otherwise hold the task and its buffers forever).
-async fn send<S>(socket: &mut WebSocketStream<S>, within: Duration, frame: Frame) -> bool
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    matches!(tokio::time::timeout(within, socket.send(frame)).await, Ok(Ok(())))
-}
-
 fn frame(message: &Message, encoding: Encoding) -> Frame {
     match encoding {
         Encoding::Cbor => Frame::Binary(nlip::encode(message, Encoding::Cbor).into()),
@@ -111,7 +105,15 @@ fn frame(message: &Message, encoding: Encoding) -> Frame {
     }
 }
 
-/// One socket: messages in, replies out in the same order, pings while idle.
+/// Requests one socket may have in flight; the next waits for one to finish, which in turn
+/// stops reading from the socket (the peer feels back-pressure, memory stays bounded).
+const IN_FLIGHT_PER_SOCKET: usize = 256;
+/// Frames waiting to be written to one socket.
+const OUTGOING_FRAMES: usize = 64;
+
+/// One socket: messages in, each taken through the intake on its own task (many in flight),
+/// answers out as they come; pings while idle. One writer task owns the sending half, so that
+/// a slow peer holds up only its own socket, and never longer than `ws_dead` per frame.
 async fn serve_socket<S>(
     front: Arc<Front>,
     socket: WebSocketStream<S>,
@@ -119,69 +121,64 @@ async fn serve_socket<S>(
     client: String,
     trace: opentelemetry::Context,
 ) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let mut socket = socket;
+    let (mut sink, mut stream) = socket.split();
+    let (outgoing, mut frames) = mpsc::channel::<Frame>(OUTGOING_FRAMES);
+    let dead = front.ws_dead;
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = frames.recv().await {
+            let closing = matches!(frame, Frame::Close(_));
+            let sent = tokio::time::timeout(dead, sink.send(frame)).await;
+            if closing || !matches!(sent, Ok(Ok(()))) {
+                break;
+            }
+        }
+    });
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_PER_SOCKET));
     let mut ticker = tokio::time::interval(front.ws_ping);
     ticker.tick().await;
     let mut last_heard = Instant::now();
     let mut connection = Bucket::new(front.connection_rate.0, front.connection_rate.1);
-    loop {
+    let closing = loop {
         let next = tokio::select! {
-            next = socket.next() => next,
+            next = stream.next() => next,
             _ = ticker.tick() => {
                 if last_heard.elapsed() > front.ws_dead {
-                    send(&mut socket, front.ws_dead, close(CloseCode::Policy, "no answer to pings")).await;
-                    return;
+                    break Some(close(CloseCode::Policy, "no answer to pings"));
                 }
-                if !send(&mut socket, front.ws_dead, Frame::Ping(Vec::new().into())).await {
-                    return;
+                if outgoing.send(Frame::Ping(Vec::new().into())).await.is_err() {
+                    break None;
                 }
                 continue;
             }
         };
         last_heard = Instant::now();
         let bytes: Vec<u8> = match (next, encoding) {
-            (None, _) => return,
+            (None, _) => break None,
             (Some(Ok(Frame::Binary(b))), Encoding::Cbor) => b.to_vec(),
             (Some(Ok(Frame::Text(t))), Encoding::Json) => t.as_bytes().to_vec(),
             (Some(Ok(Frame::Text(_))), Encoding::Cbor) => {
-                send(
-                    &mut socket,
-                    front.ws_dead,
-                    close(
-                        CloseCode::Unsupported,
-                        "/nlip/ws takes binary CBOR messages; JSON text goes to /nlip/ws/text",
-                    ),
-                )
-                .await;
-                return;
+                break Some(close(
+                    CloseCode::Unsupported,
+                    "/nlip/ws takes binary CBOR messages; JSON text goes to /nlip/ws/text",
+                ));
             }
             (Some(Ok(Frame::Binary(_))), Encoding::Json) => {
-                send(
-                    &mut socket,
-                    front.ws_dead,
-                    close(
-                        CloseCode::Unsupported,
-                        "/nlip/ws/text takes JSON text messages; CBOR goes to /nlip/ws",
-                    ),
-                )
-                .await;
-                return;
+                break Some(close(
+                    CloseCode::Unsupported,
+                    "/nlip/ws/text takes JSON text messages; CBOR goes to /nlip/ws",
+                ));
             }
-            (Some(Ok(Frame::Close(_))), _) => return,
+            (Some(Ok(Frame::Close(_))), _) => break None,
             (Some(Ok(_)), _) => continue, // ping, pong
             (Some(Err(tungstenite::Error::Capacity(e))), _) => {
-                let reason = format!("message too big: {e}");
-                send(&mut socket, front.ws_dead, close(CloseCode::Size, &reason)).await;
-                return;
+                break Some(close(CloseCode::Size, &format!("message too big: {e}")));
             }
             (Some(Err(tungstenite::Error::Utf8(_))), _) => {
-                send(&mut socket, front.ws_dead, close(CloseCode::Invalid, "a text message must be UTF-8"))
-                    .await;
-                return;
+                break Some(close(CloseCode::Invalid, "a text message must be UTF-8"));
             }
-            (Some(Err(_)), _) => return,
+            (Some(Err(_)), _) => break None,
         };
         let admitted = if !connection.take(Instant::now()) {
             Err(super::rate_limited("this connection", connection.retry_after().max(1)))
@@ -189,24 +186,47 @@ async fn serve_socket<S>(
             front.clients.admit(&client).map_err(|retry| super::rate_limited("this client", retry))
         };
         if let Err(refusal) = admitted {
-            if !send(&mut socket, front.ws_dead, frame(&refusal, encoding)).await {
-                return;
+            if outgoing.send(frame(&refusal, encoding)).await.is_err() {
+                break None;
             }
             continue;
         }
-        let replies = match nlip::decode(&bytes, encoding, &front.limits) {
-            Ok(envelope) => front.answer(envelope, Transport::WebSocket, "ws", trace.clone()).await.replies,
-            Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
-                // ECMA-432 §11: the CBOR decoding failure message, and the fallback hint.
-                let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", e.message);
-                vec![reply::error_message(e.kind.code(), &message, &Location::None)]
-            }
-            Err(e) => front.gateway.reject_undecodable(e).outbound.into_iter().map(|o| o.envelope).collect(),
-        };
-        for reply in &replies {
-            if !send(&mut socket, front.ws_dead, frame(reply, encoding)).await {
-                return;
-            }
+        let Ok(slot) = in_flight.clone().acquire_owned().await else { break None };
+        let (front, outgoing, trace) = (front.clone(), outgoing.clone(), trace.clone());
+        tokio::spawn(async move {
+            let reply = answer_message(&front, &bytes, encoding, trace).await;
+            let _ = outgoing.send(frame(&reply, encoding)).await;
+            drop(slot);
+        });
+    };
+    if let Some(close) = closing {
+        let _ = outgoing.send(close).await;
+    }
+    drop(outgoing);
+    // Answers still on their way are written, then the writer ends with the last sender.
+    let _ = writer.await;
+}
+
+/// The envelope a socket gets back for one message it sent.
+async fn answer_message(
+    front: &Front,
+    bytes: &[u8],
+    encoding: Encoding,
+    trace: opentelemetry::Context,
+) -> Message {
+    match nlip::decode(bytes, encoding, &front.limits) {
+        Ok(envelope) => match front.request(envelope, Transport::WebSocket, "ws", trace).await {
+            Answer::Reply(message) | Answer::Refused { message, .. } => message,
+            Answer::Accepted(ids) => super::accepted_message(&ids),
+        },
+        Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
+            // ECMA-432 §11: the CBOR decoding failure message, and the fallback hint.
+            let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", e.message);
+            reply::error_message(e.kind.code(), &message, &Location::None)
         }
+        Err(e) => front.gateway().reject_undecodable(e).outbound.into_iter().next().map_or_else(
+            || reply::error_message("invalid_envelope", "the message cannot be read", &Location::None),
+            |o| o.envelope,
+        ),
     }
 }

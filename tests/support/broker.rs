@@ -69,6 +69,10 @@ impl Names {
     pub fn cbor_replies(&self) -> String {
         format!("{}.cbor-replies", self.prefix)
     }
+    /// The queue agents answer silpgate on (with `.<instance>` in a cluster).
+    pub fn answers(&self) -> String {
+        format!("{}.answers", self.prefix)
+    }
 
     pub fn partition_exchange(&self) -> String {
         format!("{}.parts", self.prefix)
@@ -96,7 +100,14 @@ impl Names {
 
     /// Deletes every queue and exchange of the test (`partitions`: of a cluster test).
     pub async fn clean_up(&self, channel: &Channel, partitions: u16) {
-        let mut queues = vec![self.inbound(), self.dead(), self.sink(), self.replies(), self.cbor_replies()];
+        let mut queues = vec![
+            self.inbound(),
+            self.dead(),
+            self.sink(),
+            self.replies(),
+            self.cbor_replies(),
+            self.answers(),
+        ];
         queues.extend((0..partitions).flat_map(|i| [self.partition(i), self.changelog(i)]));
         if partitions > 0 {
             queues.push(self.lock_stream());
@@ -136,6 +147,7 @@ retry_initial_ms = 50
 retry_max_ms = 400
 reconnect_initial_ms = 100
 reconnect_max_ms = 1000
+reply_queue = "{answers}"
 {amqp_extra}
 [[agents]]
 name = "sink"
@@ -162,6 +174,7 @@ mode = "transcode"
             dlx = self.dlx(),
             dead = self.dead(),
             sink = self.sink(),
+            answers = self.answers(),
         )
     }
 }

@@ -24,15 +24,16 @@ pub mod topology;
 pub mod worker;
 
 use crate::config::{AmqpConfig, Config};
-use crate::gateway::Gateway;
+use crate::connectors::amqp::{BrokerLink, Link};
 use crate::gateway::store::Store;
-use crate::nlip::Limits;
+use crate::intake::Intake;
 use backoff::Backoff;
 use cluster::Cluster;
 use cluster::connection::{ClusterSide, Parked, REBALANCE_TICK};
 use cluster::ownership::{self, Deliveries};
 use futures_util::StreamExt;
-use lapin::options::{BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions};
+use lapin::options::{BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -58,6 +59,10 @@ pub struct Amqp {
     amqp: Arc<AmqpConfig>,
     store: Arc<dyn Store>,
     cluster: Option<Arc<Cluster>>,
+    intake: Arc<Intake>,
+    /// Tells agents' connectors and answers' return paths about the connection.
+    link: watch::Sender<Option<Link>>,
+    link_rx: BrokerLink,
     /// True while connected and consuming; `/readyz` reports it.
     ready: Arc<AtomicBool>,
 }
@@ -70,13 +75,23 @@ enum Ended {
 }
 
 impl Amqp {
+    /// `link` is the pair [`BrokerLink::new`] made; the agents' connectors hold its receiver.
     pub fn new(
         config: Arc<Config>,
         amqp: AmqpConfig,
         store: Arc<dyn Store>,
         cluster: Option<Arc<Cluster>>,
+        intake: Arc<Intake>,
+        link: (watch::Sender<Option<Link>>, BrokerLink),
     ) -> Self {
-        Amqp { config, amqp: Arc::new(amqp), store, cluster, ready: Arc::new(AtomicBool::new(false)) }
+        let (link, link_rx) = link;
+        let ready = Arc::new(AtomicBool::new(false));
+        Amqp { config, amqp: Arc::new(amqp), store, cluster, intake, link, link_rx, ready }
+    }
+
+    /// The queue agents answer this instance on: one per instance.
+    pub fn reply_queue(&self) -> String {
+        reply_queue(&self.amqp, self.cluster.as_ref().map(|c| &c.config))
     }
 
     /// The readiness flag, for `/readyz`.
@@ -140,6 +155,11 @@ impl Amqp {
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;
+        // This instance's own reply queue is no part of the shared topology.
+        let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+        let mut arguments = FieldTable::default();
+        arguments.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        declare.queue_declare(self.reply_queue().as_str().into(), options, arguments).await?;
         let _ = declare.close(200, "declared".into()).await;
         let consume = connection.create_channel().await?;
         consume.basic_qos(self.amqp.prefetch, BasicQosOptions { global: false }).await?;
@@ -158,17 +178,23 @@ impl Amqp {
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
+        let broken = Arc::new(Notify::new());
+        let publisher = publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
+        let reply_queue = self.reply_queue();
+        self.link.send_replace(Some(Link {
+            publisher: publisher.clone(),
+            exchange: self.amqp.agents_exchange.clone(),
+            reply_queue: reply_queue.clone(),
+            broken: broken.clone(),
+        }));
         let pipeline = Arc::new(Pipeline {
-            gateway: Gateway::new(self.config.clone(), self.store.clone()),
+            intake: self.intake.clone(),
+            link: self.link_rx.clone(),
             amqp: self.amqp.clone(),
-            limits: Limits {
-                max_bytes: self.config.nlip.max_message_bytes,
-                max_depth: self.config.nlip.max_depth,
-                max_submessages: self.config.nlip.max_submessages,
-            },
-            publisher: publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms)),
+            limits: self.config.nlip.limits(),
+            publisher,
             shutdown: shutdown.clone(),
-            broken: Arc::new(Notify::new()),
+            broken,
             fatal: Arc::new(Notify::new()),
             marks,
             cluster: self.cluster.clone(),
@@ -176,7 +202,14 @@ impl Amqp {
 
         let mut deliveries = Deliveries::default();
         // A cluster forwards the inbound queues on a channel of its own.
-        let mut tags = Vec::with_capacity(self.amqp.inbound.len());
+        let mut tags = Vec::with_capacity(self.amqp.inbound.len() + 1);
+        let reply_tag = format!("silpgate-{}-replies", std::process::id());
+        match ownership::subscribe(channel, &reply_queue, &reply_tag).await {
+            Ok(consumer) => deliveries.push(consumer),
+            Err(e) => return Ended::Lost(e.to_string()),
+        }
+        tags.push(reply_tag);
+        let mut answers = tokio::task::JoinSet::new();
         if self.cluster.is_none() {
             for queue in &self.amqp.inbound {
                 let tag = format!("silpgate-{}-{queue}", std::process::id());
@@ -275,6 +308,11 @@ impl Amqp {
                 }
                 // A leaving cluster instance's consumers end one by one; it finishes on the ticks.
                 next = deliveries.next(), if !deliveries.is_empty() || leaving.is_none() => match next {
+                    Some((queue, Some(Ok(delivery)))) if *queue == *reply_queue => {
+                        let pipeline = pipeline.clone();
+                        answers.spawn(async move { pipeline.answer(delivery, queue).await });
+                        while answers.try_join_next().is_some() {}
+                    }
                     Some((queue, Some(Ok(delivery)))) => {
                         let metrics = crate::metrics::get();
                         metrics.messages_in.with_label_values(&["amqp", &queue]).inc();
@@ -310,15 +348,19 @@ impl Amqp {
         // Stop intake first; deliveries prefetched but not yet handed out are requeued when the
         // connection closes. A cluster instance has handed its partitions on already (or ran
         // out of time doing so); its waiting consumers go with the connection.
-        if matches!(ended, Ended::Shutdown) && self.cluster.is_none() {
-            for tag in &tags {
+        if matches!(ended, Ended::Shutdown) {
+            let own = if self.cluster.is_none() { &tags[..] } else { &tags[..1] };
+            for tag in own {
                 let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
             }
         }
         drop(senders);
         drop(deliveries);
         let drain = Duration::from_secs(self.amqp.drain_secs);
-        let all = futures_util::future::join_all(workers.iter_mut());
+        let all = async {
+            futures_util::future::join_all(workers.iter_mut()).await;
+            while answers.join_next().await.is_some() {}
+        };
         if tokio::time::timeout(drain, all).await.is_err() {
             warn!(
                 drain_secs = self.amqp.drain_secs,
@@ -328,6 +370,8 @@ impl Amqp {
                 worker.abort();
             }
         }
+        answers.abort_all();
+        self.link.send_replace(None);
         if let Some(side) = cluster_side {
             side.stop().await;
         }
@@ -338,6 +382,15 @@ impl Amqp {
             warn!(error = %e, "Flushing the store failed.");
         }
         ended
+    }
+}
+
+/// The queue agents answer an instance on: `amqp.reply_queue`, with the instance's name in a
+/// cluster (each instance waits for its own requests' answers).
+pub fn reply_queue(amqp: &AmqpConfig, cluster: Option<&crate::config::ClusterConfig>) -> String {
+    match cluster {
+        Some(cluster) => format!("{}.{}", amqp.reply_queue, cluster.instance_name()),
+        None => amqp.reply_queue.clone(),
     }
 }
 

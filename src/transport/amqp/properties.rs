@@ -100,37 +100,52 @@ impl Envelope {
     /// Properties of a message silpgate publishes on behalf of this one: persistent, in
     /// `encoding`, with its own stable `message_id` and this message's correlation.
     pub fn outbound_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
-        let mut properties = BasicProperties::default()
-            .with_delivery_mode(PERSISTENT)
-            .with_content_type(encoding.content_type().into())
-            .with_message_id(message_id.into());
-        if let Some(correlation_id) = &self.correlation_id {
-            properties = properties.with_correlation_id(correlation_id.as_str().into());
-        }
-        let mut headers = FieldTable::default();
-        if let Some(user) = &self.user_id {
-            headers.insert(USER_ID_HEADER.into(), long_string(user));
-        }
-        properties.with_headers(headers)
+        published(Published {
+            encoding,
+            message_id,
+            correlation_id: self.correlation_id.as_deref(),
+            reply_to: None,
+            replies: &[],
+            user_id: self.user_id.as_deref(),
+        })
     }
+}
 
-    /// Properties of a message forwarded to an agent: as [`Envelope::outbound_properties`],
-    /// and the sender's reply addresses travel with it, so that the agent can answer the
-    /// original requester (the binding's reply-to rule, one hop further).
-    pub fn forward_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
-        let mut properties = self.outbound_properties(encoding, message_id);
-        if let Some(reply_to) = &self.reply_to {
-            properties = properties.with_reply_to(reply_to.as_str().into());
-        }
-        let mut headers = properties.headers().clone().unwrap_or_default();
-        for (encoding, address) in self.replies.iter().filter(|(_, a)| Some(a) != self.reply_to.as_ref()) {
-            headers.insert(
-                format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(),
-                long_string(address),
-            );
-        }
-        properties.with_headers(headers)
+/// What a message silpgate publishes says about itself.
+pub struct Published<'a> {
+    pub encoding: Encoding,
+    /// Stable across redeliveries of what caused it, so that receivers drop duplicates.
+    pub message_id: &'a str,
+    pub correlation_id: Option<&'a str>,
+    pub reply_to: Option<&'a str>,
+    /// More reply addresses, as `nlip-reply-<content-type>` headers (those not `reply_to`).
+    pub replies: &'a [(Encoding, String)],
+    /// The user of the message it was caused by, in a header: the broker refuses a publish
+    /// whose `user_id` is not the publishing connection's user.
+    pub user_id: Option<&'a str>,
+}
+
+/// The properties of a message silpgate publishes: persistent, always with a message id.
+pub fn published(p: Published<'_>) -> BasicProperties {
+    let mut properties = BasicProperties::default()
+        .with_delivery_mode(PERSISTENT)
+        .with_content_type(p.encoding.content_type().into())
+        .with_message_id(p.message_id.into());
+    if let Some(correlation_id) = p.correlation_id {
+        properties = properties.with_correlation_id(correlation_id.into());
     }
+    if let Some(reply_to) = p.reply_to {
+        properties = properties.with_reply_to(reply_to.into());
+    }
+    let mut headers = FieldTable::default();
+    if let Some(user) = p.user_id {
+        headers.insert(USER_ID_HEADER.into(), long_string(user));
+    }
+    for (encoding, address) in p.replies.iter().filter(|(_, a)| Some(a.as_str()) != p.reply_to) {
+        headers
+            .insert(format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(), long_string(address));
+    }
+    properties.with_headers(headers)
 }
 
 /// The properties of a message being dead-lettered: its own, with why it was given up, and

@@ -14,13 +14,13 @@ use super::properties::{self, Envelope};
 use super::publish::{Publication, PublishError, Publisher};
 use super::stopped;
 use crate::config::AmqpConfig;
+use crate::connectors::amqp::BrokerLink;
 use crate::gateway::session::Partition;
-use crate::gateway::store::StoreError;
-use crate::gateway::{
-    Destination, Disposition, Gateway, GatewayError, Inbound, Origin, Outbound, Status, Transport,
-};
+use crate::gateway::{Disposition, GatewayError, Origin, Transport};
+use crate::intake::{self, Arrival, Intake, Refused, ReturnPath, Returned};
 use crate::nlip::{self, Encoding, Message, NlipError};
 use crate::telemetry;
+use futures_util::future::BoxFuture;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use std::sync::Arc;
@@ -96,7 +96,7 @@ pub struct Job {
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
-    Gateway(#[from] GatewayError),
+    Intake(#[from] intake::Failure),
     #[error("publishing to {destination}: {error}")]
     Publish { destination: String, error: PublishError },
 }
@@ -104,26 +104,34 @@ enum Failure {
 impl Failure {
     fn disposition(&self) -> Disposition {
         match self {
-            Failure::Gateway(e) => e.disposition(),
+            Failure::Intake(e) => e.disposition(),
             Failure::Publish { .. } => Disposition::Transient,
         }
     }
 
     fn is_race(&self) -> bool {
-        matches!(self, Failure::Gateway(GatewayError::Store(StoreError::Conflict(_))))
+        matches!(self, Failure::Intake(e) if e.is_race())
     }
 
-    fn code(&self) -> &'static str {
+    fn code(&self) -> &str {
         match self {
-            Failure::Gateway(e) => e.code(),
+            Failure::Intake(e) => e.code(),
             Failure::Publish { error, .. } => error.code(),
         }
     }
 }
 
+impl From<GatewayError> for Failure {
+    fn from(error: GatewayError) -> Self {
+        Failure::Intake(error.into())
+    }
+}
+
 /// What the workers of one connection share.
 pub struct Pipeline {
-    pub gateway: Gateway,
+    pub intake: Arc<Intake>,
+    /// The connection as agents' connectors and answers' return paths see it.
+    pub link: BrokerLink,
     pub amqp: Arc<AmqpConfig>,
     pub limits: nlip::Limits,
     pub publisher: Publisher,
@@ -234,116 +242,112 @@ impl Pipeline {
 
     /// One attempt: everything up to, but not including, the acknowledgement.
     async fn attempt(&self, job: &Job) -> Result<(), Failure> {
-        let handle = info_span!("gateway handle");
-        let outcome = handle.in_scope(|| match &job.decoded {
-            Ok(message) => self.gateway.handle(Inbound {
-                envelope: message.clone(),
-                origin: Origin {
-                    transport: Transport::Amqp,
-                    source: job.envelope.source.clone().unwrap_or_else(|| job.queue.to_string()),
-                    reply_to: job.envelope.reply_to.clone(),
-                    correlation_id: job.envelope.correlation_id.clone(),
-                    message_id: job.envelope.message_id.clone(),
-                    partition: job.partition,
-                },
-                received_at: crate::store::time::now_millis(),
-            }),
-            Err(e) => self.gateway.reject_undecodable(e.clone()),
-        });
-        if let Ok(message) = &job.decoded {
-            telemetry::record_format(&job.span, message);
-        }
-        telemetry::record_notes(&job.span, &outcome.notes);
-        crate::metrics::get().observe_notes(&outcome.notes);
         let base_id =
             job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
-        match outcome.status {
-            Status::Duplicate => Ok(()),
-            Status::Failed(error) => {
-                if error.disposition() == Disposition::Poison {
+        let message = match &job.decoded {
+            Ok(message) => message.clone(),
+            Err(e) => {
+                let outcome = self.intake.gateway().reject_undecodable(e.clone());
+                let replies = outcome.outbound.into_iter().map(|o| o.envelope).collect();
+                self.tell_sender(job, &base_id, replies).await;
+                return Err(GatewayError::Envelope(e.clone()).into());
+            }
+        };
+        let envelope = &job.envelope;
+        let origin = Origin {
+            transport: Transport::Amqp,
+            source: envelope.source.clone().unwrap_or_else(|| job.queue.to_string()),
+            reply_to: envelope.reply_to.clone(),
+            replies: envelope.replies.clone(),
+            correlation_id: envelope.correlation_id.clone(),
+            user_id: envelope.user_id.clone(),
+            message_id: envelope.message_id.clone(),
+            partition: job.partition,
+        };
+        // The agent's answer goes to the sender's reply addresses, written for the sender.
+        let answers = (!envelope.replies.is_empty()).then(|| {
+            Arc::new(ReplyAddresses {
+                link: self.link.clone(),
+                replies: envelope.replies.clone(),
+                correlation_id: envelope.correlation_id.clone(),
+                user_id: envelope.user_id.clone(),
+                message_id: format!("{base_id}:answer"),
+            }) as Arc<dyn ReturnPath>
+        });
+        let arrival = Arrival { envelope: message, origin, span: job.span.clone(), answers };
+        let taken = match self.intake.take(arrival).await {
+            Ok(taken) => taken,
+            Err(Refused { failure, replies }) => {
+                if failure.disposition() == Disposition::Poison {
                     // The sender hears why; if that fails, the dead-letter copy still says it.
-                    if let Err(e) = self.publish(job, &base_id, outcome.outbound, Vec::new()).await {
-                        debug!(error = %e, "Error reply not delivered.");
-                    }
+                    self.tell_sender(job, &base_id, replies).await;
                 }
-                Err(error.into())
+                return Err(failure.into());
             }
-            Status::Delivered => {
-                self.gateway
-                    .store()
-                    .flush_async()
-                    .instrument(info_span!("store flush"))
-                    .await
-                    .map_err(GatewayError::Store)?;
-                let cluster = self.cluster.as_deref().zip(job.partition);
-                let entries = match cluster {
-                    Some((cluster, partition)) => {
-                        let conversation = job.decoded.as_ref().ok().and_then(Message::conversation_token);
-                        let message_id = job.envelope.message_id.as_deref();
-                        let entries = cluster.entries(partition, conversation, message_id, &outcome.frozen);
-                        Some(entries.map_err(GatewayError::Store)?)
-                    }
-                    None => None,
-                };
-                let (changes, proposals) = entries.as_ref().map_or((0, 0), |e| (e.changes, e.proposals));
-                let appends = entries.map(|e| e.publications).unwrap_or_default();
-                self.publish(job, &base_id, outcome.outbound, appends).await?;
-                if let Some(id) = &job.envelope.message_id {
-                    self.marks.published(id.clone());
-                }
-                if let Some((cluster, partition)) = cluster
-                    && let Err(e) = cluster.appended(&self.publisher, partition, changes, proposals).await
-                {
-                    warn!(partition = partition.index, error = %e, "Snapshot not appended; the next change tries again.");
-                }
-                Ok(())
+        };
+        if taken.duplicate {
+            return Ok(());
+        }
+        let cluster = self.cluster.as_deref().zip(job.partition);
+        let entries = match cluster {
+            Some((cluster, partition)) => {
+                let conversation = job.decoded.as_ref().ok().and_then(Message::conversation_token);
+                let message_id = envelope.message_id.as_deref();
+                let entries = cluster.entries(partition, conversation, message_id, &taken.frozen);
+                Some(entries.map_err(GatewayError::Store)?)
             }
+            None => None,
+        };
+        let (changes, proposals) = entries.as_ref().map_or((0, 0), |e| (e.changes, e.proposals));
+        let appends = entries.map(|e| e.publications).unwrap_or_default();
+        self.publish(job, &base_id, taken.replies, appends).await?;
+        if let Some(id) = &envelope.message_id {
+            self.marks.published(id.clone());
+        }
+        if let Some((cluster, partition)) = cluster
+            && let Err(e) = cluster.appended(&self.publisher, partition, changes, proposals).await
+        {
+            warn!(partition = partition.index, error = %e, "Snapshot not appended; the next change tries again.");
+        }
+        Ok(())
+    }
+
+    /// Sends error replies to the sender, best effort: the dead-letter copy says it too.
+    async fn tell_sender(&self, job: &Job, base_id: &str, replies: Vec<Message>) {
+        if let Err(e) = self.publish(job, base_id, replies, Vec::new()).await {
+            debug!(error = %e, "Error reply not delivered.");
         }
     }
 
-    /// Publishes an outcome's envelopes: to agents on the agents exchange, replies to every
-    /// reply address in its encoding; then `entries` (a cluster's stream entries), all under
-    /// one wait for the broker's confirms.
+    /// Publishes replies to every reply address of the message, in each address's encoding;
+    /// then `entries` (a cluster's stream entries), all under one wait for the broker's
+    /// confirms.
     async fn publish<'a>(
         &'a self,
         job: &'a Job,
         base_id: &str,
-        outbound: Vec<Outbound>,
+        replies: Vec<Message>,
         entries: Vec<Publication<'a>>,
     ) -> Result<(), Failure> {
-        let config = self.gateway.config();
-        let mut publications = Vec::with_capacity(outbound.len());
-        for (index, out) in outbound.iter().enumerate() {
-            let id = properties::outbound_id(base_id, index);
-            match &out.destination {
-                Destination::Agent(name) => {
-                    let agent = config.agents.iter().find(|a| &a.name == name);
-                    let encoding = agent
-                        .and_then(|a| Encoding::from_content_type(&a.content_type))
-                        .unwrap_or(Encoding::Json);
-                    publications.push(Publication {
-                        exchange: &self.amqp.agents_exchange,
-                        routing_key: agent.map_or(name.as_str(), |a| a.routing_key()),
-                        body: nlip::encode(&out.envelope, encoding),
-                        properties: job.envelope.forward_properties(encoding, &id),
-                    });
-                }
-                Destination::Reply if job.envelope.replies.is_empty() => {
-                    debug!(message_id = %id, "No reply address; the reply is dropped.");
-                }
-                Destination::Reply => {
-                    for (encoding, address) in &job.envelope.replies {
-                        publications.push(Publication {
-                            exchange: "",
-                            routing_key: address,
-                            body: nlip::encode(&out.envelope, *encoding),
-                            properties: job.envelope.outbound_properties(*encoding, &id),
-                        });
-                    }
-                }
+        let mut publications = Vec::with_capacity(replies.len() * job.envelope.replies.len() + entries.len());
+        if !replies.is_empty() && job.envelope.replies.is_empty() {
+            debug!(message_id = base_id, "No reply address; the reply is dropped.");
+        }
+        for (index, reply) in replies.iter().enumerate() {
+            let id = format!("{base_id}:reply-{index}");
+            for (encoding, address) in &job.envelope.replies {
+                publications.push(Publication {
+                    exchange: "",
+                    routing_key: address,
+                    body: nlip::encode(reply, *encoding),
+                    properties: job.envelope.outbound_properties(*encoding, &id),
+                });
             }
         }
         publications.extend(entries);
+        if publications.is_empty() {
+            return Ok(());
+        }
         let destinations: Vec<&str> = publications
             .iter()
             .map(|p| if p.exchange.is_empty() { p.routing_key } else { p.exchange })
@@ -387,20 +391,19 @@ impl Pipeline {
     /// Publishes the message, as it came, to the dead-letter exchange with why, then
     /// acknowledges it. False when the dead-letter copy could not be made safe (retry).
     async fn dead_letter(&self, job: &Job, code: &str, reason: &str) -> bool {
+        self.dead_letter_delivery(&job.delivery, &job.queue, code, reason).await
+    }
+
+    async fn dead_letter_delivery(&self, delivery: &Delivery, queue: &str, code: &str, reason: &str) -> bool {
         let publication = Publication {
             exchange: &self.amqp.dead_letter_exchange,
-            routing_key: &job.queue,
-            body: job.delivery.data.clone(),
-            properties: properties::dead_letter_properties(
-                &job.delivery.properties,
-                code,
-                reason,
-                &job.queue,
-            ),
+            routing_key: queue,
+            body: delivery.data.clone(),
+            properties: properties::dead_letter_properties(&delivery.properties, code, reason, queue),
         };
         match self.publisher.publish_all(vec![publication]).instrument(info_span!("amqp dead-letter")).await {
             Ok(()) => {
-                self.ack(job).await;
+                self.ack_delivery(delivery).await;
                 true
             }
             Err(e) => {
@@ -411,17 +414,114 @@ impl Pipeline {
     }
 
     async fn ack(&self, job: &Job) {
+        self.ack_delivery(&job.delivery).await;
+    }
+
+    async fn ack_delivery(&self, delivery: &Delivery) {
         // Acks are individual: confirms, and so acks, complete out of order across workers.
-        let acked = job
-            .delivery
-            .acker
-            .ack(BasicAckOptions { multiple: false })
-            .instrument(info_span!("amqp ack"))
-            .await;
+        let acked =
+            delivery.acker.ack(BasicAckOptions { multiple: false }).instrument(info_span!("amqp ack")).await;
         if let Err(e) = acked {
             // The channel is gone and the broker will redeliver: the ledger handles that.
             debug!(error = %e, "Acknowledgement not sent.");
             self.broken.notify_one();
         }
+    }
+
+    /// An agent's answer from this instance's reply queue, taken to its asker; acknowledged
+    /// once the asker's door has it, dead-lettered with the reason when nobody waits for it.
+    pub async fn answer(&self, delivery: Delivery, queue: Arc<str>) {
+        let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
+        let from = Origin {
+            message_id: envelope.message_id.clone(),
+            user_id: envelope.user_id.clone(),
+            ..Origin::new(Transport::Amqp, queue.as_ref())
+        };
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.amqp.retry_initial_ms),
+            Duration::from_millis(self.amqp.retry_max_ms),
+        );
+        loop {
+            let Some(correlation) = envelope.correlation_id.as_deref() else {
+                let reason = "an answer needs the correlation_id of the message it answers";
+                warn!(queue = %queue, "Answer without a correlation id dead-lettered.");
+                if self.dead_letter_delivery(&delivery, &queue, "no_correlation", reason).await {
+                    return;
+                }
+                continue;
+            };
+            // An answer that cannot be read still ends its request's wait, with the reason.
+            let (answer, unreadable) = match self.decode(&delivery.data, &envelope) {
+                Ok(message) => (message, None),
+                Err(e) => {
+                    let detail = format!("the agent's answer cannot be read: {e}");
+                    (
+                        nlip::reply::error_message(e.kind.code(), &detail, &nlip::reply::Location::None),
+                        Some(e),
+                    )
+                }
+            };
+            let result = self.intake.answer(correlation, answer, from.clone()).await;
+            let (code, reason) = match (result, unreadable) {
+                (Ok(()), None) => return self.ack_delivery(&delivery).await,
+                (Ok(()), Some(e)) => (e.kind.code().to_owned(), e.to_string()),
+                (Err(e), _) if e.disposition() == Disposition::Transient => {
+                    debug!(error = %e, "Answer not passed on yet; retrying.");
+                    let mut shutdown = self.shutdown.clone();
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff.next_delay()) => continue,
+                        // Left unacknowledged: the broker keeps it for the next start.
+                        () = stopped(&mut shutdown) => return,
+                    }
+                }
+                (Err(e), _) => (e.code().to_owned(), e.to_string()),
+            };
+            warn!(correlation_id = correlation, code = code.as_str(), error = %reason, "Answer dead-lettered.");
+            if self.dead_letter_delivery(&delivery, &queue, &code, &reason).await {
+                return;
+            }
+        }
+    }
+}
+
+/// An AMQP sender's reply addresses, as the return path of its request: an agent's answer is
+/// published to each of them in its encoding, with the sender's correlation id, and counts as
+/// passed on once the broker confirms.
+struct ReplyAddresses {
+    link: BrokerLink,
+    replies: Vec<(Encoding, String)>,
+    correlation_id: Option<String>,
+    user_id: Option<String>,
+    /// The answer's own id: stable, so that a sender can drop a repeated answer.
+    message_id: String,
+}
+
+impl ReturnPath for ReplyAddresses {
+    fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>> {
+        Box::pin(async move {
+            let link =
+                self.link.current().ok_or_else(|| Returned::Retry("the broker is not connected".into()))?;
+            let publications = self
+                .replies
+                .iter()
+                .map(|(encoding, address)| Publication {
+                    exchange: "",
+                    routing_key: address,
+                    body: nlip::encode(&answer, *encoding),
+                    properties: properties::published(properties::Published {
+                        encoding: *encoding,
+                        message_id: &self.message_id,
+                        correlation_id: self.correlation_id.as_deref(),
+                        reply_to: None,
+                        replies: &[],
+                        user_id: self.user_id.as_deref(),
+                    }),
+                })
+                .collect();
+            let published =
+                link.publisher.publish_all(publications).instrument(info_span!("amqp answer")).await;
+            crate::metrics::get().messages_out.with_label_values(&["amqp", "reply"]).inc();
+            published.map_err(|e| Returned::Retry(e.to_string()))
+        })
     }
 }

@@ -1,0 +1,144 @@
+//! Agents on AMQP: a parcel is published to the agents exchange with the agent's routing key,
+//! persistent and mandatory, and is delivered once the broker confirms it. The agent answers
+//! to silpgate's reply queue with the parcel's id as `correlation_id` (or, on a route with
+//! `replies = "direct"`, to the sender's own addresses).
+//!
+//! The connection belongs to the AMQP side, which reconnects on its own; this connector sees
+//! it through a [`BrokerLink`] and reports an unavailable broker as transient.
+
+use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel};
+use crate::config::AgentConfig;
+use crate::nlip::{self, Encoding};
+use crate::transport::amqp::properties;
+use crate::transport::amqp::publish::{Publication, PublishError, Publisher};
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use tokio::sync::{Notify, watch};
+use tracing::Instrument;
+
+/// The AMQP side's current connection, as agents' connectors see it.
+#[derive(Clone)]
+pub struct Link {
+    /// A confirm-mode channel.
+    pub publisher: Publisher,
+    /// The agents exchange parcels are published to.
+    pub exchange: String,
+    /// Where agents answer silpgate.
+    pub reply_queue: String,
+    /// Told when a publish finds the channel broken, so that the AMQP side reconnects.
+    pub broken: Arc<Notify>,
+}
+
+/// Follows the AMQP side's connection: `None` while it is down.
+#[derive(Clone)]
+pub struct BrokerLink(watch::Receiver<Option<Link>>);
+
+impl BrokerLink {
+    /// A link and the sender the AMQP side updates it through.
+    pub fn new() -> (watch::Sender<Option<Link>>, BrokerLink) {
+        let (tx, rx) = watch::channel(None);
+        (tx, BrokerLink(rx))
+    }
+
+    /// The connection now, if there is one.
+    pub fn current(&self) -> Option<Link> {
+        self.0.borrow().clone()
+    }
+}
+
+/// One agent reached over AMQP.
+pub struct AmqpAgent {
+    name: String,
+    routing_key: String,
+    encoding: Encoding,
+    broker: Option<BrokerLink>,
+}
+
+impl AmqpAgent {
+    pub fn new(agent: &AgentConfig, broker: Option<BrokerLink>) -> Self {
+        AmqpAgent {
+            name: agent.name.clone(),
+            routing_key: agent.routing_key().to_owned(),
+            encoding: agent.encoding(),
+            broker,
+        }
+    }
+
+    fn unavailable(&self, code: &'static str, detail: String) -> DeliveryError {
+        DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
+    }
+
+    async fn publish(&self, parcels: Vec<Parcel>) -> Result<Delivered, DeliveryError> {
+        let Some(broker) = &self.broker else {
+            return Err(self.unavailable(
+                "unavailable",
+                "it is reached over AMQP and no [amqp] section is configured".into(),
+            ));
+        };
+        let Some(link) = broker.current() else {
+            return Err(self.unavailable("broker_unavailable", "the broker is not connected".into()));
+        };
+        let span = tracing::info_span!(
+            "agent deliver",
+            otel.name = %format!("publish {}", link.exchange),
+            otel.kind = "producer",
+            messaging.system = "rabbitmq",
+            messaging.operation.type = "publish",
+            messaging.destination.name = %link.exchange,
+            messaging.rabbitmq.destination.routing_key = %self.routing_key,
+            messaging.batch.message_count = parcels.len(),
+            silpgate.agent = %self.name,
+        );
+        let publications: Vec<Publication<'_>> = parcels
+            .iter()
+            .map(|parcel| {
+                let mut properties = parcel_properties(parcel, self.encoding, &link.reply_queue);
+                let mut headers = properties.headers().clone().unwrap_or_default();
+                crate::telemetry::inject(&span, &mut headers);
+                properties = properties.with_headers(headers);
+                Publication {
+                    exchange: &link.exchange,
+                    routing_key: &self.routing_key,
+                    body: nlip::encode(&parcel.envelope, self.encoding),
+                    properties,
+                }
+            })
+            .collect();
+        let published = link.publisher.publish_all(publications).instrument(span).await;
+        published.map(|()| Delivered::default()).map_err(|error| {
+            if matches!(error, PublishError::Channel(_)) {
+                link.broken.notify_one();
+            }
+            self.unavailable(error.code(), error.to_string())
+        })
+    }
+}
+
+impl Connector for AmqpAgent {
+    fn transport(&self) -> &'static str {
+        "amqp"
+    }
+
+    fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
+        Box::pin(self.publish(parcels))
+    }
+}
+
+/// A parcel's AMQP properties: where and how its answer is to come back.
+fn parcel_properties(parcel: &Parcel, encoding: Encoding, reply_queue: &str) -> lapin::BasicProperties {
+    let (reply_to, correlation_id, replies) = match &parcel.answer_to {
+        AnswerTo::Gateway => (Some(reply_queue), Some(parcel.message_id.as_str()), &[][..]),
+        AnswerTo::Direct { reply_to, replies, correlation_id } => {
+            (reply_to.as_deref(), correlation_id.as_deref(), replies.as_slice())
+        }
+        AnswerTo::Nobody => (None, None, &[][..]),
+    };
+    properties::published(properties::Published {
+        encoding,
+        message_id: &parcel.message_id,
+        correlation_id,
+        reply_to,
+        replies,
+        user_id: parcel.user_id.as_deref(),
+    })
+}

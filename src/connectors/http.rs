@@ -1,0 +1,192 @@
+//! Agents on HTTP (ECMA-431): each parcel is POSTed to the agent's URL in its encoding, and
+//! is delivered when the agent answers 2xx; the response body, when there is one, is the
+//! agent's answer. A 5xx, 408 or 429, a timeout or a connection failure is transient; any
+//! other 4xx is the agent refusing the message, with the code of its NLIP error body.
+//!
+//! TLS is always verified (the system's roots, plus `ca_file`); the bearer token comes from
+//! the environment and is never logged; `traceparent` carries the trace to the agent.
+
+use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::config::AgentConfig;
+use crate::nlip::{self, Encoding, Message};
+use futures_util::future::BoxFuture;
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+
+/// One agent reached over HTTP.
+pub struct HttpAgent {
+    name: String,
+    url: reqwest::Url,
+    encoding: Encoding,
+    client: reqwest::Client,
+    slots: Semaphore,
+    limits: nlip::Limits,
+}
+
+impl HttpAgent {
+    /// `limits` bound the agent's answers as they bound any inbound message.
+    pub fn new(agent: &AgentConfig, limits: nlip::Limits) -> Result<Self, SetupError> {
+        let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
+        let raw_url = agent.url.as_deref().unwrap_or_default();
+        let url = reqwest::Url::parse(raw_url).map_err(|e| client_error(format!("url: {e}")))?;
+        // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut headers = HeaderMap::new();
+        if let Some(variable) = &agent.token_env {
+            let token = std::env::var(variable).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+                SetupError::TokenUnset { agent: agent.name.clone(), variable: variable.clone() }
+            })?;
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+                .map_err(|_| client_error(format!("{variable} holds characters a header cannot carry")))?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        let mut builder = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(Duration::from_millis(agent.timeout_ms.max(1)))
+            .connect_timeout(Duration::from_millis(agent.timeout_ms.clamp(1, 5_000)))
+            .pool_max_idle_per_host(agent.max_in_flight.max(1));
+        if let Some(ca_file) = &agent.ca_file {
+            let pem = std::fs::read(ca_file)
+                .map_err(|e| client_error(format!("cannot read ca_file {}: {e}", ca_file.display())))?;
+            let roots = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| client_error(format!("ca_file {} is not PEM: {e}", ca_file.display())))?;
+            builder = builder.tls_certs_merge(roots);
+        }
+        let client = builder.build().map_err(|e| client_error(format!("HTTP client: {e}")))?;
+        Ok(HttpAgent {
+            name: agent.name.clone(),
+            url,
+            encoding: agent.encoding(),
+            client,
+            slots: Semaphore::new(agent.max_in_flight.max(1)),
+            limits,
+        })
+    }
+
+    async fn post_all(&self, parcels: Vec<Parcel>) -> Result<Delivered, DeliveryError> {
+        let mut delivered = Delivered::default();
+        for parcel in parcels {
+            if let Some(answer) = self.post(&parcel).await? {
+                delivered.answers.push((parcel.message_id, answer));
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// One POST: the agent's answer, if its 2xx response has a body.
+    async fn post(&self, parcel: &Parcel) -> Result<Option<Message>, DeliveryError> {
+        let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
+        let span = tracing::info_span!(
+            "agent deliver",
+            otel.name = "POST",
+            otel.kind = "client",
+            http.request.method = "POST",
+            url.full = %redacted(&self.url),
+            server.address = self.url.host_str().unwrap_or_default(),
+            server.port = self.url.port_or_known_default().unwrap_or_default(),
+            http.response.status_code = tracing::field::Empty,
+            silpgate.agent = %self.name,
+            error.type = tracing::field::Empty,
+        );
+        let mut trace = HeaderMap::new();
+        crate::telemetry::inject_http(&span, &mut trace);
+        let request = self
+            .client
+            .post(self.url.clone())
+            .headers(trace)
+            .header(CONTENT_TYPE, self.encoding.content_type())
+            .header(ACCEPT, "application/json, application/cbor")
+            .body(nlip::encode(&parcel.envelope, self.encoding));
+        let result = async {
+            let response = request.send().await.map_err(|e| self.unreachable(e))?;
+            let status = response.status();
+            tracing::Span::current().record("http.response.status_code", status.as_u16());
+            let content_type = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_owned();
+            let body = response.bytes().await.map_err(|e| self.unreachable(e))?;
+            self.judge(status, &content_type, &body)
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(e) = &result {
+            span.record("error.type", e.code());
+        }
+        result
+    }
+
+    fn unreachable(&self, error: reqwest::Error) -> DeliveryError {
+        let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
+        // reqwest's text names the URL; strip credentials from it first.
+        let detail = error.without_url().to_string();
+        DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
+    }
+
+    /// What an HTTP answer means for the delivery.
+    fn judge(
+        &self,
+        status: StatusCode,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<Option<Message>, DeliveryError> {
+        let answer = || -> Option<Result<Message, String>> {
+            if body.is_empty() {
+                return None;
+            }
+            let encoding = Encoding::from_content_type(content_type).unwrap_or(Encoding::Json);
+            Some(nlip::decode(body, encoding, &self.limits).map_err(|e| e.to_string()))
+        };
+        if status.is_success() {
+            return Ok(answer().map(|a| {
+                a.unwrap_or_else(|why| {
+                    let detail = format!("the answer of agent {} cannot be read: {why}", self.name);
+                    nlip::reply::error_message("invalid_envelope", &detail, &nlip::reply::Location::None)
+                })
+            }));
+        }
+        let transient = status.is_server_error()
+            || status == StatusCode::REQUEST_TIMEOUT
+            || status == StatusCode::TOO_MANY_REQUESTS;
+        if transient {
+            return Err(DeliveryError::Unavailable {
+                agent: self.name.clone(),
+                code: "agent_unavailable",
+                detail: format!("HTTP {status}"),
+            });
+        }
+        let answer = answer().and_then(Result::ok).map(Box::new);
+        let code =
+            answer.as_deref().and_then(nlip::reply::error_code).unwrap_or_else(|| "agent_refused".to_owned());
+        Err(DeliveryError::Refused {
+            agent: self.name.clone(),
+            code,
+            detail: format!("HTTP {status}"),
+            answer,
+        })
+    }
+}
+
+impl Connector for HttpAgent {
+    fn transport(&self) -> &'static str {
+        "http"
+    }
+
+    fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
+        Box::pin(self.post_all(parcels))
+    }
+}
+
+/// The URL without user name or password, for spans and logs.
+fn redacted(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.to_string()
+}

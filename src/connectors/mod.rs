@@ -1,0 +1,121 @@
+//! Agent connectors: how an envelope reaches a downstream agent, behind one trait. Each
+//! transport says what "delivered" means, and the intake waits for exactly that before a door
+//! settles its message:
+//! - AMQP ([`amqp`]): the broker confirmed the publish (persistent and mandatory, so an
+//!   unroutable message is a failure); the agent answers later, to silpgate's reply queue.
+//! - HTTP ([`http`]): the agent answered 2xx; the response body is its answer (ECMA-431).
+//!
+//! Failures carry one disposition: an agent that is down, slow or overloaded is transient
+//! (retried, nothing acknowledged); an agent that refuses the message (4xx) is poison.
+
+pub mod amqp;
+pub mod http;
+
+use crate::config::Config;
+use crate::gateway::Disposition;
+use crate::nlip::{Encoding, Message};
+use futures_util::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One envelope for one agent.
+#[derive(Debug, Clone)]
+pub struct Parcel {
+    pub envelope: Message,
+    /// Stable across redeliveries of the inbound message: receivers drop duplicates by it,
+    /// and the agent's answer correlates by it.
+    pub message_id: String,
+    /// Where the agent's answer goes.
+    pub answer_to: AnswerTo,
+    /// The inbound message's user, carried in a header (never as the AMQP `user_id`).
+    pub user_id: Option<String>,
+}
+
+/// Who an agent answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerTo {
+    /// silpgate, which passes the answer on to the asker; it correlates by the parcel's id.
+    Gateway,
+    /// The sender itself (a route with `replies = "direct"`): its reply addresses and
+    /// correlation travel with the parcel.
+    Direct { reply_to: Option<String>, replies: Vec<(Encoding, String)>, correlation_id: Option<String> },
+    /// Nobody: the parcel is a notice, not a request.
+    Nobody,
+}
+
+/// What an agent's transport confirmed.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    /// Answers given with the delivery itself (HTTP), by parcel id.
+    pub answers: Vec<(String, Message)>,
+}
+
+/// Why a delivery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("agent {agent} is unavailable: {detail}")]
+    Unavailable { agent: String, code: &'static str, detail: String },
+    #[error("agent {agent} refused the message ({code}): {detail}")]
+    Refused { agent: String, code: String, detail: String, answer: Option<Box<Message>> },
+}
+
+impl DeliveryError {
+    /// The one place a delivery failure maps to a disposition.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            DeliveryError::Unavailable { .. } => Disposition::Transient,
+            DeliveryError::Refused { .. } => Disposition::Poison,
+        }
+    }
+
+    pub fn code(&self) -> &str {
+        match self {
+            DeliveryError::Unavailable { code, .. } => code,
+            DeliveryError::Refused { code, .. } => code,
+        }
+    }
+}
+
+/// Delivery to one agent over its transport.
+pub trait Connector: Send + Sync {
+    /// The transport, for metric labels and spans: `amqp`, `http`.
+    fn transport(&self) -> &'static str;
+
+    /// Delivers `parcels` in order and resolves once the transport confirmed every one.
+    fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>>;
+}
+
+/// Why the agents cannot be set up. Never carries a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("agent '{agent}': the environment variable {variable} named by token_env is not set")]
+    TokenUnset { agent: String, variable: String },
+    #[error("agent '{agent}': {detail}")]
+    Client { agent: String, detail: String },
+}
+
+/// Every configured agent's connector, by name.
+#[derive(Clone, Default)]
+pub struct Agents {
+    by_name: HashMap<String, Arc<dyn Connector>>,
+}
+
+impl Agents {
+    /// Connectors for the configured agents: HTTP for those with a `url`, AMQP for the rest
+    /// (through `broker`, the AMQP side's link, when there is one).
+    pub fn new(config: &Config, broker: Option<amqp::BrokerLink>) -> Result<Agents, SetupError> {
+        let mut by_name: HashMap<String, Arc<dyn Connector>> = HashMap::new();
+        for agent in &config.agents {
+            let connector: Arc<dyn Connector> = match &agent.url {
+                Some(_) => Arc::new(http::HttpAgent::new(agent, config.nlip.limits())?),
+                None => Arc::new(amqp::AmqpAgent::new(agent, broker.clone())),
+            };
+            by_name.insert(agent.name.clone(), connector);
+        }
+        Ok(Agents { by_name })
+    }
+
+    pub fn get(&self, agent: &str) -> Option<&Arc<dyn Connector>> {
+        self.by_name.get(agent)
+    }
+}

@@ -1,0 +1,417 @@
+//! The one message path every door uses: a decoded NLIP message goes through the gateway core,
+//! its state is made durable, its envelopes are delivered to their agents through the agents'
+//! connectors, and the door is told what to settle: the replies for the sender, or why the
+//! message failed and with which disposition.
+//!
+//! An agent's answer comes back through here too ([`Intake::answer`]): it is a message like
+//! any other (its conversation's turn counted, sanitised, validated), written in the form the
+//! asker reads, and handed to the asker's door through the [`ReturnPath`] the door left when it
+//! asked. Requests wait at most `gateway.reply_timeout_ms`; then the asker gets a `timeout`
+//! error the same way, and an answer that comes later has nobody to go to.
+//!
+//! Doors own their wire (decoding, acknowledgements, status codes, retries); the intake owns
+//! everything between: one span layout, one set of metric labels, one disposition map.
+
+pub mod waiting;
+
+use crate::config::{AwaitMode, RepliesMode};
+use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
+use crate::gateway::payload::{self, OutputForm};
+use crate::gateway::store::Freeze;
+use crate::gateway::{Destination, Disposition, Gateway, GatewayError, Inbound, Note, Origin, Status};
+use crate::nlip::Message;
+use crate::nlip::reply::{self, Location};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tracing::{Instrument, info_span};
+pub use waiting::{InPlace, ReturnPath, Returned, Waiter, Waiting};
+
+/// A message a door hands in.
+pub struct Arrival {
+    pub envelope: Message,
+    pub origin: Origin,
+    /// The message's span (a [`crate::telemetry::message_span!`]); the intake's stages are its
+    /// children and fill in its fields.
+    pub span: tracing::Span,
+    /// Where an agent's answer to this message goes; `None`: nobody waits for one.
+    pub answers: Option<Arc<dyn ReturnPath>>,
+}
+
+/// What became of a message the core accepted.
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Envelopes for the sender now, in order (a reply route, a ping's answer).
+    pub replies: Vec<Message>,
+    /// Already handled before (a redelivery): nothing was done again.
+    pub duplicate: bool,
+    /// compile.lock entries this message froze first.
+    pub frozen: Vec<Freeze>,
+    /// The ids of the envelopes delivered to agents.
+    pub delivered: Vec<String>,
+    /// The id of the delivery whose answer goes to the door's return path.
+    pub awaiting: Option<String>,
+}
+
+/// Why a message was not taken, and what the sender is told.
+#[derive(Debug)]
+pub struct Refused {
+    pub failure: Failure,
+    /// Envelopes for the sender (the error message), in order.
+    pub replies: Vec<Message>,
+}
+
+/// Why a message failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    #[error(transparent)]
+    Delivery(#[from] DeliveryError),
+    /// The agent answered at once (HTTP), and its answer could not be passed on.
+    #[error("the agent's answer could not be passed on: {0}")]
+    Answer(AnswerError),
+}
+
+impl Failure {
+    /// The one place a message's failure maps to a disposition.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            Failure::Gateway(e) => e.disposition(),
+            Failure::Delivery(e) => e.disposition(),
+            Failure::Answer(e) => e.disposition(),
+        }
+    }
+
+    pub fn code(&self) -> &str {
+        match self {
+            Failure::Gateway(e) => e.code(),
+            Failure::Delivery(e) => e.code(),
+            Failure::Answer(e) => e.code(),
+        }
+    }
+
+    /// Two new conversations took the same free session id at once: the loser plans again.
+    pub fn is_race(&self) -> bool {
+        matches!(self, Failure::Gateway(GatewayError::Store(crate::gateway::store::StoreError::Conflict(_))))
+    }
+}
+
+/// Why an agent's answer did not reach its asker.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// Nobody waits for it: the wait timed out, or was never started here.
+    #[error("no request waits for this answer (its wait timed out, or it was never asked here)")]
+    Orphan,
+    /// The asker left before the answer came.
+    #[error("the requester is gone")]
+    Gone,
+    /// The answer is not valid; the asker was told why.
+    #[error("the answer was refused: {0}")]
+    Invalid(GatewayError),
+    /// The asker's door or the store could not take it now.
+    #[error("{0}")]
+    Retry(String),
+}
+
+impl AnswerError {
+    /// The code an answer that goes nowhere is dead-lettered with.
+    pub fn code(&self) -> &str {
+        match self {
+            AnswerError::Orphan => "timeout",
+            AnswerError::Gone => "requester_gone",
+            AnswerError::Invalid(e) => e.code(),
+            AnswerError::Retry(_) => "unavailable",
+        }
+    }
+
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            AnswerError::Retry(_) => Disposition::Transient,
+            _ => Disposition::Poison,
+        }
+    }
+}
+
+/// The intake: the core, the agents, and the requests waiting for answers.
+pub struct Intake {
+    gateway: Gateway,
+    agents: Agents,
+    waiting: Waiting,
+    ids: Ids,
+}
+
+impl Intake {
+    pub fn new(gateway: Gateway, agents: Agents) -> Self {
+        let timeout = Duration::from_millis(gateway.config().gateway.reply_timeout_ms.max(1));
+        let ids = Ids::new(&gateway.config().gateway.name);
+        Intake { gateway, agents, waiting: Waiting::new(timeout), ids }
+    }
+
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
+    pub fn waiting(&self) -> &Waiting {
+        &self.waiting
+    }
+
+    /// Takes one message through the core, makes its state durable and delivers what it
+    /// produced to its agents. The door settles the message by the result.
+    pub async fn take(&self, arrival: Arrival) -> Result<Taken, Refused> {
+        let Arrival { envelope, origin, span, answers } = arrival;
+        crate::telemetry::record_format(&span, &envelope);
+        let form = payload::answer_form(&envelope);
+        let base_id = origin.message_id.clone().unwrap_or_else(|| self.ids.next());
+        let transport = origin.transport;
+        let inbound =
+            Inbound { envelope, origin: origin.clone(), received_at: crate::store::time::now_millis() };
+        let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.gateway.handle(inbound));
+        crate::telemetry::record_notes(&span, &outcome.notes);
+        crate::metrics::get().observe_notes(&outcome.notes);
+        let route = self.route_of(&outcome.notes);
+        let result = match outcome.status {
+            Status::Duplicate => Ok(Taken { duplicate: true, ..Taken::default() }),
+            Status::Failed(error) => {
+                let replies = outcome.outbound.into_iter().map(|o| o.envelope).collect();
+                Err(Refused { failure: error.into(), replies })
+            }
+            Status::Delivered => {
+                let flushed = self
+                    .gateway
+                    .store()
+                    .flush_async()
+                    .instrument(info_span!(parent: &span, "store flush"))
+                    .await;
+                match flushed {
+                    Err(e) => Err(refusal(GatewayError::Store(e).into())),
+                    Ok(()) => {
+                        let mut taken = Taken { frozen: outcome.frozen, ..Taken::default() };
+                        let delivery = Delivery { base_id: &base_id, origin: &origin, form, route, answers };
+                        self.deliver(outcome.outbound, delivery, &mut taken)
+                            .instrument(span.clone())
+                            .await
+                            .map(|()| taken)
+                    }
+                }
+            }
+        };
+        if let Err(refused) = &result {
+            let (disposition, code) = (refused.failure.disposition(), refused.failure.code());
+            span.record("error.type", code);
+            span.record("silpgate.disposition", disposition.as_str());
+            crate::metrics::get()
+                .failures
+                .with_label_values(&[transport.as_str(), disposition.as_str(), code])
+                .inc();
+        }
+        result
+    }
+
+    /// The configured route a message took, from the core's notes.
+    fn route_of(&self, notes: &[Note]) -> Option<&crate::config::RouteConfig> {
+        let name = notes.iter().find_map(|n| match n {
+            Note::Route(name) => Some(name),
+            _ => None,
+        })?;
+        self.gateway.config().routes.iter().find(|r| &r.name == name)
+    }
+
+    /// Delivers an outcome's envelopes: replies to the door, the rest to their agents, each
+    /// agent's in order. The last envelope for an agent is the request its answer belongs to.
+    async fn deliver(
+        &self,
+        outbound: Vec<crate::gateway::Outbound>,
+        delivery: Delivery<'_>,
+        taken: &mut Taken,
+    ) -> Result<(), Refused> {
+        let mut by_agent: Vec<(String, Vec<Parcel>)> = Vec::new();
+        for (index, out) in outbound.into_iter().enumerate() {
+            let agent = match out.destination {
+                Destination::Reply => {
+                    taken.replies.push(out.envelope);
+                    continue;
+                }
+                Destination::Agent(agent) => agent,
+            };
+            let parcel = Parcel {
+                envelope: out.envelope,
+                message_id: crate::transport::amqp::properties::outbound_id(delivery.base_id, index),
+                answer_to: AnswerTo::Nobody,
+                user_id: delivery.origin.user_id.clone(),
+            };
+            match by_agent.iter_mut().find(|(name, _)| *name == agent) {
+                Some((_, parcels)) => parcels.push(parcel),
+                None => by_agent.push((agent, vec![parcel])),
+            }
+        }
+        for (agent, mut parcels) in by_agent {
+            let Some(connector) = self.agents.get(&agent) else {
+                let detail = "no connector is configured for it".to_owned();
+                return Err(refusal(
+                    DeliveryError::Unavailable { agent, code: "unavailable", detail }.into(),
+                ));
+            };
+            let request = parcels.last_mut().expect("a group holds a parcel");
+            request.answer_to = self.answer_to(&agent, &request.message_id, &delivery);
+            let awaited = (request.answer_to == AnswerTo::Gateway).then(|| request.message_id.clone());
+            let ids: Vec<String> = parcels.iter().map(|p| p.message_id.clone()).collect();
+            let metrics = crate::metrics::get();
+            let labels = |result: &str| [agent.clone(), connector.transport().to_owned(), result.to_owned()];
+            match connector.deliver(parcels).await {
+                Ok(delivered) => {
+                    metrics.agent_deliveries.with_label_values(&labels("delivered")).inc_by(ids.len() as u64);
+                    taken.delivered.extend(ids);
+                    taken.awaiting = taken.awaiting.take().or(awaited);
+                    for (id, answer) in delivered.answers {
+                        let from = Origin::new(delivery.origin.transport, agent.as_str());
+                        match self.answer(&id, answer, from).await {
+                            Ok(()) | Err(AnswerError::Gone | AnswerError::Invalid(_)) => {}
+                            Err(e) => return Err(refusal(Failure::Answer(e))),
+                        }
+                    }
+                }
+                Err(error) => {
+                    let result = error.disposition().as_str();
+                    metrics.agent_deliveries.with_label_values(&labels(result)).inc_by(ids.len() as u64);
+                    let waiter = awaited.and_then(|id| self.waiting.take(&id));
+                    if let (DeliveryError::Refused { answer: Some(answer), .. }, Some(waiter)) =
+                        (&error, waiter)
+                    {
+                        // The agent said why in NLIP: the asker hears it in its own words.
+                        let _ = waiter.path.send(Message::clone(answer)).await;
+                    }
+                    return Err(refusal(error.into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Who the agent answers for the request envelope `id`, starting the wait for it.
+    fn answer_to(&self, agent: &str, id: &str, delivery: &Delivery<'_>) -> AnswerTo {
+        let direct = delivery.route.is_some_and(|r| r.replies == RepliesMode::Direct);
+        let unwanted = delivery.route.is_some_and(|r| r.wait == AwaitMode::None);
+        let origin = delivery.origin;
+        match &delivery.answers {
+            _ if direct => AnswerTo::Direct {
+                reply_to: origin.reply_to.clone(),
+                replies: origin.replies.clone(),
+                correlation_id: origin.correlation_id.clone(),
+            },
+            Some(path) if !unwanted => {
+                let waiter = Waiter {
+                    agent: agent.to_owned(),
+                    form: delivery.form,
+                    path: path.clone(),
+                    since: Instant::now(),
+                };
+                self.waiting.wait(id, waiter);
+                AnswerTo::Gateway
+            }
+            _ => AnswerTo::Nobody,
+        }
+    }
+
+    /// An agent's answer to the envelope `id`: through the core, written for the asker, then
+    /// to the asker's door. `from` says which agent and transport it came from.
+    pub async fn answer(&self, id: &str, envelope: Message, from: Origin) -> Result<(), AnswerError> {
+        let metrics = crate::metrics::get();
+        let Some(waiter) = self.waiting.take(id) else {
+            metrics.replies_orphaned.with_label_values(&["timeout"]).inc();
+            return Err(AnswerError::Orphan);
+        };
+        metrics
+            .reply_wait_seconds
+            .with_label_values(&[&waiter.agent])
+            .observe(waiter.since.elapsed().as_secs_f64());
+        let span = info_span!("agent answer", silpgate.agent = %waiter.agent, silpgate.correlation_id = id);
+        let inbound = Inbound { envelope, origin: from, received_at: crate::store::time::now_millis() };
+        let outcome = span.in_scope(|| self.gateway.handle_answer(inbound, waiter.form));
+        metrics.observe_notes(&outcome.notes);
+        let invalid = match outcome.status {
+            Status::Duplicate => return Ok(()),
+            Status::Failed(e) if e.disposition() == Disposition::Transient => {
+                self.waiting.restore(id, waiter);
+                return Err(AnswerError::Retry(e.to_string()));
+            }
+            Status::Failed(e) => Some(e),
+            Status::Delivered => None,
+        };
+        if let Err(e) = self.gateway.store().flush_async().await {
+            self.waiting.restore(id, waiter);
+            return Err(AnswerError::Retry(e.to_string()));
+        }
+        let message = outcome.outbound.into_iter().next().map(|o| o.envelope).unwrap_or_else(|| {
+            let error = invalid.as_ref().map_or("internal", GatewayError::code);
+            reply::error_message(error, "the agent's answer cannot be passed on", &Location::None)
+        });
+        match waiter.path.send(message).instrument(span).await {
+            Ok(()) => invalid.map_or(Ok(()), |e| Err(AnswerError::Invalid(e))),
+            Err(Returned::Gone) => {
+                metrics.replies_orphaned.with_label_values(&["requester_gone"]).inc();
+                Err(AnswerError::Gone)
+            }
+            Err(Returned::Retry(why)) => {
+                self.waiting.restore(id, waiter);
+                Err(AnswerError::Retry(why))
+            }
+        }
+    }
+
+    /// Ends the waits whose time is up, telling each asker with a `timeout` error.
+    pub async fn expire_due(&self) {
+        for waiter in self.waiting.expired(Instant::now()) {
+            let detail = format!(
+                "agent {} did not answer within {} ms",
+                waiter.agent,
+                self.waiting.timeout().as_millis()
+            );
+            crate::metrics::get().failures.with_label_values(&["agent", "transient", "timeout"]).inc();
+            let _ = waiter.path.send(reply::error_message("timeout", &detail, &Location::None)).await;
+        }
+    }
+
+    /// Expires waits every 50 ms, until the process ends.
+    pub async fn expire_forever(self: Arc<Self>) {
+        let mut every = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            every.tick().await;
+            self.expire_due().await;
+        }
+    }
+}
+
+/// What the deliveries of one message need to know about it.
+struct Delivery<'a> {
+    base_id: &'a str,
+    origin: &'a Origin,
+    form: OutputForm,
+    route: Option<&'a crate::config::RouteConfig>,
+    answers: Option<Arc<dyn ReturnPath>>,
+}
+
+/// A refusal whose sender hears the error.
+fn refusal(failure: Failure) -> Refused {
+    let detail = failure.to_string();
+    let message = reply::error_message(failure.code(), &detail, &Location::None);
+    Refused { failure, replies: vec![message] }
+}
+
+/// Ids for messages that came without one (HTTP, WebSocket): unique across restarts of this
+/// gateway, so that the envelopes it sends on for them never share an id.
+struct Ids {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl Ids {
+    fn new(gateway: &str) -> Self {
+        let started = crate::store::time::now_millis();
+        Ids { prefix: format!("{gateway}-{started:x}-{:x}", std::process::id()), next: AtomicU64::new(0) }
+    }
+
+    fn next(&self) -> String {
+        format!("{}-{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}

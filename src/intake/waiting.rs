@@ -1,0 +1,161 @@
+//! Requests waiting for an agent's answer, by the id of the parcel the agent answers: where the
+//! answer goes (the asker's door, behind [`ReturnPath`]), in which form, and until when.
+//!
+//! Every wait ends exactly once: with the answer, or at the reply timeout with an NLIP
+//! `timeout` error sent the same way. All waits share one timeout, so they expire in the order
+//! they began: a queue, not a timer per request.
+
+use crate::gateway::payload::OutputForm;
+use crate::nlip::Message;
+use futures_util::future::BoxFuture;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Why an answer could not be handed to its asker's door.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum Returned {
+    /// The asker is gone (the socket closed, the HTTP request ended): nobody will take it.
+    #[error("the requester is gone")]
+    Gone,
+    /// The door could not take it now (its broker publish failed): try again.
+    #[error("the answer could not be passed on: {0}")]
+    Retry(String),
+}
+
+/// How an answer reaches the door its request came through.
+pub trait ReturnPath: Send + Sync {
+    fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>>;
+}
+
+/// The return path of a door that waits in place (an HTTP request, a WebSocket): the answer
+/// goes to a channel its handler reads.
+pub struct InPlace(Mutex<Option<tokio::sync::oneshot::Sender<Message>>>);
+
+impl InPlace {
+    pub fn new() -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Arc::new(InPlace(Mutex::new(Some(tx)))), rx)
+    }
+}
+
+impl ReturnPath for InPlace {
+    fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>> {
+        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let sent = sender.map_or(Err(Returned::Gone), |tx| tx.send(answer).map_err(|_| Returned::Gone));
+        Box::pin(std::future::ready(sent))
+    }
+}
+
+/// One request waiting for its agent.
+#[derive(Clone)]
+pub struct Waiter {
+    pub agent: String,
+    /// The form the asker reads SILP in.
+    pub form: OutputForm,
+    pub path: Arc<dyn ReturnPath>,
+    pub since: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<String, Waiter>,
+    /// (deadline, id) in the order waits began, which is the order they expire in.
+    deadlines: VecDeque<(Instant, String)>,
+}
+
+/// Every request waiting for an answer.
+pub struct Waiting {
+    inner: Mutex<Inner>,
+    timeout: Duration,
+}
+
+impl Waiting {
+    pub fn new(timeout: Duration) -> Self {
+        Waiting { inner: Mutex::default(), timeout }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a wait for the answer to parcel `id`.
+    pub fn wait(&self, id: &str, waiter: Waiter) {
+        let deadline = waiter.since + self.timeout;
+        let mut inner = self.lock();
+        inner.by_id.insert(id.to_owned(), waiter);
+        inner.deadlines.push_back((deadline, id.to_owned()));
+    }
+
+    /// Ends the wait for `id` and returns it, if it is still waiting.
+    pub fn take(&self, id: &str) -> Option<Waiter> {
+        self.lock().by_id.remove(id)
+    }
+
+    /// Puts a wait back whose answer could not be passed on yet, if its time is not up.
+    pub fn restore(&self, id: &str, waiter: Waiter) {
+        if waiter.since + self.timeout > Instant::now() {
+            self.lock().by_id.insert(id.to_owned(), waiter);
+        }
+    }
+
+    /// Ends the waits whose time is up, and returns them.
+    pub fn expired(&self, now: Instant) -> Vec<Waiter> {
+        let mut inner = self.lock();
+        let mut expired = Vec::new();
+        while inner.deadlines.front().is_some_and(|(deadline, _)| *deadline <= now) {
+            let (_, id) = inner.deadlines.pop_front().expect("checked");
+            if let Some(waiter) = inner.by_id.remove(&id) {
+                expired.push(waiter);
+            }
+        }
+        expired
+    }
+
+    /// Requests waiting now.
+    pub fn len(&self) -> usize {
+        self.lock().by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::silp::Frontend;
+
+    fn waiter(since: Instant) -> (Waiter, tokio::sync::oneshot::Receiver<Message>) {
+        let (path, rx) = InPlace::new();
+        (Waiter { agent: "a".into(), form: OutputForm::Surface(Frontend::Code), path, since }, rx)
+    }
+
+    #[test]
+    fn a_wait_ends_once_by_answer_or_by_time() {
+        let waiting = Waiting::new(Duration::from_secs(1));
+        let start = Instant::now();
+        waiting.wait("m:0", waiter(start).0);
+        waiting.wait("m:1", waiter(start).0);
+        assert!(waiting.take("m:0").is_some());
+        assert!(waiting.take("m:0").is_none(), "an answer ends a wait once");
+        assert!(waiting.expired(start).is_empty(), "nothing is due yet");
+        let due = waiting.expired(start + Duration::from_secs(1));
+        assert_eq!(due.len(), 1, "only the wait still open expires");
+        assert!(waiting.is_empty());
+    }
+
+    #[test]
+    fn an_in_place_path_tells_when_the_asker_is_gone() {
+        let (path, rx) = InPlace::new();
+        drop(rx);
+        let answer = Message::text("late");
+        let sent = futures_util::FutureExt::now_or_never(path.send(answer)).expect("ready");
+        assert_eq!(sent, Err(Returned::Gone));
+    }
+}
