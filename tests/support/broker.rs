@@ -416,6 +416,11 @@ impl Drop for Daemon {
 
 /// Session turns per conversation token, read from a stopped daemon's store with the CLI.
 pub fn session_turns(store: &std::path::Path) -> HashMap<String, u64> {
+    sessions(store).into_iter().map(|(token, (_, turns))| (token, turns)).collect()
+}
+
+/// Session id and turns per conversation token, read from a stopped daemon's store with the CLI.
+pub fn sessions(store: &std::path::Path) -> HashMap<String, (String, u64)> {
     let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
         .args(["sessions", "list", "--store"])
         .arg(store)
@@ -426,7 +431,8 @@ pub fn session_turns(store: &std::path::Path) -> HashMap<String, u64> {
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["token"].as_str().unwrap().to_owned(), v["turns"].as_u64().unwrap())
+            let id = v["id"].as_str().unwrap().to_owned();
+            (v["token"].as_str().unwrap().to_owned(), (id, v["turns"].as_u64().unwrap()))
         })
         .collect()
 }

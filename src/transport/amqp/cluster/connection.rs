@@ -103,8 +103,11 @@ impl ClusterSide {
         parked: Parked,
     ) -> Result<Vec<Parked>, ClusterError> {
         if let Some(handover) = self.waiting.get_mut(&partition.index) {
-            let ready = handover.receive(parked);
-            return Ok(self.complete(partition, ready));
+            let passed = handover.receive(parked);
+            let settled = handover.settled();
+            let mut ready = self.hand_out(partition, passed);
+            ready.extend(self.complete(partition, settled));
+            return Ok(ready);
         }
         if self.cluster.owns(partition) {
             return Ok(self
@@ -134,11 +137,13 @@ impl ClusterSide {
         ready
     }
 
-    /// Ends a hand-over that has `ready` its deliveries, and hands them out.
+    /// Ends a hand-over that has `ready` its deliveries: the partition is served from now on,
+    /// starting with them.
     fn complete(&mut self, partition: Partition, ready: Option<Vec<Parked>>) -> Vec<Parked> {
         match ready {
             Some(ready) => {
                 self.waiting.remove(&partition.index);
+                self.cluster.serve(partition);
                 self.hand_out(partition, ready)
             }
             None => Vec::new(),
@@ -152,7 +157,10 @@ impl ClusterSide {
     /// The channel failed.
     pub async fn taken_over(&mut self, partition: Partition) -> Result<Vec<Parked>, ClusterError> {
         let ready = match self.waiting.get_mut(&partition.index) {
-            Some(handover) => handover.requeue().await?,
+            Some(handover) => {
+                handover.requeue().await?;
+                handover.settled()
+            }
             None => None,
         };
         Ok(self.complete(partition, ready))

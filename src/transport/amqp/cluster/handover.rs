@@ -5,10 +5,19 @@
 //! can be given newer messages before such an older one. Returned messages are delivered
 //! ahead of the rest, and marked redelivered. So the new owner, once its replay is done and
 //! the previous owner's messages have had [`STRAY_GRACE`] to return, puts back what it was
-//! given meanwhile, and collects until all of it has come again. Then it handles the previous
-//! owner's returned messages first (redelivered but not its own: older than anything it was
-//! given), then its own in the order they first came (RabbitMQ may requeue them in another),
-//! then anything delivered fresh meanwhile.
+//! given meanwhile, redelivered ones first (a message a previous owner returned was taken
+//! from the queue before anything this instance was given fresh, even when it came here
+//! later), and collects until all of it has come again.
+//!
+//! Meanwhile, redelivered messages that are not its own are the previous owner's, older than
+//! all of its own: they are handled at once. Holding them would be wrong as well as slow:
+//! they take up the prefetch window that its own need to come back through. Its own are
+//! handled once all have come back, in the order they were put back (RabbitMQ may return
+//! them in another), then anything delivered fresh meanwhile.
+//!
+//! The partition is served, and can be handed on, only once this is complete
+//! ([`super::Cluster::serve`]): handed on earlier, what it put back would go to the next
+//! owner, behind newer messages, while deliveries held here wait for an owner that has left.
 
 use super::ClusterError;
 use super::connection::Parked;
@@ -38,40 +47,41 @@ pub struct Settling {
     since: Instant,
     /// Where each put-back delivery stood, by identity (a message may come twice).
     positions: HashMap<String, Vec<usize>>,
-    /// The put-back deliveries as they come again, in their original order.
+    /// The put-back deliveries as they come again, in the order they were put back.
     ours: Vec<Option<Parked>>,
     missing: usize,
-    /// Redelivered messages that were not ours: the previous owner's, older than all of ours.
-    strays: Vec<Parked>,
-    /// Delivered for the first time meanwhile: newer than all of the above.
+    /// Delivered for the first time meanwhile: newer than all of ours.
     fresh: Vec<Parked>,
 }
 
 impl Handover {
-    /// Takes one delivery; returns `Some` with the deliveries to handle, in order, once the
-    /// hand-over is complete.
-    pub fn receive(&mut self, parked: Parked) -> Option<Vec<Parked>> {
+    /// Takes one delivery; returns the deliveries to handle now, in order.
+    pub fn receive(&mut self, parked: Parked) -> Vec<Parked> {
         match self {
-            Handover::Parking(held) => held.push(parked),
-            Handover::Settling(settling) => settling.receive(parked),
+            Handover::Parking(held) => {
+                held.push(parked);
+                Vec::new()
+            }
+            Handover::Settling(settling) => settling.receive(parked).into_iter().collect(),
         }
-        self.settled()
     }
 
     /// The replay is done: puts the parked deliveries back.
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn requeue(&mut self) -> Result<Option<Vec<Parked>>, ClusterError> {
-        let Handover::Parking(held) = self else { return Ok(None) };
-        let held = std::mem::take(held);
+    pub async fn requeue(&mut self) -> Result<(), ClusterError> {
+        let Handover::Parking(held) = self else { return Ok(()) };
+        let mut held = std::mem::take(held);
+        // Stable: each kind keeps the order it came in.
+        held.sort_by_key(|parked| !parked.delivery.redelivered);
         let mut positions: HashMap<String, Vec<usize>> = HashMap::new();
         for (position, parked) in held.iter().enumerate() {
             positions.entry(identity(parked)).or_default().push(position);
         }
         let missing = held.len();
         // One nack for them all (the partition's channel holds nothing else unacknowledged).
-        if let Some(last) = held.last() {
+        if let Some(last) = held.iter().max_by_key(|parked| parked.delivery.delivery_tag) {
             last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
         }
         *self = Handover::Settling(Settling {
@@ -79,15 +89,13 @@ impl Handover {
             positions,
             ours: std::iter::repeat_with(|| None).take(missing).collect(),
             missing,
-            strays: Vec::new(),
             fresh: Vec::new(),
         });
-        Ok(self.settled())
+        Ok(())
     }
 
-    /// `Some` with the deliveries to handle once everything put back has come again (or it has
-    /// waited too long): the previous owner's first, then ours in their original order, then
-    /// the fresh ones.
+    /// `Some` with the deliveries still to handle once everything put back has come again (or
+    /// it has waited too long): ours in the order they were put back, then the fresh ones.
     pub fn settled(&mut self) -> Option<Vec<Parked>> {
         let Handover::Settling(settling) = self else { return None };
         let overdue = settling.since.elapsed() >= SETTLE_LIMIT;
@@ -97,30 +105,27 @@ impl Handover {
         if overdue {
             warn!(missing = settling.missing, "Requeued deliveries did not all come back; serving anyway.");
         }
-        let mut ready = std::mem::take(&mut settling.strays);
-        ready.extend(settling.ours.drain(..).flatten());
+        let mut ready: Vec<Parked> = settling.ours.drain(..).flatten().collect();
         ready.append(&mut settling.fresh);
         Some(ready)
     }
 }
 
 impl Settling {
-    fn receive(&mut self, parked: Parked) {
+    /// Keeps a delivery that waits for the rest of ours; gives back one to handle now.
+    fn receive(&mut self, parked: Parked) -> Option<Parked> {
         if !parked.delivery.redelivered {
             self.fresh.push(parked);
-            return;
+            return None;
         }
         let slot = self
             .positions
             .get(&identity(&parked))
             .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
-        match slot {
-            Some(position) => {
-                self.ours[position] = Some(parked);
-                self.missing -= 1;
-            }
-            None => self.strays.push(parked),
-        }
+        let Some(position) = slot else { return Some(parked) };
+        self.ours[position] = Some(parked);
+        self.missing -= 1;
+        None
     }
 }
 

@@ -63,7 +63,8 @@ pub struct Entries<'a> {
 /// One partition as this instance sees it.
 #[derive(Debug, Default)]
 struct PartitionState {
-    /// Serving it now: its changelog was replayed on this connection.
+    /// Serving it now: its changelog was replayed on this connection and the deliveries that
+    /// waited for the replay were put back in order ([`handover`]).
     owned: AtomicBool,
     /// When it was taken over (milliseconds since the epoch).
     since: AtomicU64,
@@ -163,9 +164,10 @@ impl Cluster {
         }
     }
 
-    /// Takes `partition` over: replays its changelog into the store, then serves it. Called on
-    /// the first delivery from its queue on a connection (the broker delivers to the single
-    /// active consumer only).
+    /// Takes `partition` over: replays its changelog into the store. Called on the first
+    /// delivery from its queue on a connection (the broker delivers to the single active
+    /// consumer only); the partition is served once its deliveries are in order
+    /// ([`Cluster::serve`]).
     ///
     /// # Errors
     /// The broker or the store failed; the partition is not served.
@@ -193,9 +195,7 @@ impl Cluster {
         state.replay_ms.store(elapsed.as_millis() as u64, Ordering::Relaxed);
         state.since.store(crate::store::time::now_millis(), Ordering::Relaxed);
         state.since_snapshot.store(0, Ordering::Relaxed);
-        state.owned.store(true, Ordering::Release);
         let metrics = crate::metrics::get();
-        metrics.partitions_owned.inc();
         metrics.partition_takeovers.with_label_values(&[&partition.index.to_string()]).inc();
         metrics.replay_seconds.observe(elapsed.as_secs_f64());
         metrics.replayed_entries.inc_by(replayed);
@@ -207,6 +207,15 @@ impl Cluster {
             "Took over a partition."
         );
         Ok(())
+    }
+
+    /// Serves `partition`: its takeover is complete. Only a partition served can be handed on:
+    /// one handed on halfway through its takeover would leave deliveries behind here that the
+    /// next owner never sees.
+    pub fn serve(&self, partition: Partition) {
+        if !self.state(partition).owned.swap(true, Ordering::AcqRel) {
+            crate::metrics::get().partitions_owned.inc();
+        }
     }
 
     /// Forgets every partition: the connection that held them is gone, and the broker hands
