@@ -3,16 +3,16 @@
 //! cleanly on SIGTERM or SIGINT (stop accepting and consuming, let in-flight work finish, flush
 //! the store, exit 0).
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::connectors::Agents;
 use crate::connectors::amqp::BrokerLink;
+use crate::doors::amqp::{Amqp, AmqpError};
+use crate::doors::{Front, auth::Tokens, http, listener, tls};
 use crate::gateway::Gateway;
 use crate::gateway::store::Store;
 use crate::intake::Intake;
 use crate::store::{Retention, SledStore};
-use crate::transport::amqp::cluster::Cluster;
-use crate::transport::amqp::{Amqp, AmqpError};
-use crate::transport::{Front, auth::Tokens, http, listener, tls};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,7 +36,7 @@ pub enum RunError {
     #[error("[[agents]]: {0}")]
     Agents(#[from] crate::connectors::SetupError),
     #[error("[http] authentication: {0}")]
-    Auth(#[from] crate::transport::auth::AuthError),
+    Auth(#[from] crate::doors::auth::AuthError),
     #[error(transparent)]
     Amqp(#[from] AmqpError),
 }
@@ -101,7 +101,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         auth,
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
-        clients: crate::transport::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
+        clients: crate::doors::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
         connection_rate: (config.http.connection_rate, config.http.connection_burst),
         limits,
         intake,
@@ -189,7 +189,7 @@ async fn sweep_forever(store: Arc<SledStore>, retention: Retention) {
         every.tick().await;
         let store = store.clone();
         let swept = tokio::task::spawn_blocking(move || {
-            let swept = store.sweep(crate::store::time::now_millis(), &retention);
+            let swept = store.sweep(crate::util::time::now_millis(), &retention);
             // The store's size, for the dashboards: live sessions and compile.lock records.
             let metrics = crate::metrics::get();
             if let Ok(sessions) = store.sessions() {

@@ -5,15 +5,26 @@
 //!   about envelopes or transports.
 //! - [`nlip`]: the envelope layer (message model, JSON and CBOR, tokens, error messages).
 //! - [`gateway`]: the transport-free core that decides, for one envelope, what goes out where;
-//!   with its storage interface.
-//! - [`store`]: the durable implementation of the core's storage interface, in sled.
-//! - [`transport`]: the HTTP and WebSocket front door; [`daemon`]: `silpgate run`.
-//! - [`config`]: the TOML configuration; [`cli`]: the command line.
+//!   with its storage interface. [`store`]: that interface's durable implementation, in sled.
+//!
+//! Around the core, one path for every message:
+//! - [`doors`]: where messages come in (the AMQP consumer, the HTTP and WebSocket server);
+//! - [`intake`]: the one path every door hands its messages to: core, state, delivery,
+//!   and agents' answers back to the asker;
+//! - [`connectors`]: how envelopes reach agents (AMQP, HTTP), behind one trait;
+//! - [`broker`]: the AMQP wire the door, the AMQP connector and cluster mode share;
+//! - [`cluster`]: cluster mode, state replication between instances through the broker.
+//!
+//! And: [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
+//! (`silpgate run`), [`telemetry`] and [`metrics`], and [`util`], the ground floor.
 
+pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod connectors;
 pub mod daemon;
+pub mod doors;
 pub mod gateway;
 pub mod intake;
 pub mod metrics;
@@ -21,4 +32,4 @@ pub mod nlip;
 pub mod silp;
 pub mod store;
 pub mod telemetry;
-pub mod transport;
+pub mod util;

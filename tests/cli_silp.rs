@@ -134,7 +134,7 @@ fn validate_reports_rules_and_exit_status() {
 fn hash_matches_the_reference_ir_hash() {
     let o = silpgate(&["silp", "hash"], CASE2);
     assert!(o.status.success(), "{}", stderr(&o));
-    let expected = format!("sha256:{}\n", silpgate::silp::ir::sha256_hex(
+    let expected = format!("sha256:{}\n", silpgate::util::hash::sha256_hex(
         br#"{"silp":"v1","version":"ir-v0.1","intent":"!START","entities":[{"id":"act","value":"hike","action":"!START"}],"constraints":[{"type":"!rain","value":"true","time":"t+1"}],"alternatives":[{"action":"!START","target":"cards","location":"indoor"}],"meta":{"priority":1,"confidence":0.95,"seq":[],"out":"code","req_id":"b7e2"}}"#));
     assert_eq!(stdout(&o), expected);
 }

@@ -1,8 +1,8 @@
 //! The deployment files agree with the configuration they deploy.
 
 use serde_json::Value;
+use silpgate::broker::topology::Topology;
 use silpgate::config::Config;
-use silpgate::transport::amqp::topology::Topology;
 use std::collections::BTreeSet;
 use std::path::Path;
 

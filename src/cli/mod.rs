@@ -142,7 +142,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Config(ConfigCommand::Definitions { file }) => match crate::config::Config::load(&file) {
             Ok(config) => match &config.amqp {
                 Some(amqp) => {
-                    let topology = crate::transport::amqp::topology::Topology::from_config(
+                    let topology = crate::broker::topology::Topology::from_config(
                         amqp,
                         config.cluster.as_ref(),
                         &config.agents,

@@ -106,7 +106,7 @@ pub fn run_gateway(command: GatewayCommand) -> ExitCode {
         Ok(envelope) => gateway.handle(Inbound {
             envelope,
             origin: Origin::new(Transport::Cli, source),
-            received_at: crate::store::time::now_millis(),
+            received_at: crate::util::time::now_millis(),
         }),
         Err(e) => gateway.reject_undecodable(e),
     };

@@ -184,7 +184,7 @@ fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Opt
     let freeze = Freeze { ir_hash: ir.ir_hash(), frontend, output };
     let changes = Changes { freezes: vec![freeze], ..Changes::default() };
     let frozen = store
-        .commit(&changes, crate::store::time::now_millis())
+        .commit(&changes, crate::util::time::now_millis())
         .map_err(|e| SilpError::new(ErrorCode::DecodeFailed, format!("compile.lock: {e}")))?
         .pop()
         .expect("one frozen entry per freeze");

@@ -7,10 +7,10 @@
 //! it through a [`BrokerLink`] and reports an unavailable broker as transient.
 
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel};
+use crate::broker::properties;
+use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::config::AgentConfig;
 use crate::nlip::{self, Encoding};
-use crate::transport::amqp::properties;
-use crate::transport::amqp::publish::{Publication, PublishError, Publisher};
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use tokio::sync::{Notify, watch};

@@ -10,8 +10,9 @@
 //! | nl_json frontend | `structured` | `json`      | `{"task_description": ..}` |
 
 use crate::nlip::{Content, Format};
-use crate::silp::ir::{Ir, sha256_hex};
+use crate::silp::ir::Ir;
 use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, schema};
+use crate::util::hash::sha256_hex;
 use serde_json::Value;
 
 /// A SILP payload form silpgate can read.

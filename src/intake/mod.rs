@@ -165,7 +165,7 @@ impl Intake {
         let base_id = origin.message_id.clone().unwrap_or_else(|| self.ids.next());
         let transport = origin.transport;
         let inbound =
-            Inbound { envelope, origin: origin.clone(), received_at: crate::store::time::now_millis() };
+            Inbound { envelope, origin: origin.clone(), received_at: crate::util::time::now_millis() };
         let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.gateway.handle(inbound));
         crate::telemetry::record_notes(&span, &outcome.notes);
         crate::metrics::get().observe_notes(&outcome.notes);
@@ -236,7 +236,7 @@ impl Intake {
             };
             let parcel = Parcel {
                 envelope: out.envelope,
-                message_id: crate::transport::amqp::properties::outbound_id(delivery.base_id, index),
+                message_id: crate::broker::properties::outbound_id(delivery.base_id, index),
                 answer_to: AnswerTo::Nobody,
                 user_id: delivery.origin.user_id.clone(),
             };
@@ -326,7 +326,7 @@ impl Intake {
             .with_label_values(&[&waiter.agent])
             .observe(waiter.since.elapsed().as_secs_f64());
         let span = info_span!("agent answer", silpgate.agent = %waiter.agent, silpgate.correlation_id = id);
-        let inbound = Inbound { envelope, origin: from, received_at: crate::store::time::now_millis() };
+        let inbound = Inbound { envelope, origin: from, received_at: crate::util::time::now_millis() };
         let outcome = span.in_scope(|| self.gateway.handle_answer(inbound, waiter.form));
         metrics.observe_notes(&outcome.notes);
         let invalid = match outcome.status {
@@ -407,7 +407,7 @@ struct Ids {
 
 impl Ids {
     fn new(gateway: &str) -> Self {
-        let started = crate::store::time::now_millis();
+        let started = crate::util::time::now_millis();
         Ids { prefix: format!("{gateway}-{started:x}-{:x}", std::process::id()), next: AtomicU64::new(0) }
     }
 

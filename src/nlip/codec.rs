@@ -9,7 +9,7 @@
 
 use super::error::{NlipError, NlipErrorKind};
 use super::message::{Content, Format, Message, Submessage};
-use crate::silp::json_text::{self, Style};
+use crate::util::json_text::{self, Style};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Number, Value};

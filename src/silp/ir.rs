@@ -4,7 +4,7 @@
 //! The root is strict; `Entity`, `Constraint`, `Alternative` and `Meta` keep unknown fields in
 //! `extra`, in the order they arrived, and carry them through every lossless round trip.
 
-use super::json_text::{self, FloatStyle, Style};
+use crate::util::json_text::{self, FloatStyle, Style};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -173,7 +173,7 @@ impl Ir {
     pub fn ir_hash(&self) -> String {
         let mut hash = String::with_capacity(71);
         hash.push_str("sha256:");
-        push_hex(&mut hash, &Sha256::digest(self.to_compact_json().as_bytes()));
+        crate::util::hash::push_hex(&mut hash, &Sha256::digest(self.to_compact_json().as_bytes()));
         hash
     }
 
@@ -236,21 +236,6 @@ impl Meta {
         write_opt(out, "session_id", self.session_id.as_deref(), Style::CANONICAL);
         json_text::write_extras(out, &self.extra, Style::CANONICAL);
         out.push('}');
-    }
-}
-
-/// Lower-case hex of the SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    let mut hex = String::with_capacity(64);
-    push_hex(&mut hex, &Sha256::digest(bytes));
-    hex
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
 }
 

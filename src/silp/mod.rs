@@ -13,7 +13,6 @@ pub mod equivalence;
 pub mod error;
 pub mod frontend;
 pub mod ir;
-pub mod json_text;
 pub mod req_id;
 pub mod sanitize;
 pub mod schema;

@@ -6,8 +6,8 @@
 //! Export formats: `chain` (every field, one JSON line per record, then a head line that seals
 //! the record count) and `reference` (the SILP reference CLI's `compile.lock` lines).
 
-use crate::silp::ir::sha256_hex;
-use crate::silp::json_text;
+use crate::util::hash::sha256_hex;
+use crate::util::json_text;
 use hmac::{KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;

@@ -19,7 +19,6 @@
 
 pub mod chain;
 pub mod replica;
-pub mod time;
 
 use crate::gateway::store::{
     AgentProfile, Changes, Frozen, LedgerState, Millis, SessionRecord, Store, StoreError,
@@ -272,7 +271,7 @@ impl SledStore {
             &freeze.ir_hash,
             freeze.frontend.name(),
             &freeze.output,
-            time::iso8601(at),
+            crate::util::time::iso8601(at),
         );
         let seq = chain.records.to_be_bytes();
         batch.insert(key(LOCK, &seq), encode(&record));

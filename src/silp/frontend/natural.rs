@@ -2,7 +2,7 @@
 //! only; their output matches the reference byte for byte, including its "indoors" wording.
 
 use crate::silp::ir::Ir;
-use crate::silp::json_text;
+use crate::util::json_text;
 
 /// Compiles an IR to one English sentence.
 pub fn compile(ir: &Ir) -> String {

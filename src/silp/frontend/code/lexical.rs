@@ -6,8 +6,8 @@
 //! is what makes `decode(compile(ir)) == ir` hold.
 
 use crate::silp::error::SilpError;
-use crate::silp::json_text;
 use crate::silp::sanitize;
+use crate::util::json_text;
 
 /// Characters of a name, as Python's `\w` (letters, digits, underscore, any script).
 pub fn is_word_char(c: char) -> bool {

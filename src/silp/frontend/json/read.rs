@@ -9,8 +9,8 @@
 use super::ACTION_PREFIX;
 use crate::silp::error::{ErrorCode, SilpError};
 use crate::silp::ir::{Alternative, Constraint, Entity, Extras, Text, is_action_code};
-use crate::silp::json_text::{FloatStyle, write_float};
 use crate::silp::sanitize::{self, Notice};
+use crate::util::json_text::{FloatStyle, write_float};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;

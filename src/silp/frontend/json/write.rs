@@ -6,7 +6,7 @@
 
 use super::{ACTION_PREFIX, RESERVED_SLOTS};
 use crate::silp::ir::Ir;
-use crate::silp::json_text::{self, Style};
+use crate::util::json_text::{self, Style};
 
 /// Compiles an IR to the json frontend.
 pub fn compile(ir: &Ir) -> String {

@@ -15,11 +15,11 @@
 //! after it.
 
 use super::ClusterError;
+use crate::broker::properties;
+use crate::broker::publish::{Publication, Publisher};
 use crate::gateway::session::Partition;
 use crate::store::SledStore;
 use crate::store::replica::PartitionChange;
-use crate::transport::amqp::properties;
-use crate::transport::amqp::publish::{Publication, Publisher};
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
@@ -56,8 +56,7 @@ pub struct Marker {
 
 impl Marker {
     pub fn new(owner: &str) -> Marker {
-        let nonce =
-            format!("{owner}/{}/{:016x}", std::process::id(), crate::transport::amqp::backoff::random());
+        let nonce = format!("{owner}/{}/{:016x}", std::process::id(), crate::util::backoff::random());
         Marker { owner: owner.to_owned(), nonce }
     }
 }
@@ -173,7 +172,7 @@ pub async fn replay(
                 let snapshot = matches!(change, PartitionChange::Snapshot { .. });
                 if !skip || snapshot {
                     skipping = Some(false);
-                    store.apply_change(partition, &change, Some(offset), crate::store::time::now_millis())?;
+                    store.apply_change(partition, &change, Some(offset), crate::util::time::now_millis())?;
                     replayed += 1;
                 }
                 false

@@ -33,7 +33,7 @@ pub struct Front {
     /// Whether the broker is connected, when an AMQP side is configured.
     pub broker: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// The cluster side, in cluster mode (`GET /cluster`).
-    pub cluster: Option<Arc<amqp::cluster::Cluster>>,
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 /// The error message for a message over a rate limit.

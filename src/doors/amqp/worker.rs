@@ -8,11 +8,10 @@
 //! the ack leaves the message unacknowledged; the broker redelivers it, and the ledger makes
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
-use super::backoff::Backoff;
-use super::cluster::Cluster;
-use super::properties::{self, Envelope};
-use super::publish::{Publication, PublishError, Publisher};
 use super::stopped;
+use crate::broker::properties::{self, Envelope};
+use crate::broker::publish::{Publication, PublishError, Publisher};
+use crate::cluster::Cluster;
 use crate::config::AmqpConfig;
 use crate::connectors::amqp::BrokerLink;
 use crate::gateway::session::Partition;
@@ -20,6 +19,7 @@ use crate::gateway::{Disposition, GatewayError, Origin, Transport};
 use crate::intake::{self, Arrival, Intake, Refused, ReturnPath, Returned};
 use crate::nlip::{self, Encoding, Message, NlipError};
 use crate::telemetry;
+use crate::util::backoff::Backoff;
 use futures_util::future::BoxFuture;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};

@@ -187,7 +187,7 @@ pub fn outbound_id(inbound_id: &str, index: usize) -> String {
 
 /// An id for a message that came without one: its body's hash, the same on every redelivery.
 pub fn content_id(body: &[u8]) -> String {
-    let hex = crate::silp::ir::sha256_hex(body);
+    let hex = crate::util::hash::sha256_hex(body);
     format!("sha256-{}", &hex[..32])
 }
 

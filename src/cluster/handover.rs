@@ -21,7 +21,7 @@
 
 use super::ClusterError;
 use super::connection::Parked;
-use crate::transport::amqp::properties;
+use crate::broker::properties;
 use lapin::options::BasicNackOptions;
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,7 +1,10 @@
-//! NLIP over AMQP 0-9-1 (RabbitMQ): the broker-attached side of silpgate. A supervisor keeps
-//! one connection up (reconnecting with capped, jittered backoff and re-declaring the topology
-//! each time), consumes the inbound queues, and hands each delivery to a worker; the worker
-//! ([`worker::Pipeline`]) takes it through the gateway core to its acknowledgement.
+//! The AMQP door (NLIP over AMQP 0-9-1, RabbitMQ). A supervisor keeps one connection up
+//! (reconnecting with capped, jittered backoff and re-declaring the topology each time),
+//! consumes the inbound queues, and hands each delivery to a worker; the worker
+//! ([`worker::Pipeline`]) takes it through the [intake](crate::intake) to its acknowledgement.
+//! The same connection serves the AMQP agents' connectors (through a
+//! [`BrokerLink`](crate::connectors::amqp::BrokerLink)) and consumes this instance's reply
+//! queue, where agents answer; each answer goes back through the intake to its asker.
 //!
 //! Ordering: a conversation's messages always go to the same worker, which handles one
 //! message at a time, so they stay in order; different conversations run in parallel. In-flight
@@ -10,27 +13,23 @@
 //! Shutdown: stop consuming, let the workers finish within `amqp.drain_secs`, then close the
 //! connection; the broker requeues whatever was not acknowledged.
 //!
-//! In cluster mode ([`cluster`]) the inbound queues are only forwarded to the partitions, the
+//! In cluster mode ([`crate::cluster`]) the inbound queues are only forwarded to the partitions, the
 //! partition queues are what the workers handle, a partition's first delivery on a connection
 //! waits until its changelog is replayed, and on SIGTERM the instance hands its partitions on
 //! before it closes.
 
-pub mod backoff;
-pub mod cluster;
 pub mod marks;
-pub mod properties;
-pub mod publish;
-pub mod topology;
 pub mod worker;
 
+use crate::broker::{properties, publish, topology};
+use crate::cluster::Cluster;
+use crate::cluster::connection::{ClusterSide, Parked, REBALANCE_TICK};
+use crate::cluster::ownership::{self, Deliveries};
 use crate::config::{AmqpConfig, Config};
 use crate::connectors::amqp::{BrokerLink, Link};
 use crate::gateway::store::Store;
 use crate::intake::Intake;
-use backoff::Backoff;
-use cluster::Cluster;
-use cluster::connection::{ClusterSide, Parked, REBALANCE_TICK};
-use cluster::ownership::{self, Deliveries};
+use crate::util::backoff::Backoff;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};

@@ -30,7 +30,7 @@ impl Marks {
                     ledger: ids.drain(..).map(|id| (id, LedgerState::Published)).collect(),
                     ..Changes::default()
                 };
-                if let Err(e) = store.commit(&changes, crate::store::time::now_millis()) {
+                if let Err(e) = store.commit(&changes, crate::util::time::now_millis()) {
                     warn!(error = %e, marks = changes.ledger.len(), "Could not mark messages published.");
                 }
             }

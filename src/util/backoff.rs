@@ -38,7 +38,7 @@ impl Backoff {
 /// A random number from the standard library's randomly keyed hasher: jitter needs no more.
 pub(crate) fn random() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(crate::store::time::now_millis());
+    hasher.write_u64(crate::util::time::now_millis());
     hasher.finish()
 }
 

@@ -15,10 +15,10 @@
 
 use super::ClusterError;
 use super::ownership::{self, Deliveries};
+use crate::broker::properties::{self, Envelope};
+use crate::broker::publish::{Pending, Publication};
+use crate::doors::amqp::worker::Pipeline;
 use crate::nlip::{Message, NlipError};
-use crate::transport::amqp::properties::{self, Envelope};
-use crate::transport::amqp::publish::{Pending, Publication};
-use crate::transport::amqp::worker::Pipeline;
 use futures_util::StreamExt;
 use lapin::Channel;
 use lapin::message::Delivery;

@@ -20,8 +20,8 @@ pub mod ingress;
 pub mod lock;
 pub mod ownership;
 
-use super::properties;
-use super::publish::{Publication, PublishError, Publisher};
+use crate::broker::properties;
+use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::config::ClusterConfig;
 use crate::gateway::session::Partition;
 use crate::gateway::store::{Freeze, Store, StoreError};
@@ -193,7 +193,7 @@ impl Cluster {
         let state = &self.partitions[usize::from(partition.index)];
         state.replayed.store(replayed, Ordering::Relaxed);
         state.replay_ms.store(elapsed.as_millis() as u64, Ordering::Relaxed);
-        state.since.store(crate::store::time::now_millis(), Ordering::Relaxed);
+        state.since.store(crate::util::time::now_millis(), Ordering::Relaxed);
         state.since_snapshot.store(0, Ordering::Relaxed);
         let metrics = crate::metrics::get();
         metrics.partition_takeovers.with_label_values(&[&partition.index.to_string()]).inc();
@@ -251,7 +251,7 @@ impl Cluster {
             entries.push(self.changelog_entry(partition, &changelog::Entry::Change(change)));
         }
         let changes = entries.len() as u64;
-        let now = crate::store::time::now_millis();
+        let now = crate::util::time::now_millis();
         for freeze in frozen {
             entries.push(Publication {
                 exchange: "",
