@@ -7,14 +7,14 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "tests/run.sh: cargo is required (https://rustup.rs)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for the NLIP SDK interop test" >&2; exit 1; }
 
-# The real Python NLIP SDK and the websockets client, for the interop tests, and the
-# OpenTelemetry protos for the OTLP receiver of the telemetry test, and a YAML reader for the
-# deployment test.
+# The real Python NLIP SDK and the websockets client, for the interop tests, the reference NLIP
+# server (an HTTP agent behind silpgate), the OpenTelemetry protos for the OTLP receiver of the
+# telemetry test, and a YAML reader for the deployment test.
 venv=target/pyenv
-if ! "$venv/bin/python" -c 'import nlip_sdk, websockets, opentelemetry.proto, yaml' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, opentelemetry.proto, yaml' 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-sdk==0.1.3 websockets==15.0.1 \
-    opentelemetry-proto==1.45.2 pyyaml==6.0.3
+  "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-sdk==0.1.3 nlip-server==0.1.3 \
+    uvicorn==0.34.3 websockets==15.0.1 opentelemetry-proto==1.45.2 pyyaml==6.0.3
 fi
 export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 

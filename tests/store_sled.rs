@@ -51,6 +51,7 @@ fn every_record_kind_survives_a_reopen() {
             profiles: vec![("planner".into(), profile)],
             freezes: vec![freeze("aa", Frontend::Code, "cancel(x)")],
             ledger: vec![("m-1".into(), LedgerState::Pending { turn: None })],
+            ..Changes::default()
         };
         let frozen = store.commit(&changes, 10).unwrap();
         assert!(frozen[0].first);

@@ -217,6 +217,7 @@ impl Gateway {
                     session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy)
                         .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
+                changes.turns_seen.push((record.token.clone(), record.turns - 1));
                 changes.sessions.push(record);
                 Some(turn)
             }

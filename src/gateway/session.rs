@@ -154,6 +154,23 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_counted_on_state_that_moved_meanwhile_is_refused() {
+        let store = MemoryStore::new();
+        turn(&store, "busy", 0, &POLICY).unwrap();
+        // Two messages of one conversation plan from the same state...
+        let (_, first) = count_turn(&store, "busy", 1, &POLICY).unwrap();
+        let (_, second) = count_turn(&store, "busy", 2, &POLICY).unwrap();
+        let commit = |record: SessionRecord| {
+            let seen = vec![(record.token.clone(), record.turns - 1)];
+            store.commit(&Changes { sessions: vec![record], turns_seen: seen, ..Changes::default() }, 3)
+        };
+        commit(first).unwrap();
+        // ...and the second, planned on turn 1 while the store is at turn 2, must plan again.
+        assert!(matches!(commit(second), Err(crate::gateway::store::StoreError::Conflict(_))));
+        assert_eq!(turn(&store, "busy", 4, &POLICY).unwrap().turn, 3, "no turn lost");
+    }
+
+    #[test]
     fn when_every_id_is_taken_new_conversations_are_refused() {
         let store = MemoryStore::new();
         for i in 0..1296 {

@@ -80,6 +80,11 @@ pub enum LedgerState {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
     pub sessions: Vec<SessionRecord>,
+    /// The turn count each changed session had when the change was planned, by conversation
+    /// token. Messages of one conversation may be handled at once (two doors, or a request and
+    /// its answer): a commit whose session moved meanwhile is refused as a conflict, and the
+    /// message is planned again, so that no turn is lost.
+    pub turns_seen: Vec<(String, u64)>,
     pub profiles: Vec<(String, AgentProfile)>,
     pub freezes: Vec<Freeze>,
     pub ledger: Vec<(String, LedgerState)>,
@@ -190,6 +195,14 @@ impl Store for MemoryStore {
 
     fn commit(&self, changes: &Changes, _now: Millis) -> Result<Vec<Frozen>, StoreError> {
         self.with(|m| {
+            for (token, seen) in &changes.turns_seen {
+                let now = m.sessions.get(token).map_or(0, |s| s.turns);
+                if now != *seen {
+                    return Err(StoreError::Conflict(format!(
+                        "the session of {token} moved from turn {seen} to {now}"
+                    )));
+                }
+            }
             for s in &changes.sessions {
                 if let Some(other) = m.sessions.values().find(|o| o.id == s.id && o.token != s.token) {
                     return Err(StoreError::Conflict(format!(

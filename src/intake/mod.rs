@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, info_span};
 pub use waiting::{InPlace, ReturnPath, Returned, Waiter, Waiting};
 
+/// Plans made again after losing a race before the conflict counts as a failure.
+const MAX_RACES: u32 = 16;
+
 /// A message a door hands in.
 pub struct Arrival {
     pub envelope: Message,
@@ -91,9 +94,13 @@ impl Failure {
         }
     }
 
-    /// Two new conversations took the same free session id at once: the loser plans again.
+    /// Two messages changed the same state at once; the loser may simply plan again.
     pub fn is_race(&self) -> bool {
-        matches!(self, Failure::Gateway(GatewayError::Store(crate::gateway::store::StoreError::Conflict(_))))
+        matches!(self, Failure::Gateway(e) if Failure::is_store_conflict(e))
+    }
+
+    fn is_store_conflict(error: &GatewayError) -> bool {
+        matches!(error, GatewayError::Store(crate::gateway::store::StoreError::Conflict(_)))
     }
 }
 
@@ -166,7 +173,7 @@ impl Intake {
         let transport = origin.transport;
         let inbound =
             Inbound { envelope, origin: origin.clone(), received_at: crate::util::time::now_millis() };
-        let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.gateway.handle(inbound));
+        let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.handle(inbound, None));
         crate::telemetry::record_notes(&span, &outcome.notes);
         crate::metrics::get().observe_notes(&outcome.notes);
         let route = self.route_of(&outcome.notes);
@@ -206,6 +213,24 @@ impl Intake {
                 .inc();
         }
         result
+    }
+
+    /// Runs the core on a message (or, with the asker's form, on an answer). A plan that lost
+    /// a race with another message of its conversation (its commit was refused, nothing was
+    /// written) is made again at once: the loser reads the winner's state.
+    fn handle(&self, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
+        let mut races = 0;
+        loop {
+            let outcome = match answering {
+                None => self.gateway.handle(inbound.clone()),
+                Some(form) => self.gateway.handle_answer(inbound.clone(), form),
+            };
+            let lost = matches!(&outcome.status, Status::Failed(e) if Failure::is_store_conflict(e));
+            if !lost || races == MAX_RACES {
+                return outcome;
+            }
+            races += 1;
+        }
     }
 
     /// The configured route a message took, from the core's notes.
@@ -327,7 +352,7 @@ impl Intake {
             .observe(waiter.since.elapsed().as_secs_f64());
         let span = info_span!("agent answer", silpgate.agent = %waiter.agent, silpgate.correlation_id = id);
         let inbound = Inbound { envelope, origin: from, received_at: crate::util::time::now_millis() };
-        let outcome = span.in_scope(|| self.gateway.handle_answer(inbound, waiter.form));
+        let outcome = span.in_scope(|| self.handle(inbound, Some(waiter.form)));
         metrics.observe_notes(&outcome.notes);
         let invalid = match outcome.status {
             Status::Duplicate => return Ok(()),

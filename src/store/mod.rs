@@ -369,6 +369,14 @@ impl Store for SledStore {
             return Ok(Vec::new());
         }
         let _writer = self.write_lock()?;
+        for (token, seen) in &changes.turns_seen {
+            let now = self.session_by_token(token)?.map_or(0, |s| s.turns);
+            if now != *seen {
+                return Err(StoreError::Conflict(format!(
+                    "the session of {token} moved from turn {seen} to {now}"
+                )));
+            }
+        }
         let mut batch = sled::Batch::default();
         let mut writes = 0usize;
         for s in &changes.sessions {

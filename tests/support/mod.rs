@@ -1,3 +1,4 @@
 //! Shared test support.
 
+pub mod agents;
 pub mod broker;

@@ -74,9 +74,6 @@ impl Broker {
     }
 }
 
-/// Conflicting updates retried at once before they count as a failed attempt.
-const MAX_RACES: u32 = 8;
-
 /// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
 /// to pick the worker).
 pub struct Job {
@@ -107,10 +104,6 @@ impl Failure {
             Failure::Intake(e) => e.disposition(),
             Failure::Publish { .. } => Disposition::Transient,
         }
-    }
-
-    fn is_race(&self) -> bool {
-        matches!(self, Failure::Intake(e) if e.is_race())
     }
 
     fn code(&self) -> &str {
@@ -180,18 +173,11 @@ impl Pipeline {
             Duration::from_millis(self.amqp.retry_max_ms),
         );
         let mut attempts = job.envelope.earlier_deliveries;
-        let mut races = 0;
         loop {
             let failure = match self.attempt(&job).await {
                 Ok(()) => return self.ack(&job).await,
                 Err(failure) => failure,
             };
-            // Two new conversations took the same free session id at once; the loser plans
-            // again at once and finds the id taken. Not a failure of the message.
-            if failure.is_race() && races < MAX_RACES {
-                races += 1;
-                continue;
-            }
             attempts += 1;
             let message_id = job.envelope.message_id.as_deref().unwrap_or("-");
             job.span.record("error.type", failure.code());

@@ -1,0 +1,495 @@
+//! Every door reaches every agent, and every answer comes back through silpgate to whoever
+//! asked, in the form the asker reads. Real parts throughout: RabbitMQ, silpgate as a process,
+//! an AMQP agent on lapin, an HTTP agent on axum, the Python NLIP server, WebSocket clients.
+//! Messages are counted by id; every wait has a bound and says what it waited for.
+
+mod support;
+
+use futures_util::{SinkExt, StreamExt};
+use lapin::BasicProperties;
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use serde_json::{Value, json};
+use silpgate::silp::{self, Frontend};
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use support::agents::{self, HttpAgent};
+use support::broker::{self, BROKER, Daemon, Names};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message as Frame;
+
+/// Upper bound of every wait for the broker or the daemon.
+const LONG: Duration = Duration::from_secs(90);
+
+/// A silpgate configuration for `names`, with these agents and routes.
+fn config(names: &Names, store: &Path, reply_timeout_ms: u64, agents_and_routes: &str) -> String {
+    format!(
+        r#"[gateway]
+name = "silpgate-test"
+reply_timeout_ms = {reply_timeout_ms}
+[sessions]
+heartbeat = 9999
+[store]
+path = "{store}"
+[http]
+listen = "127.0.0.1:0"
+plain = true
+client_rate = 0.0
+connection_rate = 0.0
+[amqp]
+url = "{BROKER}"
+inbound = ["{inbound}"]
+inbound_exchange = "{inbound_x}"
+agents_exchange = "{agents}"
+dead_letter_exchange = "{dlx}"
+dead_letter_queue = "{dead}"
+reply_queue = "{answers}"
+retry_initial_ms = 100
+retry_max_ms = 2000
+max_attempts = 40
+reconnect_initial_ms = 100
+reconnect_max_ms = 1000
+{agents_and_routes}
+"#,
+        store = store.display(),
+        inbound = names.inbound(),
+        inbound_x = names.inbound_exchange(),
+        agents = names.agents_exchange(),
+        dlx = names.dlx(),
+        dead = names.dead(),
+        answers = names.answers(),
+    )
+}
+
+/// The AMQP agent `planner` (reads SILP code) behind its own queue, reached from `source`.
+fn planner(names: &Names, source: &str, extra_route: &str) -> String {
+    format!(
+        r#"[[agents]]
+name = "planner"
+frontends = ["code"]
+routing_key = "{sink}"
+queue = "{sink}"
+{route}"#,
+        sink = names.sink(),
+        route = route_to_planner(source, extra_route),
+    )
+}
+
+/// A route from `source` to the planner.
+fn route_to_planner(source: &str, extra_route: &str) -> String {
+    format!(
+        r#"[[routes]]
+name = "{source}-to-planner"
+destination = "planner"
+mode = "encode"
+{extra_route}
+[routes.match]
+source = "{source}"
+"#
+    )
+}
+
+/// A request carrying SILP as the IR: `cancel(order<i>)` in conversation `conv`.
+fn ir_request(i: usize, conv: &str) -> Value {
+    let ir = silp::decode(&format!("cancel(order{i})"), Frontend::Code, &silp::DecodeOptions::default())
+        .expect("valid SILP")
+        .ir
+        .to_value();
+    json!({"format":"structured","subformat":"silp-ir","content": ir,
+           "submessages":[{"format":"token","subformat":"conversation","content": conv}]})
+}
+
+/// Which request an IR answer belongs to: the `i` of its `order<i>`.
+fn order_of(answer: &Value) -> Option<usize> {
+    assert_eq!(answer["subformat"], "silp-ir", "the asker reads the IR: {answer}");
+    let text = answer["content"].to_string();
+    let at = text.find("order")? + "order".len();
+    text[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+async fn start(config_text: &str, dir: &Path) -> Daemon {
+    let daemon = Daemon::start(config_text, dir);
+    let daemon = tokio::task::spawn_blocking(move || {
+        daemon.wait_ready(Duration::from_secs(30));
+        daemon
+    })
+    .await
+    .unwrap();
+    daemon
+}
+
+/// One request on a fresh connection: status and body, bounded.
+async fn post(addr: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(LONG, stream.read_to_end(&mut raw))
+        .await
+        .expect("an HTTP answer within the bound")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null);
+    (status, body)
+}
+
+fn error_code(message: &Value) -> &str {
+    message["submessages"][0]["content"]["code"].as_str().unwrap_or_default()
+}
+
+async fn declare(channel: &lapin::Channel, queue: &str) {
+    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-type".into(), lapin::types::AMQPValue::LongString("quorum".into()));
+    channel.queue_declare(queue.into(), options, arguments).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_clients_reach_an_amqp_agent_and_each_socket_gets_its_own_answers() {
+    const SOCKETS: usize = 20;
+    const EACH: usize = 50;
+    let names = Names::new("ws-amqp");
+    let dir = broker::temp_dir("bridges-ws");
+    let daemon = start(&config(&names, &dir.join("store"), 30_000, &planner(&names, "ws", "")), &dir).await;
+    let (_connection, channel) = broker::channel().await;
+    let agent = agents::amqp_agent(channel.clone(), &names.sink(), agents::echo_code()).await;
+
+    let sockets = (0..SOCKETS).map(|s| {
+        let url = format!("ws://{}/nlip/ws/text", daemon.http);
+        tokio::spawn(async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("the socket opens");
+            let mine: BTreeSet<usize> = (s * EACH..(s + 1) * EACH).collect();
+            for &i in &mine {
+                let request = ir_request(i, &format!("ws-conv-{s}")).to_string();
+                ws.send(Frame::Text(request.into())).await.unwrap();
+            }
+            let mut answered = BTreeSet::new();
+            while answered.len() < EACH {
+                let frame = tokio::time::timeout(LONG, ws.next()).await;
+                let Ok(Some(Ok(frame))) = frame else {
+                    panic!("socket {s}: {} of {EACH} answers, then nothing", answered.len())
+                };
+                let Frame::Text(text) = frame else { continue };
+                let answer: Value = serde_json::from_str(&text).unwrap();
+                let i = order_of(&answer).unwrap_or_else(|| panic!("socket {s}: not an answer: {answer}"));
+                assert!(mine.contains(&i), "socket {s} got the answer to request {i}: crossed");
+                assert!(answered.insert(i), "socket {s} got the answer to {i} twice");
+            }
+            answered
+        })
+    });
+    let mut all = BTreeSet::new();
+    for socket in futures_util::future::join_all(sockets).await {
+        all.extend(socket.expect("every socket gets its own answers"));
+    }
+    assert_eq!(all.len(), SOCKETS * EACH, "none lost");
+    assert_eq!(
+        agent.received.load(std::sync::atomic::Ordering::SeqCst),
+        SOCKETS * EACH,
+        "delivered once each"
+    );
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amqp_sender_speaking_ir_gets_the_agents_code_answer_as_ir_at_its_reply_to() {
+    const N: usize = 20;
+    let names = Names::new("amqp-amqp");
+    let dir = broker::temp_dir("bridges-amqp");
+    let store = dir.join("store");
+    let daemon = start(&config(&names, &store, 30_000, &planner(&names, &names.inbound(), "")), &dir).await;
+    let (_connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let agent = agents::amqp_agent(channel.clone(), &names.sink(), agents::echo_code()).await;
+
+    let messages = (0..N)
+        .map(|i| {
+            let properties = BasicProperties::default()
+                .with_content_type("application/json".into())
+                .with_message_id(format!("m-{i}").into())
+                .with_correlation_id(format!("c-{i}").into())
+                .with_reply_to(names.replies().into());
+            (names.inbound(), ir_request(i, "amqp-conv").to_string().into_bytes(), properties)
+        })
+        .collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), messages).await;
+    let answers = broker::collect(&channel, &names.replies(), LONG, |got| got.len() == N).await;
+    assert_eq!(answers.len(), N, "every request is answered at its reply_to");
+    let mut seen = BTreeSet::new();
+    for r in &answers {
+        let answer: Value = serde_json::from_slice(&r.body).unwrap();
+        let i = order_of(&answer).expect("an answer to one of the requests");
+        assert_eq!(
+            r.correlation_id.as_deref(),
+            Some(format!("c-{i}").as_str()),
+            "the sender's correlation id"
+        );
+        seen.insert(i);
+    }
+    assert_eq!(seen.len(), N);
+    assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), N);
+    let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
+    assert!(status.success());
+    let turns = broker::session_turns(&store);
+    assert_eq!(turns.get("amqp-conv"), Some(&(2 * N as u64)), "requests and answers are turns: {turns:?}");
+    names.clean_up(&channel, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_reaches_the_python_nlip_server_and_the_sdk_reads_the_answer() {
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut server = std::process::Command::new(&python)
+        .args([
+            "-m",
+            "uvicorn",
+            "nlip_server.echo:app",
+            "--port",
+            &port.to_string(),
+            "--log-level",
+            "warning",
+        ])
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python} (tests/run.sh installs nlip-server): {e}"));
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(server.try_wait().unwrap().is_none(), "the NLIP server exited at start");
+            assert!(std::time::Instant::now() < deadline, "the NLIP server did not listen within 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Reaped(server)
+    };
+    let names = Names::new("http-python");
+    let dir = broker::temp_dir("bridges-python");
+    let agents_and_routes = format!(
+        r#"[[agents]]
+name = "echo"
+frontends = []
+url = "http://127.0.0.1:{port}/nlip/"
+[[routes]]
+name = "to-echo"
+destination = "echo"
+mode = "transcode"
+[routes.match]
+source = "http"
+"#
+    );
+    let daemon = start(&config(&names, &dir.join("store"), 30_000, &agents_and_routes), &dir).await;
+    let request = json!({"format":"text","subformat":"english","content":"hello over the gateway",
+        "submessages":[{"format":"token","subformat":"conversation","content":"py-1"}]});
+    let (status, answer) = post(&daemon.http, "/nlip", request.to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "hello over the gateway", "the agent's answer: {answer}");
+    let parsed = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import sys; from nlip_sdk.nlip import NLIP_Message; m = NLIP_Message.model_validate_json(sys.argv[1]); print(m.content)",
+        ])
+        .arg(answer.to_string())
+        .output()
+        .expect("the SDK runs");
+    assert!(
+        parsed.status.success(),
+        "the SDK refused the answer: {}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&parsed.stdout).trim(), "hello over the gateway");
+    drop(daemon);
+    let (_connection, channel) = broker::channel().await;
+    names.clean_up(&channel, 0).await;
+}
+
+fn http_agent_route(names: &Names, agent: &HttpAgent) -> String {
+    format!(
+        r#"[[agents]]
+name = "worker"
+frontends = ["code"]
+url = "http://{addr}/nlip"
+timeout_ms = 2000
+[[routes]]
+name = "to-worker"
+destination = "worker"
+mode = "transcode"
+[routes.match]
+source = "{inbound}"
+"#,
+        addr = agent.addr,
+        inbound = names.inbound()
+    )
+}
+
+fn code_request(i: usize) -> BasicProperties {
+    BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_message_id(format!("m-{i}").into())
+        .with_correlation_id(format!("c-{i}").into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_that_fails_three_times_gets_the_message_once_accepted_and_the_ack_waits() {
+    let echo = agents::echo_code();
+    let agent =
+        HttpAgent::start(Arc::new(move |n, request| if n < 3 { (503, None) } else { (200, echo(request)) }))
+            .await;
+    let names = Names::new("amqp-http-503");
+    let dir = broker::temp_dir("bridges-503");
+    let daemon =
+        start(&config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, &agent)), &dir).await;
+    let (_connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let properties = code_request(0).with_reply_to(names.replies().into());
+    broker::publish_all(
+        &channel,
+        &names.inbound_exchange(),
+        vec![(names.inbound(), broker::envelope(0, 0, None), properties)],
+    )
+    .await;
+    let answers = broker::collect(&channel, &names.replies(), LONG, |got| !got.is_empty()).await;
+    assert_eq!(answers.len(), 1, "the answer reaches the sender once the agent accepted");
+    let answer: Value = serde_json::from_slice(&answers[0].body).unwrap();
+    assert_eq!(answer["content"], "cancel(order0)", "in the form the sender used: {answer}");
+    assert_eq!(answers[0].correlation_id.as_deref(), Some("c-0"));
+    assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), 4, "three 503s, then accepted once");
+    broker::wait_counts(&names.inbound(), (0, 0), "the inbound message is acknowledged after the 200").await;
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_down_for_20_seconds_mid_stream_loses_nothing_and_counts_each_once() {
+    const N: usize = 500;
+    const CONVERSATIONS: usize = 25;
+    let mut agent = HttpAgent::start({
+        let echo = agents::echo_code();
+        Arc::new(move |_, request| (200, echo(request)))
+    })
+    .await;
+    let names = Names::new("amqp-http-down");
+    let dir = broker::temp_dir("bridges-down");
+    let store = dir.join("store");
+    let daemon = start(&config(&names, &store, 30_000, &http_agent_route(&names, &agent)), &dir).await;
+    let (_connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let messages = (0..N)
+        .map(|i| {
+            let properties = code_request(i).with_reply_to(names.replies().into());
+            (names.inbound(), broker::envelope(i, i % CONVERSATIONS, None), properties)
+        })
+        .collect();
+    let publisher = {
+        let channel = channel.clone();
+        let inbound_x = names.inbound_exchange();
+        tokio::spawn(async move { broker::publish_all(&channel, &inbound_x, messages).await })
+    };
+    let deadline = tokio::time::Instant::now() + LONG;
+    while agent.received.load(std::sync::atomic::Ordering::SeqCst) < N / 5 {
+        assert!(tokio::time::Instant::now() < deadline, "the agent got too little before the outage");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    agent.stop();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    agent.restart().await;
+    publisher.await.unwrap();
+
+    let answers = broker::collect(&channel, &names.replies(), LONG, |got| {
+        got.iter().map(|r| r.correlation_id.clone()).collect::<BTreeSet<_>>().len() == N
+    })
+    .await;
+    let answered: BTreeSet<_> = answers.iter().filter_map(|r| r.correlation_id.clone()).collect();
+    assert_eq!(answered.len(), N, "every message is answered after the outage");
+    let codes: BTreeSet<String> = agent.codes.lock().unwrap().iter().cloned().collect();
+    assert_eq!(codes.len(), N, "every message reached the agent");
+    let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
+    assert!(status.success());
+    let turns = broker::session_turns(&store);
+    let mut per_conversation: HashMap<String, u64> = HashMap::new();
+    for c in 0..CONVERSATIONS {
+        per_conversation.insert(format!("conv-{c}"), 2 * (N / CONVERSATIONS) as u64);
+    }
+    for (conversation, expected) in &per_conversation {
+        assert_eq!(
+            turns.get(conversation),
+            Some(expected),
+            "{conversation}: each request and answer counted once"
+        );
+    }
+    names.clean_up(&channel, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_answers_times_out_and_its_late_answer_is_dead_lettered() {
+    let names = Names::new("timeout");
+    let dir = broker::temp_dir("bridges-timeout");
+    let routes = format!("{}{}", planner(&names, "http", ""), route_to_planner("ws", ""));
+    let daemon = start(&config(&names, &dir.join("store"), 1_000, &routes), &dir).await;
+    let (_connection, channel) = broker::channel().await;
+
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(7, "late-conv").to_string().as_bytes()).await;
+    assert_eq!(status, 504, "{answer}");
+    assert_eq!(error_code(&answer), "timeout", "{answer}");
+
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/nlip/ws/text", daemon.http)).await.unwrap();
+    ws.send(Frame::Text(ir_request(8, "late-conv-ws").to_string().into())).await.unwrap();
+    let frame = tokio::time::timeout(LONG, ws.next()).await.expect("an answer on the socket");
+    let Some(Ok(Frame::Text(text))) = frame else { panic!("a text frame") };
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error_code(&answer), "timeout", "{answer}");
+
+    // The agent answers after all: nobody waits, and the answer is kept with its reason.
+    let requests = broker::collect(&channel, &names.sink(), LONG, |got| got.len() == 2).await;
+    assert_eq!(requests.len(), 2, "both requests reached the agent's queue");
+    let late = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_correlation_id(requests[0].message_id.as_str().into());
+    let body = json!({"format":"structured","subformat":"silp-code","content":"cancel(order7)"}).to_string();
+    broker::publish_all(&channel, "", vec![(names.answers(), body.into_bytes(), late)]).await;
+    let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
+    assert_eq!(dead.len(), 1, "the late answer is dead-lettered, not dropped");
+    assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("timeout"));
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_that_awaits_nothing_answers_202_once_the_broker_confirmed() {
+    let names = Names::new("await-none");
+    let dir = broker::temp_dir("bridges-await");
+    let daemon = start(
+        &config(&names, &dir.join("store"), 30_000, &planner(&names, "http", "await = \"none\"")),
+        &dir,
+    )
+    .await;
+    let (_connection, channel) = broker::channel().await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(3, "fire-conv").to_string().as_bytes()).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["messagetype"], "control", "{answer}");
+    let id = answer["content"]["delivered"][0].as_str().expect("the delivered message's id").to_owned();
+    let delivered = broker::collect(&channel, &names.sink(), LONG, |got| !got.is_empty()).await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].message_id, id, "the id names the message the agent got");
+    assert_eq!(delivered[0].reply_to, None, "nobody waits for an answer");
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}
