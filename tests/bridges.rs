@@ -111,13 +111,12 @@ fn order_of(answer: &Value) -> Option<usize> {
 
 async fn start(config_text: &str, dir: &Path) -> Daemon {
     let daemon = Daemon::start(config_text, dir);
-    let daemon = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         daemon.wait_ready(Duration::from_secs(30));
         daemon
     })
     .await
-    .unwrap();
-    daemon
+    .unwrap()
 }
 
 /// One request on a fresh connection: status and body, bounded.
