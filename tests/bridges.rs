@@ -492,3 +492,38 @@ async fn a_route_that_awaits_nothing_answers_202_once_the_broker_confirmed() {
     drop(daemon);
     names.clean_up(&channel, 0).await;
 }
+
+/// The README's quick start: `silpgate run --config config/silpgate.toml`, the example agent on
+/// the default assistant queue, and the README's plain text message, answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_quick_start_answers_a_text_message_through_the_example_agent() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_silpgate"));
+    let example = bin.parent().unwrap().join("examples/echo_agent");
+    assert!(example.exists(), "{} is built by `cargo test --all-targets` (tests/run.sh)", example.display());
+    let dir = broker::temp_dir("bridges-readme");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
+    // The defaults, on a free port and a scratch store, as environment overrides.
+    let mut command = std::process::Command::new(&bin);
+    command
+        .args(["run", "--config", config])
+        .env("SILPGATE_HTTP_LISTEN", "127.0.0.1:0")
+        .env("SILPGATE_STORE_PATH", dir.join("store"));
+    let daemon = Daemon::spawn(command);
+    let daemon = tokio::task::spawn_blocking(move || {
+        daemon.wait_ready(Duration::from_secs(30));
+        daemon
+    })
+    .await
+    .unwrap();
+    let mut agent = std::process::Command::new(&example)
+        .args(["--queue", "agent.assistant"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the example agent runs");
+    let request = br#"{"format":"text","subformat":"english","content":"hello"}"#;
+    let (status, answer) = post(&daemon.http, "/nlip", request).await;
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "hello (answered by echo_agent)", "{answer}");
+}

@@ -330,9 +330,14 @@ impl Daemon {
     pub fn start(config_text: &str, dir: &std::path::Path) -> Daemon {
         let path = dir.join("silpgate.toml");
         std::fs::write(&path, config_text).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-            .args(["run", "--config"])
-            .arg(&path)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+        command.args(["run", "--config"]).arg(&path);
+        Daemon::spawn(command)
+    }
+
+    /// Runs `command` (a `silpgate run`); waits until it listens.
+    pub fn spawn(mut command: Command) -> Daemon {
+        let mut child = command
             .env("SILPGATE_LOG", std::env::var("SILPGATE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
