@@ -2,6 +2,7 @@
 //! publishing with confirms ([`publish`]), the NLIP AMQP binding on message properties
 //! ([`properties`]), and the topology silpgate declares ([`topology`]).
 
+pub mod ending;
 pub mod properties;
 pub mod publish;
 pub mod topology;

@@ -245,8 +245,8 @@ async fn follow_lock(channel: Channel, cluster: Arc<Cluster>, pipeline: Arc<Pipe
     let Err(e) = lock::follow(channel, &cluster).await else { return };
     warn!(error = %e, "Following the lock stream failed.");
     if e.is_fatal() {
-        pipeline.fatal.notify_one();
+        pipeline.endings.store_damaged(&e);
     } else {
-        pipeline.broken.notify_one();
+        pipeline.endings.broken(&e);
     }
 }

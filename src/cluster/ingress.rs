@@ -80,7 +80,7 @@ impl Ingress {
         let task = tokio::spawn(async move {
             if let Err(e) = forwarding.run(deliveries, leaving).await {
                 debug!(error = %e, "Forwarding to the partitions failed; resetting the connection.");
-                forwarding.pipeline.broken.notify_one();
+                forwarding.pipeline.endings.broken(&e);
                 return;
             }
             let _ = done.send(true);

@@ -7,13 +7,13 @@
 //! it through a [`BrokerLink`] and reports an unavailable broker as transient.
 
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel};
+use crate::broker::ending::Endings;
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::config::AgentConfig;
 use crate::nlip::{self, Encoding};
 use futures_util::future::BoxFuture;
-use std::sync::Arc;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 /// The AMQP side's current connection, as agents' connectors see it.
@@ -26,7 +26,7 @@ pub struct Link {
     /// Where agents answer silpgate.
     pub reply_queue: String,
     /// Told when a publish finds the channel broken, so that the AMQP side reconnects.
-    pub broken: Arc<Notify>,
+    pub endings: Endings,
 }
 
 /// Follows the AMQP side's connection: `None` while it is down.
@@ -107,7 +107,7 @@ impl AmqpAgent {
         let published = link.publisher.publish_all(publications).instrument(span).await;
         published.map(|()| Delivered::default()).map_err(|error| {
             if matches!(error, PublishError::Channel(_)) {
-                link.broken.notify_one();
+                link.endings.broken(&error);
             }
             self.unavailable(error.code(), error.to_string())
         })

@@ -323,6 +323,8 @@ pub fn temp_dir(name: &str) -> PathBuf {
 pub struct Daemon {
     pub child: Child,
     pub http: String,
+    /// Everything it wrote to stderr so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Daemon {
@@ -345,6 +347,8 @@ impl Daemon {
             .expect("silpgate starts");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines_seen = log.clone();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stderr).lines();
             let mut sent = false;
@@ -354,10 +358,11 @@ impl Daemon {
                     sent = true;
                 }
                 eprintln!("[silpgate {}] {line}", std::process::id());
+                lines_seen.lock().unwrap().push(line);
             }
         });
         let http = rx.recv_timeout(Duration::from_secs(30)).expect("silpgate reports its address");
-        Daemon { child, http }
+        Daemon { child, http, log }
     }
 
     /// Waits until `/readyz` says ready (the broker is connected and consumed from).
@@ -387,6 +392,23 @@ impl Daemon {
         let status = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
         let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
         (status, body)
+    }
+
+    /// Waits for the daemon to exit on its own, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < timeout, "silpgate still runs after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its stderr so far, one string.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
     }
 
     pub fn kill(mut self) {

@@ -21,6 +21,7 @@
 pub mod marks;
 pub mod worker;
 
+use crate::broker::ending::{Ending, Endings};
 use crate::broker::{properties, publish, topology};
 use crate::cluster::Cluster;
 use crate::cluster::connection::{ClusterSide, Parked, REBALANCE_TICK};
@@ -38,7 +39,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use worker::{Job, Pipeline};
 
@@ -48,8 +49,8 @@ const WORKER_QUEUE: usize = 16;
 /// Why the AMQP side stopped for good.
 #[derive(Debug, thiserror::Error)]
 pub enum AmqpError {
-    #[error("the store is damaged; stopped consuming so that nothing more is acknowledged")]
-    StoreDamaged,
+    #[error("the store is damaged ({0}); stopped consuming so that nothing more is acknowledged")]
+    StoreDamaged(String),
 }
 
 /// The AMQP service: what it needs, and whether it is connected.
@@ -70,7 +71,8 @@ pub struct Amqp {
 enum Ended {
     Shutdown,
     Lost(String),
-    Fatal,
+    /// The store is damaged: stop, with why.
+    Fatal(String),
 }
 
 impl Amqp {
@@ -133,7 +135,7 @@ impl Amqp {
             };
             match ended {
                 Ended::Shutdown => break,
-                Ended::Fatal => return Err(AmqpError::StoreDamaged),
+                Ended::Fatal(why) => return Err(AmqpError::StoreDamaged(why)),
                 Ended::Lost(reason) => {
                     crate::metrics::get().broker_reconnects.inc();
                     let delay = backoff.next_delay();
@@ -177,14 +179,14 @@ impl Amqp {
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
-        let broken = Arc::new(Notify::new());
+        let (endings, mut ending) = Endings::new();
         let publisher = publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
         let reply_queue = self.reply_queue();
         self.link.send_replace(Some(Link {
             publisher: publisher.clone(),
             exchange: self.amqp.agents_exchange.clone(),
             reply_queue: reply_queue.clone(),
-            broken: broken.clone(),
+            endings: endings.clone(),
         }));
         let pipeline = Arc::new(Pipeline {
             intake: self.intake.clone(),
@@ -193,8 +195,7 @@ impl Amqp {
             limits: self.config.nlip.limits(),
             publisher,
             shutdown: shutdown.clone(),
-            broken,
-            fatal: Arc::new(Notify::new()),
+            endings,
             marks,
             cluster: self.cluster.clone(),
         });
@@ -269,6 +270,10 @@ impl Amqp {
         let ended = 'intake: loop {
             tokio::select! {
                 biased;
+                Some(why) = ending.recv() => break match why {
+                    Ending::Broken(why) => Ended::Lost(why),
+                    Ending::StoreDamaged(why) => Ended::Fatal(why),
+                },
                 () = stopped(&mut shutdown), if leaving.is_none() => {
                     let Some(side) = cluster_side.as_mut() else { break Ended::Shutdown };
                     leaving = Some(tokio::time::Instant::now() + Duration::from_secs(self.amqp.drain_secs));
@@ -293,7 +298,7 @@ impl Amqp {
                 Some((partition, result)) = takeovers.recv() => {
                     if let Err(e) = result {
                         warn!(partition = partition.index, error = %e, "Taking over a partition failed.");
-                        break if e.is_fatal() { Ended::Fatal } else { Ended::Lost(e.to_string()) };
+                        break if e.is_fatal() { Ended::Fatal(e.to_string()) } else { Ended::Lost(e.to_string()) };
                     }
                     let side = cluster_side.as_mut().expect("takeovers are a cluster's");
                     match side.taken_over(partition).await {

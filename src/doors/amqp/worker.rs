@@ -9,6 +9,7 @@
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
 use super::stopped;
+use crate::broker::ending::Endings;
 use crate::broker::properties::{self, Envelope};
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::cluster::Cluster;
@@ -25,7 +26,7 @@ use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tracing::{Instrument, debug, error, info_span, warn};
 
 /// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
@@ -130,10 +131,8 @@ pub struct Pipeline {
     pub publisher: Publisher,
     /// Set when silpgate is shutting down: stop retrying, leave the message to the broker.
     pub shutdown: watch::Receiver<bool>,
-    /// Told when the connection is unusable, so that the supervisor reconnects.
-    pub broken: Arc<Notify>,
-    /// Told when the store is damaged: silpgate must stop.
-    pub fatal: Arc<Notify>,
+    /// Where workers say why the connection must end (reconnect, or stop on a damaged store).
+    pub endings: Endings,
     /// Ledger marks of messages whose publishes are confirmed.
     pub marks: super::marks::Marks,
     /// Cluster mode: session changes and lock proposals go to the streams before the ack.
@@ -209,13 +208,13 @@ impl Pipeline {
                     error!(message_id, code = failure.code(), error = %failure, "Stopping: the store is damaged.");
                     let _ =
                         job.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await;
-                    self.fatal.notify_one();
+                    self.endings.store_damaged(&failure);
                     return;
                 }
             }
             if !self.publisher.channel().status().connected() {
                 // The broker has requeued the delivery already; acking it now would fail.
-                self.broken.notify_one();
+                self.endings.broken("the publishing channel is closed");
                 return;
             }
             let mut shutdown = self.shutdown.clone();
@@ -368,7 +367,7 @@ impl Pipeline {
         metrics.confirm_seconds.observe(started.elapsed().as_secs_f64());
         published.map_err(|error| {
             if matches!(error, PublishError::Channel(_)) {
-                self.broken.notify_one();
+                self.endings.broken(&error);
             }
             Failure::Publish { destination, error }
         })
@@ -410,7 +409,7 @@ impl Pipeline {
         if let Err(e) = acked {
             // The channel is gone and the broker will redeliver: the ledger handles that.
             debug!(error = %e, "Acknowledgement not sent.");
-            self.broken.notify_one();
+            self.endings.broken(format!("an acknowledgement failed: {e}"));
         }
     }
 
