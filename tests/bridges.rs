@@ -23,6 +23,23 @@ use tokio_tungstenite::tungstenite::Message as Frame;
 /// Upper bound of every wait for the broker or the daemon.
 const LONG: Duration = Duration::from_secs(90);
 
+/// Runs a command to its end, killing it (and failing the test) past `limit`.
+fn run_bounded(mut command: std::process::Command, limit: Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut child =
+        child.unwrap_or_else(|e| panic!("cannot run {command:?} (tests/run.sh installs it): {e}"));
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{command:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// A silpgate configuration for `names`, with these agents and routes.
 fn config(names: &Names, store: &Path, reply_timeout_ms: u64, agents_and_routes: &str) -> String {
     format!(
@@ -160,35 +177,27 @@ async fn websocket_clients_reach_an_amqp_agent_and_each_socket_gets_its_own_answ
     let (_connection, channel) = broker::channel().await;
     let agent = agents::amqp_agent(channel.clone(), &names.sink(), agents::echo_code()).await;
 
-    let sockets = (0..SOCKETS).map(|s| {
-        let url = format!("ws://{}/nlip/ws/text", daemon.http);
-        tokio::spawn(async move {
-            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.expect("the socket opens");
-            let mine: BTreeSet<usize> = (s * EACH..(s + 1) * EACH).collect();
-            for &i in &mine {
-                let request = ir_request(i, &format!("ws-conv-{s}")).to_string();
-                ws.send(Frame::Text(request.into())).await.unwrap();
-            }
-            let mut answered = BTreeSet::new();
-            while answered.len() < EACH {
-                let frame = tokio::time::timeout(LONG, ws.next()).await;
-                let Ok(Some(Ok(frame))) = frame else {
-                    panic!("socket {s}: {} of {EACH} answers, then nothing", answered.len())
-                };
-                let Frame::Text(text) = frame else { continue };
-                let answer: Value = serde_json::from_str(&text).unwrap();
-                let i = order_of(&answer).unwrap_or_else(|| panic!("socket {s}: not an answer: {answer}"));
-                assert!(mine.contains(&i), "socket {s} got the answer to request {i}: crossed");
-                assert!(answered.insert(i), "socket {s} got the answer to {i} twice");
-            }
-            answered
+    // The clients are Python's `websockets`, as an NLIP client in Python would write them.
+    let requests = dir.join("requests.jsonl");
+    let lines: Vec<String> = (0..SOCKETS * EACH)
+        .map(|i| {
+            json!({"socket": i / EACH, "i": i, "envelope": ir_request(i, &format!("ws-conv-{}", i / EACH))})
+                .to_string()
         })
-    });
-    let mut all = BTreeSet::new();
-    for socket in futures_util::future::join_all(sockets).await {
-        all.extend(socket.expect("every socket gets its own answers"));
-    }
-    assert_eq!(all.len(), SOCKETS * EACH, "none lost");
+        .collect();
+    std::fs::write(&requests, lines.join("\n")).unwrap();
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/ws_many.py");
+    let url = format!("ws://{}/nlip/ws/text", daemon.http);
+    let mut command = std::process::Command::new(&python);
+    command.args([script, url.as_str()]).arg(&requests);
+    let output = tokio::task::spawn_blocking(move || run_bounded(command, LONG)).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        stdout.contains(&format!("ok: {} answers", SOCKETS * EACH)),
+        "every socket got its own answers: {stdout}"
+    );
     assert_eq!(
         agent.received.load(std::sync::atomic::Ordering::SeqCst),
         SOCKETS * EACH,
