@@ -109,6 +109,8 @@ async fn a_thousand_envelopes_arrive_once_each_and_replies_reach_reply_to() {
         broker::collect(&channel, &names.sink(), LONG, |got| distinct_forwarded(got) == N * 9 / 10).await;
     // Anything more would be a duplicate: give it a moment to show up.
     let late = broker::collect(&channel, &names.sink(), Duration::from_millis(500), |_| false).await;
+    // The decode-back tenth goes to the sender, not the sink: order is checked among the rest.
+    assert_in_order(&sink, CONVERSATIONS);
     let mut per_id: HashMap<String, usize> = HashMap::new();
     for r in sink.iter().chain(&late) {
         let Some(id) = forwarded_id(r) else { continue };
@@ -252,11 +254,36 @@ async fn wait_for_sink(names: &Names, at_least: u64) {
     }
 }
 
-/// Collects the sink until every one of `n` messages has arrived at least once, and checks
-/// that copies of one message are identical.
-async fn assert_all_arrived(channel: &lapin::Channel, names: &Names, n: usize) {
+/// Asserts that every conversation's messages first reached the sink in the order they were
+/// published (message `m-<i>` belongs to conversation `i % conversations`). Copies of a
+/// message already seen (redeliveries) do not count.
+fn assert_in_order(sink: &[Received], conversations: usize) {
+    let mut seen = HashSet::new();
+    let mut last: HashMap<usize, usize> = HashMap::new();
+    let mut out_of_order = Vec::new();
+    for id in sink.iter().filter_map(forwarded_id) {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let i: usize = id[2..].parse().expect("m-<i>");
+        let previous = last.insert(i % conversations, i);
+        if previous.is_some_and(|p| p > i) {
+            out_of_order.push(format!("m-{i} after m-{}", previous.unwrap_or_default()));
+        }
+    }
+    assert!(
+        out_of_order.is_empty(),
+        "out of order within a conversation: {:?}",
+        &out_of_order[..out_of_order.len().min(10)]
+    );
+}
+
+/// Collects the sink until every one of `n` messages has arrived at least once, in each
+/// conversation's order, and checks that copies of one message are identical.
+async fn assert_all_arrived(channel: &lapin::Channel, names: &Names, n: usize, conversations: usize) {
     let sink = broker::collect(channel, &names.sink(), LONG, |got| distinct_forwarded(got) == n).await;
     assert_eq!(distinct_forwarded(&sink), n, "nothing lost");
+    assert_in_order(&sink, conversations);
     let mut bodies: HashMap<&str, &[u8]> = HashMap::new();
     for r in &sink {
         let first = bodies.entry(r.message_id.as_str()).or_insert(r.body.as_slice());
@@ -292,7 +319,7 @@ async fn assert_settled(
     n: usize,
     conversations: usize,
 ) {
-    assert_all_arrived(channel, names, n).await;
+    assert_all_arrived(channel, names, n, conversations).await;
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
     assert_turns(&dir.join("store"), n, conversations);
@@ -373,7 +400,10 @@ async fn an_unroutable_or_full_downstream_holds_the_message_until_it_clears() {
     let dir = broker::temp_dir("amqp-blocked");
     let (connection, channel) = broker::channel().await;
     // silpgate does not declare the sink: nothing is bound to its routing key yet.
-    let daemon = Daemon::start(&names.config(&dir.join("store"), "max_attempts = 100000", false), &dir);
+    const PREFETCH: usize = 50;
+    let config =
+        names.config(&dir.join("store"), &format!("max_attempts = 100000\nprefetch = {PREFETCH}"), false);
+    let daemon = Daemon::start(&config, &dir);
     daemon.wait_ready(Duration::from_secs(30));
 
     let one = |i: usize| vec![(names.inbound(), broker::envelope(i, 0, None), props(i))];
@@ -410,6 +440,22 @@ async fn an_unroutable_or_full_downstream_holds_the_message_until_it_clears() {
         broker::collect(&channel, &names.sink(), Duration::from_secs(30), |got| !got.is_empty()).await;
     assert_eq!(arrived.first().and_then(forwarded_id).as_deref(), Some("m-2"), "through once there is room");
     broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once through").await;
+    // Full again: while downstream is blocked, what silpgate holds unacknowledged never passes
+    // its prefetch, however much waits.
+    broker::publish_all(&channel, "", vec![(names.sink(), b"filler".to_vec(), BasicProperties::default())])
+        .await;
+    let backlog: Vec<_> = (100..100 + 2 * PREFETCH)
+        .map(|i| (names.inbound(), broker::envelope(i, 0, None), props(i)))
+        .collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), backlog).await;
+    let mut most = 0;
+    for _ in 0..20 {
+        let (_, unacked) = broker::queue_counts(&names.inbound());
+        assert!(unacked <= PREFETCH as u64, "{unacked} unacknowledged, above the prefetch of {PREFETCH}");
+        most = most.max(unacked);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most, PREFETCH as u64, "the prefetch window filled while downstream was blocked");
 
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
@@ -492,4 +538,29 @@ async fn a_publishing_channel_closed_by_the_broker_reconnects_and_loses_nothing(
         .await
         .unwrap();
     assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
+}
+
+/// A failure that does not clear (nothing is bound downstream) is retried `max_attempts`
+/// times, then dead-lettered with the last error and how many attempts were made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_past_max_attempts_is_dead_lettered_saying_so() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("attempts");
+    let dir = broker::temp_dir("amqp-attempts");
+    let (connection, channel) = broker::channel().await;
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "max_attempts = 3", false), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    let one = vec![(names.inbound(), broker::envelope(1, 0, None), props(1))];
+    broker::publish_all(&channel, &names.inbound_exchange(), one).await;
+    let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
+    assert_eq!(dead.len(), 1, "dead-lettered once the attempts ran out");
+    assert_eq!(dead[0].message_id, "m-1");
+    assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("unroutable"));
+    let reason = dead[0].headers.get("x-silpgate-error").cloned().unwrap_or_default();
+    assert!(reason.starts_with("gave up after 3 attempts"), "{reason}");
+    broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once dead-lettered").await;
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
 }
