@@ -37,13 +37,16 @@ reply_queue = "bench.roundtrip.replies"
 TOML
 target/release/silpgate run --config "$config" --listen 127.0.0.1:18992 --store "$store" 2>/dev/null &
 silpgate_pid=$!
-target/release/examples/echo_agent --queue bench.roundtrip.agent --url "$broker" 2>/dev/null &
-agent_pid=$!
+agent_pid=
 trap 'kill $silpgate_pid $agent_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT
+# The agent's queue exists once silpgate has declared its topology.
 for _ in $(seq 300); do
   curl -sf http://127.0.0.1:18992/readyz >/dev/null 2>&1 && break
   sleep 0.1
 done
+target/release/examples/echo_agent --queue bench.roundtrip.agent --url "$broker" 2>/dev/null &
+agent_pid=$!
+sleep 0.5
 
 load() { cargo bench --quiet --bench roundtrip -- "$@" 2>/dev/null | tail -1; }
 read -r direct_med direct_p99 < <(load amqp "$broker" bench.roundtrip.agent "$rate" "$count")

@@ -382,7 +382,10 @@ async fn sigterm_with_500_in_flight_exits_0_in_time_and_loses_nothing() {
     wait_for_sink(&names, 100).await;
     let (status, took) = daemon.terminate(Duration::from_secs(30));
     assert!(status.success(), "exit status {status:?}");
-    assert!(took < Duration::from_secs(12), "exited after {took:?}, past the 10 s drain deadline");
+    assert!(
+        took < Duration::from_secs(15),
+        "exited after {took:?}, past the 10 s drain deadline and its margin"
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while broker::queue_counts(&names.inbound()).1 != 0 {
         assert!(std::time::Instant::now() < deadline, "deliveries still held after silpgate exited");

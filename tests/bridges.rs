@@ -23,23 +23,6 @@ use tokio_tungstenite::tungstenite::Message as Frame;
 /// Upper bound of every wait for the broker or the daemon.
 const LONG: Duration = Duration::from_secs(90);
 
-/// Runs a command to its end, killing it (and failing the test) past `limit`.
-fn run_bounded(mut command: std::process::Command, limit: Duration) -> std::process::Output {
-    use std::process::Stdio;
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
-    let mut child =
-        child.unwrap_or_else(|e| panic!("cannot run {command:?} (tests/run.sh installs it): {e}"));
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{command:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// A silpgate configuration for `names`, with these agents and routes.
 fn config(names: &Names, store: &Path, reply_timeout_ms: u64, agents_and_routes: &str) -> String {
     format!(
@@ -191,7 +174,8 @@ async fn websocket_clients_reach_an_amqp_agent_and_each_socket_gets_its_own_answ
     let url = format!("ws://{}/nlip/ws/text", daemon.http);
     let mut command = std::process::Command::new(&python);
     command.args([script, url.as_str()]).arg(&requests);
-    let output = tokio::task::spawn_blocking(move || run_bounded(command, LONG)).await.unwrap();
+    let output =
+        tokio::task::spawn_blocking(move || support::process::run_bounded(command, LONG)).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(

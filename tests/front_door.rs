@@ -88,7 +88,8 @@ async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str
     stream.write_all(head.as_bytes()).await.unwrap();
     let _ = stream.write_all(body).await;
     let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw).await;
+    let read = tokio::time::timeout(std::time::Duration::from_secs(30), stream.read_to_end(&mut raw)).await;
+    assert!(read.is_ok(), "no complete answer to {method} {path} within 30 s");
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -101,7 +102,8 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     loop {
-        match ws.next().await? {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), ws.next()).await;
+        match next.expect("a frame within 30 s")? {
             Ok(Frame::Ping(_) | Frame::Pong(_)) => continue,
             Ok(frame) => return Some(frame),
             Err(_) => return None,

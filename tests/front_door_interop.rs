@@ -2,6 +2,8 @@
 //! reply; the standard library posts over HTTP; the `websockets` package uses /nlip/ws/text.
 //! tests/run.sh installs both into target/pyenv.
 
+mod support;
+
 use silpgate::config::Config;
 use silpgate::daemon::{self, Overrides};
 use std::path::PathBuf;
@@ -30,12 +32,9 @@ async fn the_python_sdk_talks_to_silpgate_over_http_and_websocket() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python"));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/front_door_check.py");
     let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&python).arg(&script).arg(addr.to_string()).output().unwrap_or_else(|e| {
-            panic!(
-                "cannot run {} ({e}); tests/run.sh installs nlip-sdk and websockets into target/pyenv",
-                python.display()
-            )
-        })
+        let mut command = std::process::Command::new(&python);
+        command.arg(&script).arg(addr.to_string());
+        support::process::run_bounded(command, std::time::Duration::from_secs(120))
     })
     .await
     .unwrap();

@@ -3,6 +3,8 @@
 //! answers, control replies, session renewal notices) must parse with
 //! `NLIP_Message.model_validate_json` and keep its content.
 
+mod support;
+
 use serde_json::{Value, json};
 use silpgate::config::Config;
 use silpgate::gateway::{Gateway, Inbound, MemoryStore, Origin, Transport};
@@ -137,12 +139,9 @@ fn every_envelope_silpgate_emits_parses_with_the_python_sdk() {
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
     let python = python();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_check.py");
-    let output = Command::new(&python).arg(&script).arg(&file).output().unwrap_or_else(|e| {
-        panic!(
-            "cannot run {} ({e}); tests/run.sh installs nlip-sdk==0.1.3 into target/pyenv",
-            python.display()
-        )
-    });
+    let mut command = Command::new(&python);
+    command.arg(&script).arg(&file);
+    let output = support::process::run_bounded(command, std::time::Duration::from_secs(120));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

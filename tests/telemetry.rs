@@ -122,7 +122,11 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
         let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
         let text = String::from_utf8(broker::envelope(60, 60, Some("decode"))).unwrap();
         socket.send(Message::Text(text.into())).await.unwrap();
-        let reply = socket.next().await.unwrap().unwrap();
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(30), socket.next())
+            .await
+            .expect("a WebSocket reply within 30 s")
+            .unwrap()
+            .unwrap();
         assert!(reply.is_text(), "{reply:?}");
         socket.close(None).await.unwrap();
     }

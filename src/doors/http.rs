@@ -206,7 +206,7 @@ async fn post_nlip(
     };
     let parent = crate::telemetry::extract_http(&headers);
     match front.request(envelope, Transport::Http, "http", parent).await {
-        Answer::Reply(message) => message_response(StatusCode::OK, &message, encoding),
+        Answer::Reply { reply, .. } => message_response(StatusCode::OK, &reply, encoding),
         Answer::Accepted(ids) => {
             message_response(StatusCode::ACCEPTED, &super::accepted_message(&ids), encoding)
         }

@@ -54,8 +54,10 @@ pub fn client_key(identity: auth::Identity, peer: std::net::SocketAddr) -> Strin
 /// What a door sends back for one request.
 #[derive(Debug)]
 pub enum Answer {
-    /// The envelope for the sender: a reply route's, or the agent's answer.
-    Reply(Message),
+    /// The envelope for the sender: a reply route's, or the agent's answer; before it, any
+    /// notices for the sender (a session renewal). HTTP answers with the last, a socket sends
+    /// them all.
+    Reply { notices: Vec<Message>, reply: Message },
     /// Delivered to agents that nobody waits for (`await = "none"`): their envelopes' ids.
     Accepted(Vec<String>),
     /// Not delivered: the error message, its code and whether trying again may help.
@@ -77,6 +79,23 @@ impl Front {
         source: &str,
         parent: opentelemetry::Context,
     ) -> Answer {
+        match self.submit(envelope, transport, source, parent).await {
+            Submitted::Answered(answer) => answer,
+            Submitted::Awaiting(awaiting) => awaiting.answer().await,
+        }
+    }
+
+    /// Takes one decoded envelope through the intake and returns once it is handled and
+    /// delivered: with its answer when that is known now, else with the wait for the agent's
+    /// answer. A socket submits its messages one after another, so that a conversation's
+    /// messages are handled in the order they came, and waits for the answers side by side.
+    pub async fn submit(
+        &self,
+        envelope: Message,
+        transport: Transport,
+        source: &str,
+        parent: opentelemetry::Context,
+    ) -> Submitted {
         let span = crate::telemetry::message_span!(
             "nlip request",
             otel.name = %format!("process {source}"),
@@ -87,11 +106,9 @@ impl Front {
             silpgate.source = source
         );
         crate::telemetry::adopt(&span, parent);
-        let metrics = crate::metrics::get();
         let label = transport.as_str();
-        let started = std::time::Instant::now();
-        metrics.messages_in.with_label_values(&[label, source]).inc();
-        metrics.in_flight.inc();
+        crate::metrics::get().messages_in.with_label_values(&[label, source]).inc();
+        let measure = Measure::start(label);
         let (path, answered) = InPlace::new();
         let arrival = Arrival {
             envelope,
@@ -109,27 +126,16 @@ impl Front {
                 Answer::Refused { message, code: failure.code().to_owned(), transient }
             }
             Ok(taken) if taken.awaiting.is_some() => {
-                let wait = tracing::info_span!(parent: &span, "await answer");
                 // The intake answers every wait, at the latest with a timeout error; the
                 // margin only guards against a wait that was never registered.
                 let limit = self.intake.waiting().timeout() + Duration::from_secs(5);
-                match tokio::time::timeout(limit, answered).instrument(wait).await {
-                    Ok(Ok(message)) => answer_of(message),
-                    _ => {
-                        let message = reply::error_message(
-                            "timeout",
-                            "the agent did not answer in time",
-                            &Location::None,
-                        );
-                        Answer::Refused { message, code: "timeout".into(), transient: true }
-                    }
-                }
+                return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
             }
             Ok(taken) if taken.replies.is_empty() && !taken.delivered.is_empty() => {
                 Answer::Accepted(taken.delivered)
             }
-            Ok(taken) => match taken.replies.into_iter().last() {
-                Some(message) => Answer::Reply(message),
+            Ok(mut taken) => match taken.replies.pop() {
+                Some(reply) => Answer::Reply { notices: taken.replies, reply },
                 None => {
                     let message =
                         reply::error_message("internal", "the message produced no reply", &Location::None);
@@ -137,10 +143,64 @@ impl Front {
                 }
             },
         };
-        metrics.messages_out.with_label_values(&[label, "reply"]).inc();
-        metrics.message_seconds.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
+        Submitted::Answered(answer)
+    }
+}
+
+/// A request taken through the intake.
+pub enum Submitted {
+    /// Its answer is known now.
+    Answered(Answer),
+    /// Its agent's answer is awaited.
+    Awaiting(Awaiting),
+}
+
+/// The wait for an agent's answer to one request.
+pub struct Awaiting {
+    answered: tokio::sync::oneshot::Receiver<Message>,
+    limit: Duration,
+    span: tracing::Span,
+    _measure: Measure,
+}
+
+impl Awaiting {
+    /// The agent's answer, or a `timeout` error.
+    pub async fn answer(self) -> Answer {
+        let wait = tracing::info_span!(parent: &self.span, "await answer");
+        match tokio::time::timeout(self.limit, self.answered).instrument(wait).await {
+            Ok(Ok(message)) => answer_of(message),
+            _ => {
+                let message =
+                    reply::error_message("timeout", "the agent did not answer in time", &Location::None);
+                Answer::Refused { message, code: "timeout".into(), transient: true }
+            }
+        }
+    }
+}
+
+/// A request from arrival to answer, for the metrics: in flight while it lives, its time and
+/// its reply counted when it ends.
+struct Measure {
+    label: &'static str,
+    started: std::time::Instant,
+}
+
+impl Measure {
+    fn start(label: &'static str) -> Self {
+        crate::metrics::get().in_flight.inc();
+        Measure { label, started: std::time::Instant::now() }
+    }
+}
+
+impl Drop for Measure {
+    fn drop(&mut self) {
+        let metrics = crate::metrics::get();
+        metrics.messages_out.with_label_values(&[self.label, "reply"]).inc();
+        metrics
+            .message_seconds
+            .with_label_values(&[self.label])
+            .observe(self.started.elapsed().as_secs_f64());
         metrics.in_flight.dec();
-        answer
     }
 }
 
@@ -151,7 +211,7 @@ fn answer_of(message: Message) -> Answer {
             let transient = matches!(code.as_str(), "timeout" | "unavailable");
             Answer::Refused { message, code, transient }
         }
-        None => Answer::Reply(message),
+        None => Answer::Reply { notices: Vec::new(), reply: message },
     }
 }
 

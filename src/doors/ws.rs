@@ -1,15 +1,15 @@
 //! NLIP over WebSocket (ECMA-432): `/nlip/ws` carries one CBOR-encoded NLIP message per binary
-//! message, `/nlip/ws/text` one JSON message per text message. Many requests may be in flight
-//! on one socket; each one's reply (a reply route's envelope, or its agent's answer, or an
-//! error) comes back on the same socket as soon as it is ready, so replies follow the order in
-//! which agents answer. The server pings idle sockets and drops those that stop answering.
+//! message, `/nlip/ws/text` one JSON message per text message. A socket's messages are taken
+//! through the intake in the order they came (a conversation's turns keep it), and many may
+//! wait for their agents at once: a reply route's envelope comes back at once, in order, an
+//! agent's answer when the agent gives it, so answers follow the order in which agents answer. The server pings idle sockets and drops those that stop answering.
 //!
 //! Close codes: 1003 for the wrong frame type on an endpoint, 1007 for a text message that is
 //! not UTF-8, 1009 for a message over the size limit, 1008 for a dead peer (no pong).
 
 use super::http::authenticate;
 use super::limit::Bucket;
-use super::{Answer, Front};
+use super::{Answer, Front, Submitted};
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -111,8 +111,8 @@ const IN_FLIGHT_PER_SOCKET: usize = 256;
 /// Frames waiting to be written to one socket.
 const OUTGOING_FRAMES: usize = 64;
 
-/// One socket: messages in, each taken through the intake on its own task (many in flight),
-/// answers out as they come; pings while idle. One writer task owns the sending half, so that
+/// One socket: messages in, each taken through the intake in the order it came, agents'
+/// answers awaited side by side (many in flight) and written as they come; pings while idle. One writer task owns the sending half, so that
 /// a slow peer holds up only its own socket, and never longer than `ws_dead` per frame.
 async fn serve_socket<S>(
     front: Arc<Front>,
@@ -192,12 +192,26 @@ async fn serve_socket<S>(
             continue;
         }
         let Ok(slot) = in_flight.clone().acquire_owned().await else { break None };
-        let (front, outgoing, trace) = (front.clone(), outgoing.clone(), trace.clone());
-        tokio::spawn(async move {
-            let reply = answer_message(&front, &bytes, encoding, trace).await;
-            let _ = outgoing.send(frame(&reply, encoding)).await;
-            drop(slot);
-        });
+        // Messages are taken in the order they came, so that a conversation's turns keep it;
+        // the answers they wait for are awaited side by side.
+        match submit(&front, &bytes, encoding, trace.clone()).await {
+            Submitted::Answered(answer) => {
+                for message in messages_of(answer) {
+                    if outgoing.send(frame(&message, encoding)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            Submitted::Awaiting(awaiting) => {
+                let outgoing = outgoing.clone();
+                tokio::spawn(async move {
+                    for message in messages_of(awaiting.answer().await) {
+                        let _ = outgoing.send(frame(&message, encoding)).await;
+                    }
+                    drop(slot);
+                });
+            }
+        }
     };
     if let Some(close) = closing {
         let _ = outgoing.send(close).await;
@@ -207,26 +221,33 @@ async fn serve_socket<S>(
     let _ = writer.await;
 }
 
-/// The envelope a socket gets back for one message it sent.
-async fn answer_message(
-    front: &Front,
-    bytes: &[u8],
-    encoding: Encoding,
-    trace: opentelemetry::Context,
-) -> Message {
+/// Takes one message a socket sent through the intake.
+async fn submit(front: &Front, bytes: &[u8], encoding: Encoding, trace: opentelemetry::Context) -> Submitted {
+    let refused = |message: Message| {
+        Submitted::Answered(Answer::Refused { message, code: String::new(), transient: false })
+    };
     match nlip::decode(bytes, encoding, &front.limits) {
-        Ok(envelope) => match front.request(envelope, Transport::WebSocket, "ws", trace).await {
-            Answer::Reply(message) | Answer::Refused { message, .. } => message,
-            Answer::Accepted(ids) => super::accepted_message(&ids),
-        },
+        Ok(envelope) => front.submit(envelope, Transport::WebSocket, "ws", trace).await,
         Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
             // ECMA-432 §11: the CBOR decoding failure message, and the fallback hint.
             let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", e.message);
-            reply::error_message(e.kind.code(), &message, &Location::None)
+            refused(reply::error_message(e.kind.code(), &message, &Location::None))
         }
-        Err(e) => front.gateway().reject_undecodable(e).outbound.into_iter().next().map_or_else(
+        Err(e) => refused(front.gateway().reject_undecodable(e).outbound.into_iter().next().map_or_else(
             || reply::error_message("invalid_envelope", "the message cannot be read", &Location::None),
             |o| o.envelope,
-        ),
+        )),
+    }
+}
+
+/// The envelopes a socket gets back for an answer, in order.
+fn messages_of(answer: Answer) -> Vec<Message> {
+    match answer {
+        Answer::Reply { mut notices, reply } => {
+            notices.push(reply);
+            notices
+        }
+        Answer::Refused { message, .. } => vec![message],
+        Answer::Accepted(ids) => vec![super::accepted_message(&ids)],
     }
 }

@@ -14,6 +14,8 @@ import websockets
 from nlip_sdk.nlip import NLIP_Factory, NLIP_Message
 
 failures = []
+# Every wait for silpgate is bounded: a hang fails the check instead of the whole test run.
+WAIT_SECONDS = 30
 
 
 def check(condition, what):
@@ -30,7 +32,7 @@ def post(addr, message):
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request) as response:
+        with urllib.request.urlopen(request, timeout=WAIT_SECONDS) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -69,7 +71,7 @@ async def ws_checks(addr):
         renewals = 0
         i = 0
         while i < 20:
-            reply = NLIP_Message.model_validate_json(await ws.recv())
+            reply = NLIP_Message.model_validate_json(await asyncio.wait_for(ws.recv(), WAIT_SECONDS))
             check(reply.extract_conversation_token() == "py-ws", f"WebSocket reply {i}: token echoed")
             if reply.is_control_msg():
                 # The session renewal notice (every 10 turns by default) precedes a reply.

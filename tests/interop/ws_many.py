@@ -25,7 +25,7 @@ async def one_socket(url, requests, failures):
         for _, envelope in requests:
             await ws.send(json.dumps(envelope))
         while len(answered) < len(mine):
-            answer = json.loads(await ws.recv())
+            answer = json.loads(await asyncio.wait_for(ws.recv(), LIMIT_SECONDS))
             if answer.get("subformat") != "silp-ir":
                 failures.append(f"not an IR answer: {answer}")
                 return answered

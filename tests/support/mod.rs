@@ -2,3 +2,4 @@
 
 pub mod agents;
 pub mod broker;
+pub mod process;
