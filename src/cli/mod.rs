@@ -1,6 +1,7 @@
 //! The command line: argument definitions (clap) and dispatch. Exit codes: 0 success, 1 an
 //! input was invalid, 2 usage error.
 
+mod agents;
 mod cluster;
 mod input;
 mod nlip;
@@ -41,6 +42,9 @@ enum Command {
     /// Check a configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Check that the configured agents can be reached.
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
     /// Ask a running cluster instance what it serves.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -129,6 +133,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Lock(command) => store::run_lock(command),
         Command::Sessions(command) => store::run_sessions(command),
         Command::Cluster(command) => cluster::run(command),
+        Command::Agents(command) => agents::run(command),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::load(&file) {
             Ok(_) => {
                 println!("ok: {} is a valid configuration", file.display());

@@ -122,6 +122,18 @@ impl HttpAgent {
         result
     }
 
+    /// POSTs one message outside any conversation (`silpgate agents check`): the agent's
+    /// answer, if it gave one.
+    pub async fn probe(&self, message: Message) -> Result<Option<Message>, DeliveryError> {
+        let parcel = Parcel {
+            envelope: message,
+            message_id: "probe".into(),
+            answer_to: super::AnswerTo::Gateway,
+            user_id: None,
+        };
+        self.post(&parcel).await
+    }
+
     fn unreachable(&self, error: reqwest::Error) -> DeliveryError {
         let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
         // reqwest's text names the URL; strip credentials from it first.
