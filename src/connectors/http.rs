@@ -136,8 +136,16 @@ impl HttpAgent {
 
     fn unreachable(&self, error: reqwest::Error) -> DeliveryError {
         let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
-        // reqwest's text names the URL; strip credentials from it first.
-        let detail = error.without_url().to_string();
+        // reqwest's text names the URL, which may carry credentials: leave it out. Its causes
+        // (connect, TLS, I/O) name none, and say what went wrong.
+        let error = error.without_url();
+        let mut detail = error.to_string();
+        let mut cause = std::error::Error::source(&error);
+        while let Some(c) = cause {
+            detail.push_str(": ");
+            detail.push_str(&c.to_string());
+            cause = c.source();
+        }
         DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
     }
 

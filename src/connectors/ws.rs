@@ -74,8 +74,8 @@ pub enum DialError {
 /// How to open a client WebSocket to one URL: TLS, the bearer token, the limits.
 #[derive(Clone)]
 pub struct Dialer {
+    /// Without credentials: it is shown in spans and logs, and requested.
     url: String,
-    redacted: String,
     host: String,
     port: u16,
     tls: Option<tokio_rustls::TlsConnector>,
@@ -105,7 +105,7 @@ impl Dialer {
         let path = parsed.path_and_query().map_or("/", |p| p.as_str());
         let scheme = if secure { "wss" } else { "ws" };
         let shown_host = if host.contains(':') { format!("[{host}]") } else { host.clone() };
-        let redacted = format!("{scheme}://{shown_host}:{port}{path}");
+        let url = format!("{scheme}://{shown_host}:{port}{path}");
         let authorization = match token_env {
             None => None,
             Some(variable) => {
@@ -121,22 +121,12 @@ impl Dialer {
             }
         };
         let tls = if secure { Some(tls_connector(ca_file)?) } else { None };
-        Ok(Dialer {
-            // The request goes without credentials in the URL: tungstenite would not send them.
-            url: redacted.clone(),
-            redacted,
-            host,
-            port,
-            tls,
-            authorization,
-            max_bytes,
-            timeout,
-        })
+        Ok(Dialer { url, host, port, tls, authorization, max_bytes, timeout })
     }
 
     /// The URL without credentials, for spans and logs.
     pub fn url(&self) -> &str {
-        &self.redacted
+        &self.url
     }
 
     pub fn host(&self) -> &str {
