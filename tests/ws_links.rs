@@ -183,17 +183,27 @@ struct WsAgent {
     /// Frames received: (binary, text).
     kinds: Arc<Mutex<(usize, usize)>>,
     connections: Arc<AtomicUsize>,
+    /// The `Authorization` and `traceparent` headers of each upgrade request.
+    upgrades: Arc<Mutex<Vec<(Option<String>, Option<String>)>>>,
+    /// The bearer token an upgrade must carry (else 401).
+    token: Option<&'static str>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl WsAgent {
     async fn start() -> WsAgent {
+        WsAgent::with_token(None).await
+    }
+
+    async fn with_token(token: Option<&'static str>) -> WsAgent {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let agent = WsAgent {
             addr: listener.local_addr().unwrap(),
             codes: Arc::default(),
             kinds: Arc::default(),
             connections: Arc::default(),
+            upgrades: Arc::default(),
+            token,
             tasks: Arc::default(),
         };
         agent.serve(listener);
@@ -215,12 +225,32 @@ impl WsAgent {
     fn serve(&self, listener: tokio::net::TcpListener) {
         let (codes, kinds, connections, tasks) =
             (self.codes.clone(), self.kinds.clone(), self.connections.clone(), self.tasks.clone());
+        let (upgrades, token) = (self.upgrades.clone(), self.token);
         let accept = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 connections.fetch_add(1, Ordering::SeqCst);
-                let (codes, kinds) = (codes.clone(), kinds.clone());
+                let (codes, kinds, upgrades) = (codes.clone(), kinds.clone(), upgrades.clone());
                 let connection = tokio::spawn(async move {
-                    let Ok(socket) = tokio_tungstenite::accept_async(tcp).await else { return };
+                    use tokio_tungstenite::tungstenite::handshake::server::{
+                        ErrorResponse, Request, Response,
+                    };
+                    let check =
+                        move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+                            let header = |name: &str| {
+                                request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+                            };
+                            let authorization = header("authorization");
+                            upgrades.lock().unwrap().push((authorization.clone(), header("traceparent")));
+                            match token {
+                                Some(token) if authorization != Some(format!("Bearer {token}")) => {
+                                    let mut refusal = ErrorResponse::new(Some("no valid token".into()));
+                                    *refusal.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
+                                    Err(refusal)
+                                }
+                                _ => Ok(response),
+                            }
+                        };
+                    let Ok(socket) = tokio_tungstenite::accept_hdr_async(tcp, check).await else { return };
                     let (mut sink, mut stream) = socket.split();
                     let (out, mut outgoing) = mpsc::unbounded_channel::<Frame>();
                     let writer = tokio::spawn(async move {
@@ -302,6 +332,9 @@ async fn http_and_websocket_clients_reach_websocket_agents_with_many_requests_in
         ws_agent("coder", binary_agent.addr, "", "http", "encode"),
         ws_agent("texter", text_agent.addr, "encoding = \"json\"", "ws", "encode")
     );
+    // Spans are recorded (exported nowhere that listens), so that the upgrade carries a trace.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let rest = format!("{rest}[telemetry]\notlp_endpoint = \"http://{closed}/v1/traces\"\n");
     let daemon = start(&config(&names, &dir.join("store"), false, &rest), &dir, false).await;
 
     // HTTP: many requests at once, over interleaved conversations; each gets its own answer.
@@ -323,6 +356,10 @@ async fn http_and_websocket_clients_reach_websocket_agents_with_many_requests_in
     assert_eq!(binary_agent.codes.lock().unwrap().len(), REQUESTS, "each request reached the agent once");
     assert_eq!(*binary_agent.kinds.lock().unwrap(), (REQUESTS, 0), "CBOR in binary frames by default");
     assert_eq!(binary_agent.connections.load(Ordering::SeqCst), 1, "one persistent connection");
+    let upgrades = binary_agent.upgrades.lock().unwrap().clone();
+    let traceparent = upgrades[0].1.clone().expect("the upgrade request carries a traceparent");
+    assert!(traceparent.starts_with("00-") && traceparent.len() == 55, "{traceparent}");
+    assert_eq!(upgrades[0].0, None, "no token configured, none sent");
 
     // The WebSocket door to a JSON agent: text frames, the answers on the asker's socket.
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/nlip/ws/text", daemon.http))
@@ -396,8 +433,10 @@ async fn a_websocket_agent_restarted_mid_stream_loses_nothing_and_counts_each_on
     }
     assert_eq!(by_correlation.len(), N, "every message is answered after the restart");
     assert!(by_correlation.values().all(|n| *n == 1), "each answered once: {by_correlation:?}");
-    let codes: BTreeSet<String> = agent.codes.lock().unwrap().iter().cloned().collect();
+    let received = agent.codes.lock().unwrap().clone();
+    let codes: BTreeSet<String> = received.iter().cloned().collect();
     assert_eq!(codes.len(), N, "every message reached the agent");
+    eprintln!("agent restart: {} frames for {N} messages (written again after the restart)", received.len());
     assert!(agent.connections.load(Ordering::SeqCst) >= 2, "silpgate reconnected");
     let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
     assert!(status.success());
@@ -555,6 +594,7 @@ async fn agents_check(config_text: &str, dir: &Path) -> (std::process::ExitStatu
         std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
             .args(["agents", "check", "--config"])
             .arg(&path)
+            .env("SILPGATE_WS_TEST_TOKEN", "s3cret")
             .output()
             .expect("silpgate runs")
     });
@@ -566,7 +606,7 @@ async fn agents_check(config_text: &str, dir: &Path) -> (std::process::ExitStatu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_check_says_which_agents_are_reachable_and_exits_1_naming_the_unreachable_one() {
-    let ws = WsAgent::start().await;
+    let ws = WsAgent::with_token(Some("s3cret")).await;
     let names = Names::new("ws-check");
     let dir = broker::temp_dir("ws-check");
     let (_connection, channel) = broker::channel().await;
@@ -581,6 +621,7 @@ name = "socket-agent"
 frontends = ["code"]
 url = "ws://{ws}/agent"
 timeout_ms = 5000
+token_env = "SILPGATE_WS_TEST_TOKEN"
 "#,
         sink = names.sink(),
         ws = ws.addr
@@ -605,12 +646,50 @@ name = "ghost"
 frontends = ["code"]
 url = "http://{closed}/nlip"
 timeout_ms = 2000
-"#
+[[agents]]
+name = "tokenless"
+frontends = ["code"]
+url = "ws://{ws}/agent"
+"#,
+        ws = ws.addr
     );
     let (status, out) = agents_check(&config(&names, &dir.join("store"), true, &unreachable), &dir).await;
     assert_eq!(status.code(), Some(1), "an unreachable agent: exit 1: {out}");
     assert!(line(&out, "planner").starts_with("ok") && line(&out, "socket-agent").starts_with("ok"), "{out}");
     assert!(line(&out, "ghost").starts_with("unreachable"), "the unreachable agent is named: {out}");
-    assert_eq!(out.lines().filter(|l| l.starts_with("unreachable")).count(), 1, "{out}");
+    assert!(line(&out, "tokenless").starts_with("unreachable"), "refused without its token: {out}");
+    assert!(line(&out, "tokenless").contains("401"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("unreachable")).count(), 2, "{out}");
     names.clean_up(&channel, 0).await;
+}
+
+#[test]
+fn websocket_agent_and_stream_urls_are_checked_and_frames_default_to_cbor() {
+    use silpgate::config::Config;
+    let agent = |url: &str, extra: &str| {
+        Config::parse(&format!("[[agents]]\nname = \"a\"\nfrontends = []\nurl = \"{url}\"\n{extra}"))
+    };
+    let ok = agent("ws://127.0.0.1:9/agent", "").expect("ws:// to loopback");
+    assert_eq!(ok.agents[0].encoding(), Encoding::Cbor, "binary CBOR frames by default");
+    let text = agent("wss://agent.example/nlip", "encoding = \"json\"").expect("wss:// anywhere");
+    assert_eq!(text.agents[0].encoding(), Encoding::Json);
+    agent("ws://agent.example/nlip", "plain = true").expect("plain ws:// when asked for");
+    let e = agent("ws://agent.example/nlip", "").unwrap_err().to_string();
+    assert!(e.contains("plain ws://") && e.contains("wss://"), "{e}");
+    let e = agent("ftp://agent.example/", "").unwrap_err().to_string();
+    assert!(e.contains("ws://"), "{e}");
+    let e = agent("http://127.0.0.1:9/nlip", "encoding = \"json\"").unwrap_err().to_string();
+    assert!(e.contains("encoding is for ws://"), "{e}");
+
+    let stream = |url: &str, extra: &str| {
+        Config::parse(&format!("[[streams]]\nname = \"feed\"\nurl = \"{url}\"\n{extra}"))
+    };
+    let ok = stream("wss://feed.example/nlip", "").expect("wss:// stream");
+    assert_eq!(ok.streams[0].max_in_flight, 256);
+    let e = stream("ws://feed.example/nlip", "").unwrap_err().to_string();
+    assert!(e.contains("stream 'feed'") && e.contains("plain"), "{e}");
+    let e = stream("https://feed.example/nlip", "").unwrap_err().to_string();
+    assert!(e.contains("ws:// or wss://"), "{e}");
+    let twice = "[[streams]]\nname = \"f\"\nurl = \"ws://127.0.0.1:1/\"\n[[streams]]\nname = \"f\"\nurl = \"ws://127.0.0.1:2/\"\n";
+    assert!(Config::parse(twice).unwrap_err().to_string().contains("twice"));
 }

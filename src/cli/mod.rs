@@ -90,6 +90,9 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Every rustls client (the OTLP exporter's, HTTP agents') takes the process's provider;
+    // ring is the one silpgate builds with. Installed before the exporter builds its client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // Before the runtime: the OTLP exporter runs its own blocking client on its own thread.
     let telemetry = match crate::telemetry::init(&config.telemetry) {
         Ok(t) => t,
