@@ -171,6 +171,9 @@ fn encode_frame(message: &Message, binary: bool) -> Frame {
     }
 }
 
+/// The `Authorization` and `traceparent` headers of an upgrade request.
+type Upgrade = (Option<String>, Option<String>);
+
 /// A WebSocket agent: answers `//ping` with its frontends and every other request with the
 /// echo agent's answer, in the frame type it came in. Within a conversation it answers in
 /// order; conversations are answered at different paces, so answers of different
@@ -184,7 +187,7 @@ struct WsAgent {
     kinds: Arc<Mutex<(usize, usize)>>,
     connections: Arc<AtomicUsize>,
     /// The `Authorization` and `traceparent` headers of each upgrade request.
-    upgrades: Arc<Mutex<Vec<(Option<String>, Option<String>)>>>,
+    upgrades: Arc<Mutex<Vec<Upgrade>>>,
     /// The bearer token an upgrade must carry (else 401).
     token: Option<&'static str>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
@@ -234,6 +237,8 @@ impl WsAgent {
                     use tokio_tungstenite::tungstenite::handshake::server::{
                         ErrorResponse, Request, Response,
                     };
+                    // tungstenite's callback type: its error is a whole response.
+                    #[allow(clippy::result_large_err)]
                     let check =
                         move |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
                             let header = |name: &str| {
