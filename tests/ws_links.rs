@@ -384,7 +384,10 @@ async fn http_and_websocket_clients_reach_websocket_agents_with_many_requests_in
         assert!(got.insert(i), "the answer to {i} came twice");
     }
     assert_eq!(*text_agent.kinds.lock().unwrap(), (0, 20), "encoding = \"json\": text frames");
-    drop(daemon);
+    ws.close(None).await.unwrap();
+    let (status, took) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
+    assert!(status.success(), "exit 0 after SIGTERM with WebSocket agents connected (took {took:?})");
+    eprintln!("websocket agents: SIGTERM to exit took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -582,7 +585,10 @@ source = "feed"
         first_half,
         first.sent - first_half
     );
-    drop(daemon);
+    // On SIGTERM the stream stops reading and the daemon exits cleanly.
+    let (status, took) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
+    assert!(status.success(), "exit 0 after SIGTERM with a stream connected (took {took:?})");
+    eprintln!("stream: SIGTERM to exit took {took:?}");
     names.clean_up(&channel, 0).await;
 }
 
@@ -697,4 +703,71 @@ fn websocket_agent_and_stream_urls_are_checked_and_frames_default_to_cbor() {
     assert!(e.contains("ws:// or wss://"), "{e}");
     let twice = "[[streams]]\nname = \"f\"\nurl = \"ws://127.0.0.1:1/\"\n[[streams]]\nname = \"f\"\nurl = \"ws://127.0.0.1:2/\"\n";
     assert!(Config::parse(twice).unwrap_err().to_string().contains("twice"));
+}
+
+/// A `wss://` agent on 127.0.0.1 with a self-signed certificate for `localhost`, answering
+/// `//ping`; its address and the certificate's PEM.
+async fn tls_ping_agent() -> (SocketAddr, String) {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let chain = vec![CertificateDer::from(identity.cert.der().to_vec())];
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.signing_key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut socket) = tokio_tungstenite::accept_async(tls).await else { return };
+                while let Some(Ok(frame)) = socket.next().await {
+                    let Some((_, binary)) = decode_frame(&frame) else { continue };
+                    let content = json!({"silp":"v1","frontends":["json"],"preferred":"json"});
+                    let answer = Message::new(nlip::Format::Structured, "json", nlip::Content::Json(content))
+                        .with_messagetype("control");
+                    if socket.send(encode_frame(&answer, binary)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (addr, identity.cert.pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wss_agent_is_verified_against_the_system_roots_and_its_ca_file() {
+    let (addr, pem) = tls_ping_agent().await;
+    let names = Names::new("ws-tls");
+    let dir = broker::temp_dir("ws-tls");
+    let ca_file = dir.join("agent-ca.pem");
+    std::fs::write(&ca_file, pem).unwrap();
+    let agents = format!(
+        r#"[[agents]]
+name = "trusted"
+frontends = ["code"]
+url = "wss://localhost:{port}/agent"
+ca_file = "{ca}"
+[[agents]]
+name = "untrusted"
+frontends = ["code"]
+url = "wss://localhost:{port}/agent"
+"#,
+        port = addr.port(),
+        ca = ca_file.display()
+    );
+    let (status, out) = agents_check(&config(&names, &dir.join("store"), false, &agents), &dir).await;
+    assert_eq!(status.code(), Some(1), "{out}");
+    let trusted = line(&out, "trusted");
+    assert!(trusted.starts_with("ok") && trusted.contains("preferred json"), "verified with ca_file: {out}");
+    let untrusted = line(&out, "untrusted");
+    assert!(untrusted.starts_with("unreachable") && untrusted.contains("TLS"), "not verified without: {out}");
 }
