@@ -50,8 +50,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tracing::Instrument;
 
-/// Seconds between pings on a connection; a connection silent for three of them is dead.
-const PING_EVERY: Duration = Duration::from_secs(15);
+/// Time between pings on a connection; a connection silent for three of them is dead.
+pub const PING_EVERY: Duration = Duration::from_secs(15);
 const CONNECT_INITIAL: Duration = Duration::from_millis(100);
 const CONNECT_MAX: Duration = Duration::from_secs(5);
 

@@ -13,12 +13,13 @@
 //! connection broke is lost, and silpgate does not ask for it again: the server tells what
 //! was handled by the replies it got. A message the server sends again is a new message.
 //!
-//! The connection is opened again with capped, jittered backoff. On shutdown silpgate stops
+//! silpgate pings the server every 15 s and gives the connection up when nothing has been
+//! heard for three intervals. The connection is opened again with capped, jittered backoff. On shutdown silpgate stops
 //! reading, lets the messages in flight finish, writes their replies and closes the socket.
 
 use super::{Answer, Front, accepted_message};
 use crate::config::StreamConfig;
-use crate::connectors::ws::{Dialer, frame_of, message_of};
+use crate::connectors::ws::{Dialer, PING_EVERY, frame_of, message_of};
 use crate::gateway::Transport;
 use crate::nlip::Message;
 use crate::nlip::reply::{self, Location};
@@ -115,8 +116,25 @@ impl Stream {
         let write_bound = Duration::from_secs(30);
         let mut in_flight = FuturesOrdered::new();
         let mut writable = true;
+        // A server that stops answering pings is gone, even if its TCP connection is not.
+        let mut ticker = tokio::time::interval(PING_EVERY);
+        ticker.tick().await;
+        let mut heard = std::time::Instant::now();
         let why = loop {
             tokio::select! {
+                _ = ticker.tick() => {
+                    if in_flight.len() >= max_in_flight {
+                        // Not reading: the server's pongs wait unread.
+                        heard = std::time::Instant::now();
+                    } else if heard.elapsed() > 3 * PING_EVERY {
+                        break "no frame for three ping intervals".to_owned();
+                    }
+                    let ping = Frame::Ping(Vec::new().into());
+                    if !matches!(tokio::time::timeout(write_bound, sink.send(ping)).await, Ok(Ok(()))) {
+                        writable = false;
+                        break "writing a ping failed".to_owned();
+                    }
+                }
                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                     let frame = frame_of(&reply_of(done), encoding);
                     if !matches!(tokio::time::timeout(write_bound, sink.send(frame)).await, Ok(Ok(()))) {
@@ -130,6 +148,7 @@ impl Stream {
                         Some(Err(e)) => break e.to_string(),
                         Some(Ok(frame)) => frame,
                     };
+                    heard = std::time::Instant::now();
                     let Some(decoded) = message_of(&frame, &front.limits) else { continue };
                     let (front, source) = (front.clone(), self.config.name.clone());
                     // Its own task: a message read is taken to the end whatever the socket does.
