@@ -159,10 +159,15 @@ async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> 
 
 async fn check_http(config: &Config, agent: &AgentConfig) -> Result<String, String> {
     let client = HttpAgent::new(agent, config.nlip.limits()).map_err(|e| e.to_string())?;
-    let url = agent.url.as_deref().unwrap_or_default();
-    let shown = url.split_once('@').map_or(url.to_owned(), |(scheme_user, host)| {
-        format!("{}://{host}", scheme_user.split_once("://").map_or("", |(s, _)| s))
-    });
+    // Shown without credentials.
+    let shown = reqwest::Url::parse(agent.url.as_deref().unwrap_or_default()).map_or_else(
+        |_| "(unparsable url)".to_owned(),
+        |mut url| {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.to_string()
+        },
+    );
     match client.probe(ping(config)).await {
         Ok(answer) => Ok(format!("{shown}: {}", negotiated(answer.as_ref()))),
         Err(DeliveryError::Refused { code, detail, .. }) => {
