@@ -30,6 +30,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Downstream agents and the frontends they accept.
     pub agents: Vec<AgentConfig>,
+    /// Upstream WebSocket streams silpgate connects to and takes NLIP messages from.
+    pub streams: Vec<StreamConfig>,
     /// Routing rules, tried in order; the first match wins.
     pub routes: Vec<RouteConfig>,
 }
@@ -443,23 +445,28 @@ pub struct AgentConfig {
     pub content_type: String,
     /// Where the agent listens when it is not on AMQP: `http://` or `https://` (NLIP over
     /// HTTP, ECMA-431: the envelope is POSTed there and the response body is the agent's
-    /// answer). Default: none, the agent is reached over AMQP.
+    /// answer), or `ws://` or `wss://` (NLIP over WebSocket, ECMA-432: one persistent
+    /// connection, the agent answers on it). Default: none, the agent is reached over AMQP.
     pub url: Option<String>,
-    /// A delivery not confirmed (HTTP: answered) within this many milliseconds failed, as a
-    /// transient failure. Default 10000.
+    /// Frames to a WebSocket agent: `cbor` (binary frames, the default) or `json` (text
+    /// frames). Only for `ws://` and `wss://` agents.
+    pub encoding: Option<FrameEncoding>,
+    /// A delivery not confirmed (HTTP: answered; WebSocket: written to a connected socket)
+    /// within this many milliseconds failed, as a transient failure. Default 10000.
     #[serde(default = "agent_timeout_ms")]
     pub timeout_ms: u64,
-    /// Deliveries to this agent at once; more wait their turn. Default 64.
+    /// Deliveries to this agent at once (WebSocket: requests written and not yet answered);
+    /// more wait their turn, within `timeout_ms`. Default 64.
     #[serde(default = "agent_max_in_flight")]
     pub max_in_flight: usize,
     /// Environment variable holding the bearer token silpgate presents to the agent. The
     /// variable must be set when named. Default: none.
     pub token_env: Option<String>,
-    /// PEM file of the certificate authorities an `https://` agent is verified against, in
+    /// PEM file of the certificate authorities an `https://` or `wss://` agent is verified against, in
     /// addition to the system's. Verification is never off.
     pub ca_file: Option<std::path::PathBuf>,
-    /// Allow `http://` to a host other than loopback (ECMA-434 asks for TLS on every hop
-    /// that leaves the machine). Default false.
+    /// Allow `http://` or `ws://` to a host other than loopback (ECMA-434 asks for TLS on
+    /// every hop that leaves the machine). Default false.
     #[serde(default)]
     pub plain: bool,
 }
@@ -472,8 +479,89 @@ impl AgentConfig {
 
     /// The encoding of envelopes sent to the agent.
     pub fn encoding(&self) -> crate::nlip::Encoding {
+        if self.is_websocket() {
+            return self.encoding.unwrap_or_default().nlip();
+        }
         crate::nlip::Encoding::from_content_type(&self.content_type).unwrap_or(crate::nlip::Encoding::Json)
     }
+
+    /// True for an agent reached over WebSocket (`ws://`, `wss://`).
+    pub fn is_websocket(&self) -> bool {
+        self.url.as_deref().is_some_and(is_websocket_url)
+    }
+}
+
+/// True for a `ws://` or `wss://` URL.
+pub fn is_websocket_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss")
+}
+
+/// How NLIP messages travel in WebSocket frames (ECMA-432).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameEncoding {
+    /// One CBOR-encoded message per binary frame.
+    #[default]
+    Cbor,
+    /// One JSON message per text frame.
+    Json,
+}
+
+impl FrameEncoding {
+    pub fn nlip(self) -> crate::nlip::Encoding {
+        match self {
+            FrameEncoding::Cbor => crate::nlip::Encoding::Cbor,
+            FrameEncoding::Json => crate::nlip::Encoding::Json,
+        }
+    }
+}
+
+/// An upstream WebSocket stream (ECMA-432) silpgate connects to as a client: every NLIP
+/// message the server sends is taken through the intake like any other, and its reply (the
+/// route's reply, the agent's answer, a delivery confirmation or an error) is written back on
+/// the same socket, in the order the messages came. A stream has no acknowledgement:
+/// docs/protocol.md says what is delivered and what a broken connection may lose.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    /// The stream's name: the `source` routes match its messages on.
+    pub name: String,
+    /// The server: `ws://` (loopback, or with `plain = true`) or `wss://`.
+    pub url: String,
+    /// Frames: `cbor` (binary, the default) or `json` (text).
+    #[serde(default)]
+    pub encoding: FrameEncoding,
+    /// Environment variable holding the bearer token presented on the upgrade request. The
+    /// variable must be set when named. Default: none.
+    pub token_env: Option<String>,
+    /// PEM file of extra certificate authorities a `wss://` server is verified against.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Allow `ws://` to a host other than loopback. Default false.
+    #[serde(default)]
+    pub plain: bool,
+    /// First and longest wait between two connection attempts, in milliseconds (doubling,
+    /// with jitter). Defaults 200 and 10000.
+    #[serde(default = "stream_reconnect_initial_ms")]
+    pub reconnect_initial_ms: u64,
+    #[serde(default = "stream_reconnect_max_ms")]
+    pub reconnect_max_ms: u64,
+    /// Messages taken from the stream and not yet answered; at the bound silpgate stops
+    /// reading (the server feels back-pressure). Default 256.
+    #[serde(default = "stream_in_flight")]
+    pub max_in_flight: usize,
+}
+
+fn stream_reconnect_initial_ms() -> u64 {
+    200
+}
+
+fn stream_reconnect_max_ms() -> u64 {
+    10_000
+}
+
+fn stream_in_flight() -> usize {
+    256
 }
 
 fn agent_timeout_ms() -> u64 {
@@ -656,6 +744,18 @@ impl Config {
             if let Some(url) = &agent.url {
                 check_agent_url(&agent.name, url, agent.plain)?;
             }
+            if agent.encoding.is_some() && !agent.is_websocket() {
+                return Err(ConfigError::Invalid(format!(
+                    "agent '{}': encoding is for ws:// and wss:// agents; use content_type",
+                    agent.name
+                )));
+            }
+        }
+        for stream in &self.streams {
+            check_stream_url(&stream.name, &stream.url, stream.plain)?;
+            if self.streams.iter().filter(|s| s.name == stream.name).count() > 1 {
+                return Err(ConfigError::Invalid(format!("stream '{}' is configured twice", stream.name)));
+            }
         }
         if let Some(amqp) = &self.amqp
             && (amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0)
@@ -697,18 +797,34 @@ impl Config {
     }
 }
 
-/// An agent URL must be http(s), and plain HTTP may not leave the machine unless asked for.
+/// An agent URL must be http(s) or ws(s), and plain HTTP or WebSocket may not leave the
+/// machine unless asked for.
 fn check_agent_url(agent: &str, url: &str, plain: bool) -> Result<(), ConfigError> {
     let invalid = |why: &str| ConfigError::Invalid(format!("agent '{agent}': url: {why}"));
     let parsed: axum::http::Uri = url.parse().map_err(|_| invalid("not a URL"))?;
     let host = parsed.host().ok_or_else(|| invalid("no host"))?;
     match parsed.scheme_str() {
-        Some("https") => Ok(()),
-        Some("http") if plain || is_loopback(host) => Ok(()),
-        Some("http") => Err(invalid(
-            "plain http:// to a host other than loopback; use https://, or set plain = true for this agent",
+        Some("https" | "wss") => Ok(()),
+        Some("http" | "ws") if plain || is_loopback(host) => Ok(()),
+        Some(scheme @ ("http" | "ws")) => Err(invalid(&format!(
+            "plain {scheme}:// to a host other than loopback; use {scheme}s://, or set plain = true for this agent"
+        ))),
+        _ => Err(invalid("the scheme must be http://, https://, ws:// or wss://")),
+    }
+}
+
+/// A stream URL must be ws(s), and plain WebSocket may not leave the machine unless asked for.
+fn check_stream_url(stream: &str, url: &str, plain: bool) -> Result<(), ConfigError> {
+    let invalid = |why: &str| ConfigError::Invalid(format!("stream '{stream}': url: {why}"));
+    let parsed: axum::http::Uri = url.parse().map_err(|_| invalid("not a URL"))?;
+    let host = parsed.host().ok_or_else(|| invalid("no host"))?;
+    match parsed.scheme_str() {
+        Some("wss") => Ok(()),
+        Some("ws") if plain || is_loopback(host) => Ok(()),
+        Some("ws") => Err(invalid(
+            "plain ws:// to a host other than loopback; use wss://, or set plain = true for this stream",
         )),
-        _ => Err(invalid("the scheme must be http:// or https://")),
+        _ => Err(invalid("the scheme must be ws:// or wss://")),
     }
 }
 

@@ -1,13 +1,14 @@
 //! `silpgate run`: opens the store, builds the gateway, serves the HTTP/WebSocket front door
-//! and, when configured, the AMQP side; sweeps expired state in the background; and shuts down
+//! and, when configured, the AMQP side and the upstream WebSocket streams; sweeps expired state in the background; and shuts down
 //! cleanly on SIGTERM or SIGINT (stop accepting and consuming, let in-flight work finish, flush
 //! the store, exit 0).
 
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::connectors::Agents;
 use crate::connectors::amqp::BrokerLink;
+use crate::connectors::{Agents, AnswerPath, AnswerSink};
 use crate::doors::amqp::{Amqp, AmqpError};
+use crate::doors::stream::Stream;
 use crate::doors::{Front, auth::Tokens, http, listener, tls};
 use crate::gateway::Gateway;
 use crate::gateway::store::Store;
@@ -39,6 +40,8 @@ pub enum RunError {
     Auth(#[from] crate::doors::auth::AuthError),
     #[error(transparent)]
     Amqp(#[from] AmqpError),
+    #[error("[[streams]]: {0}")]
+    Streams(#[from] crate::doors::stream::StreamError),
 }
 
 /// A started daemon, ready to serve.
@@ -48,6 +51,7 @@ pub struct Daemon {
     front: Arc<Front>,
     store: Arc<SledStore>,
     amqp: Option<Amqp>,
+    streams: Vec<Stream>,
 }
 
 /// Overrides from the command line.
@@ -83,6 +87,8 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         .await
         .map_err(|source| RunError::Listen { addr: listen.clone(), source })?;
     let limits = config.nlip.limits();
+    let streams =
+        config.streams.iter().map(|s| Stream::new(s, limits.max_bytes)).collect::<Result<Vec<_>, _>>()?;
     let config = Arc::new(config);
     let cluster = config.cluster.clone().map(|c| {
         // A takeover waits for a running owner's hand-over as long as that owner may drain.
@@ -90,8 +96,11 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         Arc::new(Cluster::new(c, store.clone(), handover_wait))
     });
     let (link, broker) = BrokerLink::new();
-    let agents = Agents::new(&config, config.amqp.is_some().then_some(broker.clone()))?;
+    let answers = AnswerSink::new();
+    let agents = Agents::new(&config, config.amqp.is_some().then_some(broker.clone()), answers.clone())?;
     let intake = Arc::new(Intake::new(Gateway::new(config.clone(), store.clone()), agents));
+    let answer_path: std::sync::Weak<dyn AnswerPath> = Arc::downgrade(&intake) as std::sync::Weak<Intake>;
+    answers.bind(answer_path);
     let amqp = config.amqp.clone().map(|amqp| {
         Amqp::new(config.clone(), amqp, store.clone(), cluster.clone(), intake.clone(), (link, broker))
     });
@@ -106,7 +115,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         limits,
         intake,
     });
-    Ok(Daemon { listener, tls, front, store, amqp })
+    Ok(Daemon { listener, tls, front, store, amqp, streams })
 }
 
 impl Daemon {
@@ -124,9 +133,11 @@ impl Daemon {
     /// Serves until `shutdown` completes or the AMQP side fails for good, then drains the AMQP
     /// side and flushes the store.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
-        let Daemon { listener, tls, front, store, amqp } = self;
+        let Daemon { listener, tls, front, store, amqp, streams } = self;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let amqp = amqp.map(|amqp| tokio::spawn(amqp.run(stopped.clone())));
+        let streams: Vec<_> =
+            streams.into_iter().map(|s| tokio::spawn(s.run(front.clone(), stopped.clone()))).collect();
         let (http_stop, http_stopped) = (stop.clone(), stopped.clone());
         tokio::spawn(async move {
             shutdown.await;
@@ -154,7 +165,9 @@ impl Daemon {
                 None => Ok(()),
             }
         };
-        let (served, amqp_result) = tokio::join!(http, amqp_result);
+        // Streams stop reading when told and finish what they read.
+        let streams = futures_util::future::join_all(streams);
+        let (served, amqp_result, _) = tokio::join!(http, amqp_result, streams);
         sweeper.abort();
         expiry.abort();
         store.flush_async().await?;

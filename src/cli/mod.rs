@@ -1,6 +1,7 @@
 //! The command line: argument definitions (clap) and dispatch. Exit codes: 0 success, 1 an
 //! input was invalid, 2 usage error.
 
+mod agents;
 mod cluster;
 mod input;
 mod nlip;
@@ -41,6 +42,9 @@ enum Command {
     /// Check a configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Check that the configured agents can be reached.
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
     /// Ask a running cluster instance what it serves.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -86,6 +90,9 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Every rustls client (the OTLP exporter's, HTTP agents') takes the process's provider;
+    // ring is the one silpgate builds with. Installed before the exporter builds its client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // Before the runtime: the OTLP exporter runs its own blocking client on its own thread.
     let telemetry = match crate::telemetry::init(&config.telemetry) {
         Ok(t) => t,
@@ -129,6 +136,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Lock(command) => store::run_lock(command),
         Command::Sessions(command) => store::run_sessions(command),
         Command::Cluster(command) => cluster::run(command),
+        Command::Agents(command) => agents::run(command),
         Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::load(&file) {
             Ok(_) => {
                 println!("ok: {} is a valid configuration", file.display());

@@ -122,10 +122,30 @@ impl HttpAgent {
         result
     }
 
+    /// POSTs one message outside any conversation (`silpgate agents check`): the agent's
+    /// answer, if it gave one.
+    pub async fn probe(&self, message: Message) -> Result<Option<Message>, DeliveryError> {
+        let parcel = Parcel {
+            envelope: message,
+            message_id: "probe".into(),
+            answer_to: super::AnswerTo::Gateway,
+            user_id: None,
+        };
+        self.post(&parcel).await
+    }
+
     fn unreachable(&self, error: reqwest::Error) -> DeliveryError {
         let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
-        // reqwest's text names the URL; strip credentials from it first.
-        let detail = error.without_url().to_string();
+        // reqwest's text names the URL, which may carry credentials: leave it out. Its causes
+        // (connect, TLS, I/O) name none, and say what went wrong.
+        let error = error.without_url();
+        let mut detail = error.to_string();
+        let mut cause = std::error::Error::source(&error);
+        while let Some(c) = cause {
+            detail.push_str(": ");
+            detail.push_str(&c.to_string());
+            cause = c.source();
+        }
         DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
     }
 

@@ -4,15 +4,20 @@
 //! - AMQP ([`amqp`]): the broker confirmed the publish (persistent and mandatory, so an
 //!   unroutable message is a failure); the agent answers later, to silpgate's reply queue.
 //! - HTTP ([`http`]): the agent answered 2xx; the response body is its answer (ECMA-431).
+//! - WebSocket ([`ws`]): the frame was written to the agent's open socket (ECMA-432); the
+//!   agent answers later on the same socket, and the connector hands each answer to the
+//!   intake's answer path through an [`AnswerSink`].
 //!
 //! Failures carry one disposition: an agent that is down, slow or overloaded is transient
 //! (retried, nothing acknowledged); an agent that refuses the message (4xx) is poison.
 
 pub mod amqp;
 pub mod http;
+pub mod ws;
 
 use crate::config::Config;
-use crate::gateway::Disposition;
+use crate::gateway::{Disposition, Origin};
+use crate::intake::AnswerError;
 use crate::nlip::{Encoding, Message};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
@@ -94,6 +99,37 @@ pub enum SetupError {
     Client { agent: String, detail: String },
 }
 
+/// Where answers go that agents send on their own time (WebSocket): the intake's
+/// [`Intake::answer`](crate::intake::Intake::answer).
+pub trait AnswerPath: Send + Sync {
+    /// Passes the agent's answer to the request envelope `id` on to its asker.
+    fn answer(&self, id: String, answer: Message, from: Origin) -> BoxFuture<'_, Result<(), AnswerError>>;
+}
+
+/// The answer path as connectors hold it: bound once the intake exists (the intake owns the
+/// connectors, so connectors hold it weakly). Unbound or gone: answers have nobody to go to.
+#[derive(Clone, Default)]
+pub struct AnswerSink(Arc<std::sync::OnceLock<std::sync::Weak<dyn AnswerPath>>>);
+
+impl AnswerSink {
+    pub fn new() -> Self {
+        AnswerSink::default()
+    }
+
+    /// Binds the sink to the answer path; a second bind is ignored.
+    pub fn bind(&self, path: std::sync::Weak<dyn AnswerPath>) {
+        let _ = self.0.set(path);
+    }
+
+    /// Hands an answer on.
+    pub async fn pass(&self, id: String, answer: Message, from: Origin) -> Result<(), AnswerError> {
+        match self.0.get().and_then(std::sync::Weak::upgrade) {
+            Some(path) => path.answer(id, answer, from).await,
+            None => Err(AnswerError::Gone),
+        }
+    }
+}
+
 /// Every configured agent's connector, by name.
 #[derive(Clone, Default)]
 pub struct Agents {
@@ -101,12 +137,22 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Connectors for the configured agents: HTTP for those with a `url`, AMQP for the rest
-    /// (through `broker`, the AMQP side's link, when there is one).
-    pub fn new(config: &Config, broker: Option<amqp::BrokerLink>) -> Result<Agents, SetupError> {
+    /// Connectors for the configured agents: WebSocket for those with a `ws://` or `wss://`
+    /// `url`, HTTP for the other `url`s, AMQP for the rest (through `broker`, the AMQP side's
+    /// link, when there is one). WebSocket agents hand their answers to `answers`; they start
+    /// connecting at once, so this must run inside the runtime.
+    pub fn new(
+        config: &Config,
+        broker: Option<amqp::BrokerLink>,
+        answers: AnswerSink,
+    ) -> Result<Agents, SetupError> {
         let mut by_name: HashMap<String, Arc<dyn Connector>> = HashMap::new();
+        let reply_timeout = std::time::Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
         for agent in &config.agents {
             let connector: Arc<dyn Connector> = match &agent.url {
+                Some(_) if agent.is_websocket() => {
+                    Arc::new(ws::WsAgent::new(agent, config.nlip.limits(), reply_timeout, answers.clone())?)
+                }
                 Some(_) => Arc::new(http::HttpAgent::new(agent, config.nlip.limits())?),
                 None => Arc::new(amqp::AmqpAgent::new(agent, broker.clone())),
             };

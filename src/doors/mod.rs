@@ -1,13 +1,15 @@
 //! The network front door: NLIP over HTTP (ECMA-431) and WebSocket (ECMA-432). Each request or
 //! socket message is decoded and handed to the [intake](crate::intake), which takes it through
 //! the core to its agent; the reply route's envelope or the agent's answer is written back in
-//! the encoding the request came in.
+//! the encoding the request came in. [`stream`] is the same door turned around: silpgate
+//! connects to an upstream WebSocket server and takes the messages it sends.
 
 pub mod amqp;
 pub mod auth;
 pub mod http;
 pub mod limit;
 pub mod listener;
+pub mod stream;
 pub mod tls;
 pub mod ws;
 

@@ -407,6 +407,17 @@ impl Intake {
     }
 }
 
+impl crate::connectors::AnswerPath for Intake {
+    fn answer(
+        &self,
+        id: String,
+        answer: Message,
+        from: Origin,
+    ) -> futures_util::future::BoxFuture<'_, Result<(), AnswerError>> {
+        Box::pin(async move { Intake::answer(self, &id, answer, from).await })
+    }
+}
+
 /// What the deliveries of one message need to know about it.
 struct Delivery<'a> {
     base_id: &'a str,

@@ -1,0 +1,207 @@
+//! `silpgate agents check`: whether each configured agent can be reached over its transport,
+//! and which frontends it negotiates when it answers `//ping`.
+//!
+//! - AMQP: the broker connection, then the agent's queue (a passive declare) when silpgate
+//!   declares one for it, else the agents exchange.
+//! - HTTP: a `//ping` control message POSTed to the agent; any answer short of a connection
+//!   failure, a timeout or a 5xx means reachable.
+//! - WebSocket: the upgrade, then a `//ping` frame; the agent's answer, if it gives one
+//!   within `timeout_ms`, names its frontends.
+//!
+//! One line per agent; exit 1 when any agent is unreachable.
+
+use super::EXIT_INVALID;
+use crate::config::{AgentConfig, Config};
+use crate::connectors::DeliveryError;
+use crate::connectors::http::HttpAgent;
+use crate::connectors::ws::{Dialer, frame_of, message_of};
+use crate::nlip::{self, Encoding, Message};
+use clap::Subcommand;
+use futures_util::{SinkExt, StreamExt};
+use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Check that every configured agent is reachable and show the frontends it negotiates;
+    /// exit 1 when one is not.
+    Check {
+        /// The configuration whose `[[agents]]` are checked.
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+/// What a check found.
+struct Reach {
+    reachable: bool,
+    transport: &'static str,
+    detail: String,
+}
+
+pub fn run(command: AgentsCommand) -> ExitCode {
+    let AgentsCommand::Check { config } = command;
+    let config = match Config::load(&config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let reaches =
+        runtime.block_on(futures_util::future::join_all(config.agents.iter().map(|a| check(&config, a))));
+    let width = config.agents.iter().map(|a| a.name.len()).max().unwrap_or(0);
+    let mut unreachable = 0;
+    for (agent, reach) in config.agents.iter().zip(reaches) {
+        let status = if reach.reachable { "ok" } else { "unreachable" };
+        unreachable += usize::from(!reach.reachable);
+        println!("{status:<11}  {:<width$}  {:<9}  {}", agent.name, reach.transport, reach.detail);
+    }
+    if config.agents.is_empty() {
+        println!("no agents are configured");
+    }
+    if unreachable > 0 { ExitCode::from(EXIT_INVALID) } else { ExitCode::SUCCESS }
+}
+
+async fn check(config: &Config, agent: &AgentConfig) -> Reach {
+    let timeout = Duration::from_millis(agent.timeout_ms.max(1));
+    let (transport, result) = match &agent.url {
+        None => ("amqp", check_amqp(config, agent, timeout).await),
+        Some(_) if agent.is_websocket() => ("websocket", check_ws(config, agent, timeout).await),
+        Some(_) => ("http", check_http(config, agent).await),
+    };
+    match result {
+        Ok(detail) => Reach { reachable: true, transport, detail },
+        Err(detail) => Reach { reachable: false, transport, detail },
+    }
+}
+
+/// The `//ping` silpgate sends: its frontends, most preferred first.
+fn ping(config: &Config) -> Message {
+    let frontends: Vec<&str> = crate::silp::Frontend::ALL.iter().map(|f| f.name()).collect();
+    let text = serde_json::json!({
+        "messagetype": "control", "format": "text", "subformat": "english", "content": "//ping",
+        "submessages": [{"format": "structured", "subformat": "json",
+            "content": {"silp": "v1", "frontends": frontends, "agent": config.gateway.name}}]
+    });
+    nlip::decode(text.to_string().as_bytes(), Encoding::Json, &nlip::Limits::default())
+        .expect("the ping is a valid NLIP message")
+}
+
+/// What an answer to `//ping` says about the agent's frontends.
+fn negotiated(answer: Option<&Message>) -> String {
+    let body = answer.and_then(|a| match &a.content {
+        nlip::Content::Json(Value::Object(o)) if o.contains_key("frontends") => Some(o.clone()),
+        _ => None,
+    });
+    match body {
+        Some(body) => {
+            let names: Vec<&str> = body
+                .get("frontends")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let preferred = body.get("preferred").and_then(Value::as_str).unwrap_or("-");
+            format!("frontends {}; preferred {preferred}", names.join(","))
+        }
+        None => "no //ping answer (frontends from the configuration)".to_owned(),
+    }
+}
+
+async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
+    let amqp = config.amqp.as_ref().ok_or("it is reached over AMQP and no [amqp] section is configured")?;
+    let uri = amqp.uri();
+    let connecting = Connection::connect(&uri, ConnectionProperties::default());
+    let connection = tokio::time::timeout(timeout, connecting)
+        .await
+        .map_err(|_| format!("the broker did not answer within {} ms", timeout.as_millis()))?
+        .map_err(|e| format!("broker: {e}"))?;
+    let channel = connection.create_channel().await.map_err(|e| format!("broker: {e}"))?;
+    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+    let found = match &agent.queue {
+        Some(queue) => channel
+            .queue_declare(queue.as_str().into(), passive, FieldTable::default())
+            .await
+            .map(|q| {
+                format!(
+                    "queue {queue}: {} messages, {} consumers (routing key {})",
+                    q.message_count(),
+                    q.consumer_count(),
+                    agent.routing_key()
+                )
+            })
+            .map_err(|e| format!("queue {queue}: {e}")),
+        None => {
+            let passive = ExchangeDeclareOptions { passive: true, ..ExchangeDeclareOptions::default() };
+            let exchange = amqp.agents_exchange.as_str();
+            channel
+                .exchange_declare(exchange.into(), ExchangeKind::Direct, passive, FieldTable::default())
+                .await
+                .map(|()| format!("exchange {exchange} (routing key {})", agent.routing_key()))
+                .map_err(|e| format!("exchange {exchange}: {e}"))
+        }
+    };
+    let _ = connection.close(200, "checked".into()).await;
+    found
+}
+
+async fn check_http(config: &Config, agent: &AgentConfig) -> Result<String, String> {
+    let client = HttpAgent::new(agent, config.nlip.limits()).map_err(|e| e.to_string())?;
+    // Shown without credentials.
+    let shown = reqwest::Url::parse(agent.url.as_deref().unwrap_or_default()).map_or_else(
+        |_| "(unparsable url)".to_owned(),
+        |mut url| {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.to_string()
+        },
+    );
+    match client.probe(ping(config)).await {
+        Ok(answer) => Ok(format!("{shown}: {}", negotiated(answer.as_ref()))),
+        Err(DeliveryError::Refused { code, detail, .. }) => {
+            Ok(format!("{shown}: answered {detail} ({code}) to //ping"))
+        }
+        Err(DeliveryError::Unavailable { code, detail, .. }) => Err(format!("{shown}: {code}: {detail}")),
+    }
+}
+
+async fn check_ws(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
+    let limits = config.nlip.limits();
+    let dialer = Dialer::new(
+        agent.url.as_deref().unwrap_or_default(),
+        agent.token_env.as_deref(),
+        agent.ca_file.as_deref(),
+        limits.max_bytes,
+        timeout,
+    )
+    .map_err(|e| e.to_string())?;
+    let shown = dialer.url().to_owned();
+    let span = tracing::info_span!("agent check", silpgate.agent = %agent.name);
+    let mut socket = dialer.connect(&span).await.map_err(|e| format!("{shown}: {e}"))?;
+    socket.send(frame_of(&ping(config), agent.encoding())).await.map_err(|e| format!("{shown}: {e}"))?;
+    let answer = tokio::time::timeout(timeout, async {
+        while let Some(Ok(frame)) = socket.next().await {
+            if let Some(decoded) = message_of(&frame, &limits) {
+                return decoded.ok();
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten();
+    let _ = socket.close(None).await;
+    Ok(format!("{shown}: {}", negotiated(answer.as_ref())))
+}

@@ -1,0 +1,200 @@
+//! Upstream WebSocket streams (`[[streams]]`): silpgate connects to each configured server
+//! as a client (ECMA-432) and takes every NLIP message the server sends through the intake,
+//! with the stream's name as its source. Each message's reply (the reply route's envelope,
+//! the agent's answer, a delivery confirmation for a route that awaits nothing, or an error)
+//! is written back on the socket, in the order the messages came: the n-th reply on a
+//! connection answers the n-th message read on it. Up to `max_in_flight` messages are taken
+//! at once; at the bound silpgate stops reading.
+//!
+//! A stream has no acknowledgement, so its guarantee is this: a message silpgate has read is
+//! taken through the intake exactly once, to the end, even if the connection breaks
+//! meanwhile (its reply is then dropped); a reply on the socket means the message was
+//! handled as the reply says. A message the server sent that silpgate had not read when the
+//! connection broke is lost, and silpgate does not ask for it again: the server tells what
+//! was handled by the replies it got. A message the server sends again is a new message.
+//!
+//! silpgate pings the server every 15 s and gives the connection up when nothing has been
+//! heard for three intervals. The connection is opened again with capped, jittered backoff. On shutdown silpgate stops
+//! reading, lets the messages in flight finish, writes their replies and closes the socket.
+
+use super::{Answer, Front, accepted_message};
+use crate::config::StreamConfig;
+use crate::connectors::ws::{Dialer, PING_EVERY, frame_of, message_of};
+use crate::gateway::Transport;
+use crate::nlip::Message;
+use crate::nlip::reply::{self, Location};
+use crate::util::backoff::Backoff;
+use futures_util::stream::FuturesOrdered;
+use futures_util::{SinkExt, StreamExt};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tracing::Instrument;
+
+/// Why a stream cannot be set up. Never carries a secret.
+#[derive(Debug, thiserror::Error)]
+#[error("stream '{stream}': {error}")]
+pub struct StreamError {
+    pub stream: String,
+    pub error: crate::connectors::ws::DialError,
+}
+
+/// One configured stream, ready to connect.
+pub struct Stream {
+    config: StreamConfig,
+    dialer: Dialer,
+}
+
+impl Stream {
+    /// Checks the stream's token and TLS setup; `max_bytes` bounds its messages.
+    pub fn new(config: &StreamConfig, max_bytes: usize) -> Result<Stream, StreamError> {
+        let dialer = Dialer::new(
+            &config.url,
+            config.token_env.as_deref(),
+            config.ca_file.as_deref(),
+            max_bytes,
+            Duration::from_secs(10),
+        )
+        .map_err(|error| StreamError { stream: config.name.clone(), error })?;
+        Ok(Stream { config: config.clone(), dialer })
+    }
+
+    /// Connects, takes messages, and connects again, until `stop` says stop.
+    pub async fn run(self, front: Arc<Front>, mut stop: watch::Receiver<bool>) {
+        let name = self.config.name.clone();
+        let initial = Duration::from_millis(self.config.reconnect_initial_ms.max(1));
+        let mut backoff = Backoff::new(initial, Duration::from_millis(self.config.reconnect_max_ms.max(1)));
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let span = tracing::info_span!(
+                "stream connect",
+                otel.kind = "client",
+                network.protocol.name = "websocket",
+                url.full = %self.dialer.url(),
+                server.address = %self.dialer.host(),
+                server.port = self.dialer.port(),
+                silpgate.source = %name,
+            );
+            let connected = tokio::select! {
+                connected = self.dialer.connect(&span).instrument(span.clone()) => connected,
+                _ = stopping(&mut stop) => return,
+            };
+            match connected {
+                Ok(socket) => {
+                    backoff.reset();
+                    tracing::info!(stream = %name, url = %self.dialer.url(), "Connected to the stream.");
+                    let why = self.serve(&front, socket, &mut stop).await;
+                    if *stop.borrow() {
+                        return;
+                    }
+                    tracing::warn!(stream = %name, reason = %why, "The stream's connection closed; reconnecting.");
+                }
+                Err(e) => {
+                    tracing::warn!(stream = %name, url = %self.dialer.url(), error = %e, "Cannot connect to the stream.");
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
+                _ = stopping(&mut stop) => return,
+            }
+        }
+    }
+
+    /// One connection: messages in, each on its own task; replies out in message order.
+    async fn serve(
+        &self,
+        front: &Arc<Front>,
+        socket: crate::connectors::ws::Socket,
+        stop: &mut watch::Receiver<bool>,
+    ) -> String {
+        let (mut sink, mut stream) = socket.split();
+        let encoding = self.config.encoding.nlip();
+        let max_in_flight = self.config.max_in_flight.max(1);
+        let write_bound = Duration::from_secs(30);
+        let mut in_flight = FuturesOrdered::new();
+        let mut writable = true;
+        // A server that stops answering pings is gone, even if its TCP connection is not.
+        let mut ticker = tokio::time::interval(PING_EVERY);
+        ticker.tick().await;
+        let mut heard = std::time::Instant::now();
+        let why = loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    if in_flight.len() >= max_in_flight {
+                        // Not reading: the server's pongs wait unread.
+                        heard = std::time::Instant::now();
+                    } else if heard.elapsed() > 3 * PING_EVERY {
+                        break "no frame for three ping intervals".to_owned();
+                    }
+                    let ping = Frame::Ping(Vec::new().into());
+                    if !matches!(tokio::time::timeout(write_bound, sink.send(ping)).await, Ok(Ok(()))) {
+                        writable = false;
+                        break "writing a ping failed".to_owned();
+                    }
+                }
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                    let frame = frame_of(&reply_of(done), encoding);
+                    if !matches!(tokio::time::timeout(write_bound, sink.send(frame)).await, Ok(Ok(()))) {
+                        writable = false;
+                        break "writing a reply failed".to_owned();
+                    }
+                }
+                next = stream.next(), if in_flight.len() < max_in_flight => {
+                    let frame = match next {
+                        None | Some(Ok(Frame::Close(_))) => break "the server closed the connection".to_owned(),
+                        Some(Err(e)) => break e.to_string(),
+                        Some(Ok(frame)) => frame,
+                    };
+                    heard = std::time::Instant::now();
+                    let Some(decoded) = message_of(&frame, &front.limits) else { continue };
+                    let (front, source) = (front.clone(), self.config.name.clone());
+                    // Its own task: a message read is taken to the end whatever the socket does.
+                    in_flight.push_back(tokio::spawn(async move {
+                        match decoded {
+                            Ok(message) => {
+                                let parent = opentelemetry::Context::new();
+                                front.request(message, Transport::WebSocket, &source, parent).await
+                            }
+                            Err(why) => {
+                                let detail = format!("the message cannot be read: {why}");
+                                let message = reply::error_message("invalid_envelope", &detail, &Location::None);
+                                Answer::Refused { message, code: "invalid_envelope".into(), transient: false }
+                            }
+                        }
+                    }));
+                }
+                _ = stopping(stop) => break "stopping".to_owned(),
+            }
+        };
+        // What was read finishes; its replies go out while the socket takes them.
+        while let Some(done) = in_flight.next().await {
+            if writable {
+                let frame = frame_of(&reply_of(done), encoding);
+                writable = matches!(tokio::time::timeout(write_bound, sink.send(frame)).await, Ok(Ok(())));
+            }
+        }
+        if writable {
+            let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+        }
+        why
+    }
+}
+
+/// Completes once `stop` says stop (the guard of the value is not kept).
+async fn stopping(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// The envelope a message's outcome is written back as.
+fn reply_of(done: Result<Answer, tokio::task::JoinError>) -> Message {
+    match done {
+        // One reply per message, so that the n-th reply answers the n-th message: a notice
+        // before a reply (a session renewal) is not sent on a stream.
+        Ok(Answer::Reply { reply: message, .. }) | Ok(Answer::Refused { message, .. }) => message,
+        Ok(Answer::Accepted(ids)) => accepted_message(&ids),
+        Err(_) => reply::error_message("internal", "the message could not be handled", &Location::None),
+    }
+}
