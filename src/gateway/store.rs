@@ -104,6 +104,9 @@ pub enum StoreError {
     Conflict(String),
     #[error("store data is damaged: {0}")]
     Corrupt(String),
+    /// The compile.lock key does not fit the store (too short, another key, or none).
+    #[error("store refused the compile.lock key: {0}")]
+    Key(String),
 }
 
 /// The storage interface of the gateway core.
