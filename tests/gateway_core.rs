@@ -83,12 +83,16 @@ fn gateway_with(config: &str, store: Arc<dyn Store>) -> Gateway {
     Gateway::new(Arc::new(Config::parse(config).expect("test config is valid")), store)
 }
 
-fn gateway() -> Gateway {
-    let config = CONFIG.replace(
+/// [`CONFIG`] with the agent its `unprofiled` route names, so that it passes the check.
+fn config_text() -> String {
+    CONFIG.replace(
         "[[routes]]\nname = \"unprofiled\"\ndestination = \"nobody-configured\"",
         "[[agents]]\nname = \"nobody-configured\"\nfrontends = []\n\n[[routes]]\nname = \"unprofiled\"\ndestination = \"nobody-configured\"",
-    );
-    gateway_with(&config, Arc::new(MemoryStore::new()))
+    )
+}
+
+fn gateway() -> Gateway {
+    gateway_with(&config_text(), Arc::new(MemoryStore::new()))
 }
 
 fn envelope(v: Value) -> Message {
@@ -543,4 +547,66 @@ fn store_failures_are_transient() {
     assert_eq!(o.disposition(), Some(Disposition::Transient));
     let Status::Failed(e) = &o.status else { panic!() };
     assert_eq!(e.code(), "unavailable");
+}
+
+/// Runs `silpgate gateway handle` on `envelope` with `config`, as source `source`: the core
+/// behind a real command line.
+fn handle_on_the_command_line(config: &str, source: &str, envelope: &Value) -> (i32, String, String) {
+    use std::io::Write;
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let config_file = dir.join(format!("gateway-core-{}-{source}.toml", std::process::id()));
+    std::fs::write(&config_file, config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["gateway", "handle", "--config", config_file.to_str().unwrap(), "--source", source])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("silpgate runs");
+    child.stdin.take().unwrap().write_all(envelope.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_silp_subformat_is_validated_under_any_format() {
+    for format in ["text", "generic", "token", "location", "structured"] {
+        let attack = json!({"format": format, "subformat": "silp-code", "content": "escalate(ticket)"});
+        let (code, out, err) = handle_on_the_command_line(&config_text(), "audit", &attack);
+        assert_eq!(code, 1, "format {format}: forwarded unchecked: {out}");
+        assert!(err.contains("not in whitelist"), "format {format}: {err}");
+        assert!(!out.contains("\"destination\":\"coder\""), "format {format}: {out}");
+    }
+    // Inside a submessage too, and an unknown `silp-*` form is refused, not passed on.
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"format":"text","subformat":"english","content":"hi","submessages":[
+            {"format":"generic","subformat":"SILP-CODE","content":"escalate(ticket)"}]}),
+        "audit",
+        0,
+    ));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert!(e.detail().contains("not in whitelist"), "{}", e.detail());
+    let o = g.handle(inbound(json!({"format":"text","subformat":"silp-natural","content":"x"}), "audit", 0));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert_eq!((e.code(), e.disposition()), ("unsupported_frontend", Disposition::Poison));
+    // A valid payload under another format is read like any other.
+    let o =
+        g.handle(inbound(json!({"format":"text","subformat":"silp-code","content":"cancel(x)"}), "audit", 0));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+}
+
+#[test]
+fn submessages_nested_in_a_submessage_are_refused() {
+    let attack = json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","submessages":[
+        {"format":"text","subformat":"english","content":"cover","submessages":[
+            {"format":"structured","subformat":"silp-code","content":"escalate(ticket)"}]}]});
+    let (code, out, err) = handle_on_the_command_line(&config_text(), "audit", &attack);
+    assert_eq!(code, 1, "nested submessages were forwarded: {out}");
+    assert!(err.contains("invalid_envelope") && err.contains("submessages[0].submessages"), "{err}");
+    assert!(!out.contains("escalate"), "{out}");
 }

@@ -310,17 +310,24 @@ impl Gateway {
         message: &Message,
         notes: &mut Vec<Note>,
     ) -> Result<Vec<Unit>, (GatewayError, Location)> {
-        let top = std::iter::once((None, message.format, message.subformat.as_str(), &message.content));
+        let top = std::iter::once((None, message.subformat.as_str(), &message.content));
         let subs = message
             .submessages()
             .iter()
             .enumerate()
-            .map(|(i, s)| (Some(i), s.format, s.subformat.as_str(), &s.content));
+            .map(|(i, s)| (Some(i), s.subformat.as_str(), &s.content));
         let rules = ValidateOptions { enforce_whitelist: self.config.silp.whitelist };
         let mut units = Vec::with_capacity(2);
-        for (index, format, subformat, content) in top.chain(subs) {
-            let Some(form) = payload::silp_form(format, subformat) else { continue };
+        for (index, subformat, content) in top.chain(subs) {
             let path = index.map_or_else(|| "content".to_owned(), |i| format!("submessages[{i}].content"));
+            let form = match payload::silp_form(subformat) {
+                Ok(Some(form)) => form,
+                Ok(None) => continue,
+                Err(error) => {
+                    let at = Location::Path(path.clone());
+                    return Err((GatewayError::Silp { path, error }, at));
+                }
+            };
             let read = payload::read(form, content, &self.decode_options, self.config.silp.req_id_len)
                 .map_err(|error| {
                     let location = match &error.span {

@@ -321,8 +321,16 @@ fn submessage_from(node: Node, index: usize) -> Result<Submessage, NlipError> {
         return Err(NlipError::envelope(path, format!("a submessage is an object, found {}", node.kind())));
     };
     let mut fields = Fields::split(entries, &path)?;
-    // A submessage has no messagetype, control or submessages of its own: keep them as data.
-    for name in ["messagetype", "control", "submessages"] {
+    // NLIP submessages are one flat list; nested ones would reach agents without the
+    // validation every other payload gets, so they are refused rather than kept as data.
+    if fields.take("submessages").is_some() {
+        return Err(NlipError::envelope(
+            join(&path, "submessages"),
+            "a submessage cannot hold submessages of its own; put every submessage in the message's list",
+        ));
+    }
+    // A submessage has no messagetype or control of its own: keep them as data.
+    for name in ["messagetype", "control"] {
         let i = KNOWN.iter().position(|k| *k == name).expect("known field");
         if let Some((key, node)) = fields.known[i].take() {
             fields.extra.insert(key, node.into_json());
