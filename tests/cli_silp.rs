@@ -191,3 +191,21 @@ fn config_check_names_the_line_and_column_of_a_bad_key() {
     let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
     assert!(silpgate(&["config", "check", good], "").status.success(), "the shipped configuration is valid");
 }
+
+#[test]
+fn config_check_never_echoes_the_value_of_an_environment_override() {
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
+    for (var, value) in
+        [("SILPGATE_HTTP_CLIENT_RATE", "s3cr3t-value"), ("SILPGATE_HTTP_TOKENS", "s3cr3t-a,s3cr3t-b")]
+    {
+        let o = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+            .args(["config", "check", good])
+            .env(var, value)
+            .output()
+            .expect("silpgate runs");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(var) && err.contains("values are not shown"), "{err}");
+        assert!(!err.contains("s3cr3t"), "{var}: the value was echoed: {err}");
+    }
+}

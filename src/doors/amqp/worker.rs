@@ -68,10 +68,26 @@ pub struct Broker {
 
 impl Broker {
     pub fn from_uri(uri: &str) -> Broker {
-        uri.parse::<lapin::uri::AMQPUri>()
-            .map(|u| Broker { host: u.authority.host, port: u.authority.port })
-            .unwrap_or_default()
+        parse_uri(uri).map(|u| Broker { host: u.authority.host, port: u.authority.port }).unwrap_or_default()
     }
+}
+
+/// Logs and spans name the broker as `host:port`, never by its URI.
+impl std::fmt::Display for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Parses the broker URI. The parser's own error quotes the URI, password included, so it is
+/// replaced by one that says what is wrong without the value.
+///
+/// # Errors
+/// A message naming the configuration key, never the URI.
+pub fn parse_uri(uri: &str) -> Result<lapin::uri::AMQPUri, String> {
+    uri.parse::<lapin::uri::AMQPUri>().map_err(|_| {
+        "amqp.url (or the variable amqp.url_env names) is not an AMQP URI of the form amqp://user:password@host:port/vhost (the value is not shown)".to_owned()
+    })
 }
 
 /// Conflicting updates retried at once before they count as a failed attempt.
