@@ -82,11 +82,24 @@ pub struct NlipConfig {
     pub max_depth: usize,
     /// Most submessages in one message. Default 256.
     pub max_submessages: usize,
+    /// Most values (strings, numbers, booleans, nulls, arrays, maps; map keys included) in one
+    /// message, counted before it is decoded: a decoded value costs far more memory than the
+    /// byte that can encode it. Default 100000.
+    pub max_items: usize,
+    /// Longest token content (conversation tokens and the like) in bytes. Default 256.
+    pub max_token_bytes: usize,
 }
 
 impl Default for NlipConfig {
     fn default() -> Self {
-        NlipConfig { max_message_bytes: 1 << 20, max_depth: 32, max_submessages: 256 }
+        let limits = crate::nlip::Limits::default();
+        NlipConfig {
+            max_message_bytes: limits.max_bytes,
+            max_depth: limits.max_depth,
+            max_submessages: limits.max_submessages,
+            max_items: limits.max_items,
+            max_token_bytes: limits.max_token_bytes,
+        }
     }
 }
 
@@ -97,6 +110,8 @@ impl NlipConfig {
             max_bytes: self.max_message_bytes,
             max_depth: self.max_depth,
             max_submessages: self.max_submessages,
+            max_items: self.max_items,
+            max_token_bytes: self.max_token_bytes,
         }
     }
 }

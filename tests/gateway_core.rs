@@ -306,7 +306,7 @@ fn ping_is_answered_and_the_announced_profile_is_used_afterwards() {
             {"format":"structured","subformat":"JSON","content":{"silp":"v1","frontends":["math","json","natural"],"agent":"coder"}},
             {"format":"token","subformat":"conversation","content":"p"}
         ]}),
-        "coder-queue",
+        "coder",
         0,
     ));
     assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
@@ -512,6 +512,9 @@ impl Store for Unavailable {
     fn profile(&self, _: &str) -> Result<Option<AgentProfile>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
+    fn profile_count(&self) -> Result<usize, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
     fn frozen(&self, _: &str, _: Frontend) -> Result<Option<String>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
@@ -609,4 +612,89 @@ fn submessages_nested_in_a_submessage_are_refused() {
     assert_eq!(code, 1, "nested submessages were forwarded: {out}");
     assert!(err.contains("invalid_envelope") && err.contains("submessages[0].submessages"), "{err}");
     assert!(!out.contains("escalate"), "{out}");
+}
+
+fn ping(agent: Option<&str>, version: &str) -> Value {
+    let mut body = json!({"silp": version, "frontends": ["natural"]});
+    if let Some(agent) = agent {
+        body["agent"] = json!(agent);
+    }
+    json!({"messagetype":"control","format":"text","subformat":"english","content":"//ping",
+           "submessages":[{"format":"structured","subformat":"json","content":body}]})
+}
+
+#[test]
+fn a_ping_cannot_change_a_configured_agents_profile() {
+    let g = gateway();
+    let o = g.handle(inbound(ping(Some("coder"), "v1"), "mallory", 0));
+    let Status::Failed(e) = &o.status else { panic!("a ping from mallory changed coder: {:?}", o.status) };
+    assert_eq!(e.code(), "invalid_ping");
+    assert!(e.detail().contains("only a //ping from 'coder' itself"), "{}", e.detail());
+    assert_eq!(g.store().profile("coder").unwrap(), None);
+    let request =
+        json!({"messagetype":"request","format":"structured","subformat":"silp-code","content":"cancel(x)"});
+    let o = g.handle(inbound(request, "ingress", 1));
+    assert_eq!(out_json(&o, 0)["subformat"], "silp-code", "coder still gets its configured frontend");
+    // The agent itself may.
+    let o = g.handle(inbound(ping(Some("coder"), "v1"), "coder", 2));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+}
+
+#[test]
+fn ping_profiles_are_bounded_in_name_size_and_number() {
+    let g = gateway();
+    let o = g.handle(inbound(ping(Some(&"a".repeat(129)), "v1"), "x", 0));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert!(e.detail().contains("129 bytes"), "{}", e.detail());
+    for i in 0..1024 {
+        let o = g.handle(inbound(ping(Some(&format!("agent-{i}")), "v1"), "x", 0));
+        assert!(matches!(o.status, Status::Delivered), "ping {i}: {:?}", o.status);
+    }
+    let o = g.handle(inbound(ping(Some("agent-1024"), "v1"), "x", 0));
+    let Status::Failed(e) = &o.status else { panic!("profile 1025 was stored: {:?}", o.status) };
+    assert!(e.detail().contains("at most 1024 agent profiles"), "{}", e.detail());
+    let o = g.handle(inbound(ping(Some("agent-7"), "v1"), "x", 1));
+    assert!(matches!(o.status, Status::Delivered), "a known agent renews its profile: {:?}", o.status);
+}
+
+#[test]
+fn a_ping_with_a_huge_agent_name_or_version_stores_and_echoes_nothing_of_it() {
+    let store = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gateway-core-ping-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&store);
+    let config = config_text();
+    let huge = "n".repeat(900_000);
+    for (agent, version) in [(Some(huge.as_str()), "v1"), (None, huge.as_str())] {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let config_file = dir.join(format!("gateway-core-ping-{}.toml", std::process::id()));
+        std::fs::write(&config_file, &config).unwrap();
+        let input = dir.join(format!("gateway-core-ping-{}.json", std::process::id()));
+        std::fs::write(&input, ping(agent, version).to_string()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+            .args(["gateway", "handle", "--config", config_file.to_str().unwrap(), "--store"])
+            .arg(&store)
+            .arg(&input)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("invalid_ping"), "{stderr}");
+        assert!(
+            stdout.len() + stderr.len() < 2_000,
+            "the refusal quotes the input: {} bytes",
+            stdout.len() + stderr.len()
+        );
+    }
+    let stored = silpgate::store::SledStore::open_to_read(&store).unwrap();
+    assert_eq!(stored.profile_count().unwrap(), 0);
+}
+
+#[test]
+fn a_conversation_token_is_bounded() {
+    let token = "t".repeat(10_000);
+    let message = json!({"format":"structured","subformat":"silp-code","content":"cancel(x)",
+        "submessages":[{"format":"token","subformat":"conversation","content":token}]});
+    let (code, out, err) = handle_on_the_command_line(&config_text(), "ingress", &message);
+    assert_eq!(code, 1, "a 10 kB conversation token was taken: {out}");
+    assert!(err.contains("too_large") && err.contains("a token of 10000 bytes"), "{err}");
 }

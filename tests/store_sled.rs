@@ -515,3 +515,26 @@ fn the_gateway_runs_on_the_sled_store_and_its_state_persists() {
     assert_eq!(store.session_by_token("c").unwrap().unwrap().turns, 2);
     assert_eq!(store.verify_lock(), Ok(1));
 }
+
+#[test]
+fn profiles_learnt_from_ping_are_swept_when_idle() {
+    let store = SledStore::open(&temp_dir("profiles"), None).unwrap();
+    let profile =
+        |updated| AgentProfile { frontends: vec![Frontend::Json], source: ProfileSource::Ping, updated };
+    let changes = Changes {
+        profiles: vec![("idle".into(), profile(0)), ("active".into(), profile(900))],
+        ..Changes::default()
+    };
+    store.commit(&changes, 900).unwrap();
+    let retention = Retention {
+        ledger_ttl_ms: u64::MAX,
+        ledger_max_entries: usize::MAX,
+        session_idle_ms: 1_000,
+        tombstone_ms: 500,
+    };
+    let swept = store.sweep(1_500, &retention).unwrap();
+    assert_eq!(swept.profiles_forgotten, 1);
+    assert_eq!(store.profile("idle").unwrap(), None);
+    assert_eq!(store.profile("active").unwrap(), Some(profile(900)));
+    assert_eq!(store.profile_count().unwrap(), 1);
+}

@@ -28,6 +28,9 @@ pub const SOURCE_HEADER: &str = "x-silpgate-source";
 /// Longest error text put in a header.
 const MAX_ERROR_HEADER: usize = 4096;
 
+/// Longest queue name AMQP allows (a short string): a longer reply address names no queue.
+const MAX_QUEUE_NAME: usize = 255;
+
 /// Persistent delivery mode.
 const PERSISTENT: u8 = 2;
 
@@ -62,17 +65,7 @@ impl Envelope {
             Some(ct) => Encoding::from_content_type(ct.as_str()).ok_or_else(|| ct.as_str().to_owned()),
         };
         let headers = properties.headers().as_ref();
-        let mut replies: Vec<(Encoding, String)> = headers
-            .map(|h| {
-                h.inner()
-                    .iter()
-                    .filter_map(|(k, v)| {
-                        let content_type = k.as_str().strip_prefix(REPLY_HEADER_PREFIX)?;
-                        Some((Encoding::from_content_type(content_type)?, value_text(v)?))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut replies = headers.map(reply_addresses).unwrap_or_default();
         let reply_to = text(properties.reply_to());
         if replies.is_empty()
             && let Some(address) = &reply_to
@@ -181,6 +174,25 @@ pub fn dead_letter_properties(
 
 /// The id of the `index`-th message published for an inbound message: stable across
 /// redeliveries, so that receivers can drop duplicates.
+/// The `nlip-reply-*` addresses: at most one per encoding (the first, in header order; many
+/// spellings of one content type name the same encoding), each a queue name of at most
+/// [`MAX_QUEUE_NAME`] bytes. The headers are the producer's to choose, and every address is
+/// published to and named in spans, so their number and size are bounded here.
+fn reply_addresses(headers: &FieldTable) -> Vec<(Encoding, String)> {
+    let mut replies: Vec<(Encoding, String)> = Vec::with_capacity(2);
+    for (k, v) in headers.inner() {
+        let Some(content_type) = k.as_str().strip_prefix(REPLY_HEADER_PREFIX) else { continue };
+        let Some(encoding) = Encoding::from_content_type(content_type) else { continue };
+        let Some(address) = value_text(v).filter(|a| !a.is_empty() && a.len() <= MAX_QUEUE_NAME) else {
+            continue;
+        };
+        if !replies.iter().any(|(e, _)| *e == encoding) {
+            replies.push((encoding, address));
+        }
+    }
+    replies
+}
+
 pub fn outbound_id(inbound_id: &str, index: usize) -> String {
     format!("{inbound_id}:{index}")
 }
@@ -280,6 +292,21 @@ mod tests {
         assert_eq!(replies, [(Encoding::Cbor, "cbor-inbox".into()), (Encoding::Json, "json-inbox".into())]);
         assert_eq!(e.earlier_deliveries, 3);
         assert_eq!(e.correlation_id.as_deref(), Some("c-1"));
+    }
+
+    #[test]
+    fn reply_addresses_are_one_per_encoding_and_queue_name_sized() {
+        let mut pairs: Vec<(String, AMQPValue)> = (0..500)
+            .map(|i| (format!("nlip-reply-application/json; v={i}"), long_string(&format!("inbox-{i:03}"))))
+            .collect();
+        pairs.push(("nlip-reply-application/cbor".into(), long_string(&"q".repeat(256))));
+        let named: Vec<(&str, AMQPValue)> = pairs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let e = Envelope::read(&BasicProperties::default().with_headers(headers(&named)), false);
+        assert_eq!(
+            e.replies,
+            [(Encoding::Json, "inbox-000".into())],
+            "the too-long cbor address names no queue"
+        );
     }
 
     #[test]

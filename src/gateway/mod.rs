@@ -389,6 +389,7 @@ impl Gateway {
         let announced = negotiate::announcement(&inbound.envelope)?;
         let mut answer = negotiate::answer(&announced)?;
         let agent = announced.agent.clone().unwrap_or_else(|| inbound.origin.source.clone());
+        self.may_store_profile(&agent, &inbound.origin.source)?;
         let profile = AgentProfile {
             frontends: announced.frontends.clone(),
             source: ProfileSource::Ping,
@@ -399,6 +400,27 @@ impl Gateway {
         notes.push(Note::ProfileLearnt { agent, frontends: announced.frontends });
         reply::echo_tokens(&mut answer, &inbound.envelope, &self.config.gateway.name);
         Ok(vec![Outbound { destination: Destination::Reply, envelope: answer }])
+    }
+}
+
+impl Gateway {
+    /// A `//ping` may store a profile for `agent` when the name is bounded, a configured agent
+    /// is the sender itself (no one else may change what it is sent), and a new profile fits
+    /// under [`negotiate::MAX_PROFILES`].
+    fn may_store_profile(&self, agent: &str, source: &str) -> Result<(), GatewayError> {
+        negotiate::check_agent_name(agent)?;
+        if agent != source && self.config.agents.iter().any(|a| a.name == agent) {
+            return Err(GatewayError::Ping(format!(
+                "agent '{agent}' is configured; only a //ping from '{agent}' itself changes its profile"
+            )));
+        }
+        if self.store.profile(agent)?.is_none() && self.store.profile_count()? >= negotiate::MAX_PROFILES {
+            return Err(GatewayError::Ping(format!(
+                "silpgate keeps at most {} agent profiles learnt from //ping; idle ones are forgotten after sessions.idle_timeout_secs",
+                negotiate::MAX_PROFILES
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -115,6 +115,8 @@ pub trait Store: Send + Sync {
     /// Ids held by live sessions and tombstones.
     fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError>;
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError>;
+    /// Number of stored agent profiles (each learnt from a `//ping`).
+    fn profile_count(&self) -> Result<usize, StoreError>;
     /// The frozen compile of (IR hash, frontend), if any.
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError>;
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError>;
@@ -181,6 +183,10 @@ impl Store for MemoryStore {
 
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
         self.with(|m| m.profiles.get(agent).cloned())
+    }
+
+    fn profile_count(&self) -> Result<usize, StoreError> {
+        self.with(|m| m.profiles.len())
     }
 
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError> {

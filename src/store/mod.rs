@@ -28,7 +28,7 @@ mod migrate;
 pub mod replica;
 
 use crate::gateway::store::{
-    AgentProfile, Changes, Frozen, LedgerState, Millis, SessionRecord, Store, StoreError,
+    AgentProfile, Changes, Frozen, LedgerState, Millis, ProfileSource, SessionRecord, Store, StoreError,
 };
 use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
@@ -57,6 +57,8 @@ pub struct Swept {
     pub sessions_expired: usize,
     pub sessions_forgotten: usize,
     pub ledger_dropped: usize,
+    /// Agent profiles learnt from `//ping` and not renewed for a session's idle time.
+    pub profiles_forgotten: usize,
 }
 
 /// The sled-backed store.
@@ -389,8 +391,8 @@ impl SledStore {
         }
     }
 
-    /// Expires idle sessions, forgets old tombstones (freeing their ids) and trims the ledger
-    /// to its age and size limits.
+    /// Expires idle sessions, forgets old tombstones (freeing their ids) and idle profiles learnt
+    /// from `//ping`, and trims the ledger to its age and size limits.
     pub fn sweep(&self, now: Millis, retention: &Retention) -> Result<Swept, StoreError> {
         self.writable()?;
         let _writer = self.write_lock()?;
@@ -410,6 +412,7 @@ impl SledStore {
                 swept.sessions_forgotten += 1;
             }
         }
+        swept.profiles_forgotten = self.sweep_profiles(&mut batch, now, retention.session_idle_ms)?;
         let over = self.ledger_len().saturating_sub(retention.ledger_max_entries);
         for (i, entry) in self.db.scan_prefix(LEDGER_TIME).keys().enumerate() {
             let time_key = entry.map_err(unavailable)?;
@@ -449,6 +452,28 @@ fn check_key(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
     }
 }
 
+impl SledStore {
+    /// Forgets profiles learnt from `//ping` that were not renewed within `idle_ms`, as idle
+    /// sessions are: any client can leave one behind.
+    fn sweep_profiles(
+        &self,
+        batch: &mut sled::Batch,
+        now: Millis,
+        idle_ms: Millis,
+    ) -> Result<usize, StoreError> {
+        let mut forgotten = 0;
+        for entry in self.db.scan_prefix(PROFILE) {
+            let (profile_key, bytes) = entry.map_err(unavailable)?;
+            let profile: AgentProfile = decode(&bytes, "profile")?;
+            if profile.source == ProfileSource::Ping && now.saturating_sub(profile.updated) > idle_ms {
+                batch.remove(profile_key);
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
+    }
+}
+
 impl Store for SledStore {
     fn session_by_token(&self, token: &str) -> Result<Option<SessionRecord>, StoreError> {
         self.db
@@ -474,6 +499,10 @@ impl Store for SledStore {
             .map_err(unavailable)?
             .map(|b| decode(&b, "profile"))
             .transpose()
+    }
+
+    fn profile_count(&self) -> Result<usize, StoreError> {
+        Ok(self.db.scan_prefix(PROFILE).count())
     }
 
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError> {
