@@ -216,7 +216,7 @@ fn a_store_of_another_schema_version_is_refused() {
 const KEY_VAR: &str = "SILPGATE_TEST_LOCK_KEY";
 const KEY: &[u8] = b"correct horse battery staple, 32+";
 
-fn key_args<'a>(args: &mut Vec<&'a str>, key: Option<&[u8]>) {
+fn key_args(args: &mut Vec<&str>, key: Option<&[u8]>) {
     if key.is_some() {
         args.extend(["--key-env", KEY_VAR]);
     }
