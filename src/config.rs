@@ -86,8 +86,9 @@ pub struct NlipConfig {
     /// message, counted before it is decoded: a decoded value costs far more memory than the
     /// byte that can encode it. Default 100000.
     pub max_items: usize,
-    /// Longest token content (conversation tokens and the like) in bytes. Default 256.
-    pub max_token_bytes: usize,
+    /// Longest conversation token, in bytes (it is kept in session state and headers).
+    /// Default 256.
+    pub max_conversation_token_bytes: usize,
 }
 
 impl Default for NlipConfig {
@@ -98,7 +99,7 @@ impl Default for NlipConfig {
             max_depth: limits.max_depth,
             max_submessages: limits.max_submessages,
             max_items: limits.max_items,
-            max_token_bytes: limits.max_token_bytes,
+            max_conversation_token_bytes: limits.max_conversation_token_bytes,
         }
     }
 }
@@ -111,7 +112,7 @@ impl NlipConfig {
             max_depth: self.max_depth,
             max_submessages: self.max_submessages,
             max_items: self.max_items,
-            max_token_bytes: self.max_token_bytes,
+            max_conversation_token_bytes: self.max_conversation_token_bytes,
         }
     }
 }

@@ -696,5 +696,11 @@ fn a_conversation_token_is_bounded() {
         "submessages":[{"format":"token","subformat":"conversation","content":token}]});
     let (code, out, err) = handle_on_the_command_line(&config_text(), "ingress", &message);
     assert_eq!(code, 1, "a 10 kB conversation token was taken: {out}");
-    assert!(err.contains("too_large") && err.contains("a token of 10000 bytes"), "{err}");
+    assert!(err.contains("too_large") && err.contains("a conversation token of 10000 bytes"), "{err}");
+    // Other tokens are only echoed: a long authentication token (a JWT, say) still passes.
+    let message = json!({"messagetype":"request","format":"structured","subformat":"silp-code","content":"cancel(x)",
+        "submessages":[{"format":"token","subformat":"conversation","content":"c"},
+                       {"format":"token","subformat":"authentication_idp","content":"j".repeat(2_000)}]});
+    let (code, _, err) = handle_on_the_command_line(&config_text(), "ingress", &message);
+    assert_eq!(code, 0, "{err}");
 }

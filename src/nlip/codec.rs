@@ -52,9 +52,10 @@ pub struct Limits {
     /// Most values (strings, numbers, booleans, nulls, arrays, maps; map keys included) in the
     /// whole message, counted before it is decoded ([`super::items`]).
     pub max_items: usize,
-    /// Longest token content (a conversation token, say), in bytes: tokens are kept in state
-    /// and headers, so they are bounded on the way in.
-    pub max_token_bytes: usize,
+    /// Longest conversation token, in bytes: the token is kept in session state and carried
+    /// in headers, so it is bounded on the way in. Other tokens (authentication tokens, which
+    /// may be long JWTs) are only echoed and fall under the byte limit.
+    pub max_conversation_token_bytes: usize,
 }
 
 impl Default for Limits {
@@ -64,7 +65,7 @@ impl Default for Limits {
             max_depth: 32,
             max_submessages: 256,
             max_items: 100_000,
-            max_token_bytes: 256,
+            max_conversation_token_bytes: 256,
         }
     }
 }
@@ -128,18 +129,20 @@ fn check_items(bytes: &[u8], encoding: Encoding, max_items: usize) -> Result<(),
     Ok(())
 }
 
-/// Refuses a token whose content is longer than `max_bytes`.
+/// Refuses a conversation token whose content is longer than `max_bytes`.
 fn check_token(sub: &Submessage, index: usize, max_bytes: usize) -> Result<(), NlipError> {
     let length = match &sub.content {
         Content::Json(Value::String(s)) => s.len(),
         Content::Binary(b) => b.len(),
         Content::Json(_) => 0,
     };
-    if sub.is_token() && length > max_bytes {
+    if sub.is_conversation_token() && length > max_bytes {
         return Err(NlipError::at(
             NlipErrorKind::TooLarge,
             format!("submessages[{index}].content"),
-            format!("a token of {length} bytes; the limit is {max_bytes} bytes (nlip.max_token_bytes)"),
+            format!(
+                "a conversation token of {length} bytes; the limit is {max_bytes} bytes (nlip.max_conversation_token_bytes)"
+            ),
         ));
     }
     Ok(())
@@ -348,7 +351,7 @@ fn message_from(node: Node, limits: &Limits) -> Result<Message, NlipError> {
                 .map(|(i, n)| submessage_from(n, i))
                 .collect::<Result<_, _>>()?;
             for (i, sub) in subs.iter().enumerate() {
-                check_token(sub, i, limits.max_token_bytes)?;
+                check_token(sub, i, limits.max_conversation_token_bytes)?;
             }
             Some(subs)
         }
