@@ -50,7 +50,7 @@ pub struct Limits {
     pub max_depth: usize,
     pub max_submessages: usize,
     /// Most values (strings, numbers, booleans, nulls, arrays, maps; map keys included) in the
-    /// whole message, counted before it is decoded ([`super::items`]).
+    /// whole message, counted before it is decoded (see `nlip::items`).
     pub max_items: usize,
     /// Longest conversation token, in bytes: the token is kept in session state and carried
     /// in headers, so it is bounded on the way in. Other tokens (authentication tokens, which
