@@ -556,8 +556,11 @@ fn store_failures_are_transient() {
 /// behind a real command line.
 fn handle_on_the_command_line(config: &str, source: &str, envelope: &Value) -> (i32, String, String) {
     use std::io::Write;
+    // Its own file per call: tests run in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let config_file = dir.join(format!("gateway-core-{}-{source}.toml", std::process::id()));
+    let config_file = dir.join(format!("gateway-core-{}-{call}.toml", std::process::id()));
     std::fs::write(&config_file, config).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
         .args(["gateway", "handle", "--config", config_file.to_str().unwrap(), "--source", source])
