@@ -84,11 +84,25 @@ pub struct NlipConfig {
     pub max_depth: usize,
     /// Most submessages in one message. Default 256.
     pub max_submessages: usize,
+    /// Most values (strings, numbers, booleans, nulls, arrays, maps; map keys included) in one
+    /// message, counted before it is decoded: a decoded value costs far more memory than the
+    /// byte that can encode it. Default 100000.
+    pub max_items: usize,
+    /// Longest conversation token, in bytes (it is kept in session state and headers).
+    /// Default 256.
+    pub max_conversation_token_bytes: usize,
 }
 
 impl Default for NlipConfig {
     fn default() -> Self {
-        NlipConfig { max_message_bytes: 1 << 20, max_depth: 32, max_submessages: 256 }
+        let limits = crate::nlip::Limits::default();
+        NlipConfig {
+            max_message_bytes: limits.max_bytes,
+            max_depth: limits.max_depth,
+            max_submessages: limits.max_submessages,
+            max_items: limits.max_items,
+            max_conversation_token_bytes: limits.max_conversation_token_bytes,
+        }
     }
 }
 
@@ -99,6 +113,8 @@ impl NlipConfig {
             max_bytes: self.max_message_bytes,
             max_depth: self.max_depth,
             max_submessages: self.max_submessages,
+            max_items: self.max_items,
+            max_conversation_token_bytes: self.max_conversation_token_bytes,
         }
     }
 }
@@ -697,17 +713,9 @@ impl Config {
         let mut config: Config = toml::from_str(text).map_err(parse_error)?;
         let overrides = env_overrides(env);
         if !overrides.is_empty() {
-            let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
-            let names: Vec<String> = overrides.iter().map(|(name, ..)| name.clone()).collect();
-            for (_, section, key, value) in overrides {
-                let entry = table.entry(section).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-                if let toml::Value::Table(section) = entry {
-                    section.insert(key, value);
-                }
-            }
-            config = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
-                ConfigError::Invalid(format!("environment override ({}): {}", names.join(", "), e.message()))
-            })?;
+            let table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+            config =
+                with_overrides(table.clone(), &overrides).map_err(|_| blame_override(&table, &overrides))?;
         }
         config.check()?;
         Ok(config)
@@ -838,10 +846,60 @@ fn is_loopback(host: &str) -> bool {
 const OVERRIDABLE: [&str; 9] =
     ["gateway", "silp", "nlip", "sessions", "store", "http", "amqp", "cluster", "telemetry"];
 
+/// One environment override: (variable, section, key, value).
+type Override = (String, String, String, toml::Value);
+
+/// The configuration `table` with `overrides` applied.
+fn with_overrides(mut table: toml::Table, overrides: &[Override]) -> Result<Config, toml::de::Error> {
+    for (_, section, key, value) in overrides {
+        let entry = table.entry(section.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(section) = entry {
+            section.insert(key.clone(), value.clone());
+        }
+    }
+    toml::Value::Table(table).try_into()
+}
+
+/// The error for overrides that do not fit: each override is tried alone to name the
+/// variables at fault. The deserialiser's own message quotes the value (`invalid type: string
+/// "..."`), and values may be secrets, so only what was expected is kept from it.
+fn blame_override(table: &toml::Table, overrides: &[Override]) -> ConfigError {
+    let mut blamed: Vec<String> = overrides
+        .iter()
+        .filter_map(|o| {
+            let e = with_overrides(table.clone(), std::slice::from_ref(o)).err()?;
+            let (name, section, key, value) = o;
+            Some(format!("{name} ({section}.{key}){}", expected(e.message(), value)))
+        })
+        .collect();
+    if blamed.is_empty() {
+        // Only their combination fails: name them all.
+        blamed =
+            overrides.iter().map(|(name, section, key, _)| format!("{name} ({section}.{key})")).collect();
+    }
+    ConfigError::Invalid(format!(
+        "environment override {}: the value does not fit the key (values are not shown)",
+        blamed.join(", ")
+    ))
+}
+
+/// `: expected <what>` from a serde type or value error, when that part cannot hold the value.
+fn expected(message: &str, value: &toml::Value) -> String {
+    let typed = ["invalid type:", "invalid value:", "invalid length"].iter().any(|p| message.starts_with(p));
+    let raw = match value {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match message.rsplit_once(", expected ") {
+        Some((_, what)) if typed && !raw.is_empty() && !what.contains(raw.as_str()) => {
+            format!(": expected {}", what.trim_end_matches('\n'))
+        }
+        _ => String::new(),
+    }
+}
+
 /// (variable, section, key, value) of every `SILPGATE_<SECTION>_<KEY>` variable.
-fn env_overrides(
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Vec<(String, String, String, toml::Value)> {
+fn env_overrides(env: impl IntoIterator<Item = (String, String)>) -> Vec<Override> {
     env.into_iter()
         .filter_map(|(name, raw)| {
             let rest = name.strip_prefix("SILPGATE_")?.to_ascii_lowercase();
@@ -915,6 +973,19 @@ mod tests {
             .to_string();
         assert!(e.contains("SILPGATE_AMQP_PASSWORD") && e.contains("password"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
+        let e = Config::parse_with_env("", env(&[("SILPGATE_HTTP_CLIENT_RATE", "s3cr3t-value")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SILPGATE_HTTP_CLIENT_RATE (http.client_rate): expected f64"), "{e}");
+        assert!(!e.contains("s3cr3t"), "{e}");
+        let e = Config::parse_with_env(
+            "",
+            env(&[("SILPGATE_HTTP_TOKENS", "tok-s3cr3t,tok-2"), ("SILPGATE_HTTP_LISTEN", "0.0.0.0:1")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("SILPGATE_HTTP_TOKENS") && !e.contains("SILPGATE_HTTP_LISTEN"), "{e}");
+        assert!(!e.contains("s3cr3t"), "{e}");
         let e = Config::parse_with_env("", env(&[("SILPGATE_SESSIONS_HEARTBEAT", "7")])).unwrap_err();
         assert!(e.to_string().contains("heartbeat"), "{e}");
     }

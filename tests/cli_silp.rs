@@ -132,11 +132,14 @@ fn validate_reports_rules_and_exit_status() {
 
 #[test]
 fn hash_matches_the_reference_ir_hash() {
-    let o = silpgate(&["silp", "hash"], CASE2);
+    // The expected hash is the one the reference implementation computed, from the vectors.
+    let vectors: Vec<Value> =
+        serde_json::from_str(include_str!("vectors/silp-reference.json")).expect("vector file is JSON");
+    let case2 = vectors.iter().find(|v| v["name"] == "example/case2_negation").expect("case2 vector");
+    let o = silpgate(&["silp", "hash"], &case2["ir"].to_string());
     assert!(o.status.success(), "{}", stderr(&o));
-    let expected = format!("sha256:{}\n", silpgate::util::hash::sha256_hex(
-        br#"{"silp":"v1","version":"ir-v0.1","intent":"!START","entities":[{"id":"act","value":"hike","action":"!START"}],"constraints":[{"type":"!rain","value":"true","time":"t+1"}],"alternatives":[{"action":"!START","target":"cards","location":"indoor"}],"meta":{"priority":1,"confidence":0.95,"seq":[],"out":"code","req_id":"b7e2"}}"#));
-    assert_eq!(stdout(&o), expected);
+    let expected = case2["ir_sha256"].as_str().expect("the vector has ir_sha256");
+    assert_eq!(stdout(&o), format!("{expected}\n"));
 }
 
 #[test]
@@ -190,4 +193,22 @@ fn config_check_names_the_line_and_column_of_a_bad_key() {
     );
     let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
     assert!(silpgate(&["config", "check", good], "").status.success(), "the shipped configuration is valid");
+}
+
+#[test]
+fn config_check_never_echoes_the_value_of_an_environment_override() {
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
+    for (var, value) in
+        [("SILPGATE_HTTP_CLIENT_RATE", "s3cr3t-value"), ("SILPGATE_HTTP_TOKENS", "s3cr3t-a,s3cr3t-b")]
+    {
+        let o = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+            .args(["config", "check", good])
+            .env(var, value)
+            .output()
+            .expect("silpgate runs");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(var) && err.contains("values are not shown"), "{err}");
+        assert!(!err.contains("s3cr3t"), "{var}: the value was echoed: {err}");
+    }
 }

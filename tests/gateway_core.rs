@@ -83,12 +83,16 @@ fn gateway_with(config: &str, store: Arc<dyn Store>) -> Gateway {
     Gateway::new(Arc::new(Config::parse(config).expect("test config is valid")), store)
 }
 
-fn gateway() -> Gateway {
-    let config = CONFIG.replace(
+/// [`CONFIG`] with the agent its `unprofiled` route names, so that it passes the check.
+fn config_text() -> String {
+    CONFIG.replace(
         "[[routes]]\nname = \"unprofiled\"\ndestination = \"nobody-configured\"",
         "[[agents]]\nname = \"nobody-configured\"\nfrontends = []\n\n[[routes]]\nname = \"unprofiled\"\ndestination = \"nobody-configured\"",
-    );
-    gateway_with(&config, Arc::new(MemoryStore::new()))
+    )
+}
+
+fn gateway() -> Gateway {
+    gateway_with(&config_text(), Arc::new(MemoryStore::new()))
 }
 
 fn envelope(v: Value) -> Message {
@@ -302,7 +306,7 @@ fn ping_is_answered_and_the_announced_profile_is_used_afterwards() {
             {"format":"structured","subformat":"JSON","content":{"silp":"v1","frontends":["math","json","natural"],"agent":"coder"}},
             {"format":"token","subformat":"conversation","content":"p"}
         ]}),
-        "coder-queue",
+        "coder",
         0,
     ));
     assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
@@ -508,6 +512,9 @@ impl Store for Unavailable {
     fn profile(&self, _: &str) -> Result<Option<AgentProfile>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
+    fn profile_count(&self) -> Result<usize, StoreError> {
+        Err(StoreError::Unavailable("disk gone".into()))
+    }
     fn frozen(&self, _: &str, _: Frontend) -> Result<Option<String>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
@@ -543,4 +550,160 @@ fn store_failures_are_transient() {
     assert_eq!(o.disposition(), Some(Disposition::Transient));
     let Status::Failed(e) = &o.status else { panic!() };
     assert_eq!(e.code(), "unavailable");
+}
+
+/// Runs `silpgate gateway handle` on `envelope` with `config`, as source `source`: the core
+/// behind a real command line.
+fn handle_on_the_command_line(config: &str, source: &str, envelope: &Value) -> (i32, String, String) {
+    use std::io::Write;
+    // Its own file per call: tests run in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let config_file = dir.join(format!("gateway-core-{}-{call}.toml", std::process::id()));
+    std::fs::write(&config_file, config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["gateway", "handle", "--config", config_file.to_str().unwrap(), "--source", source])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("silpgate runs");
+    child.stdin.take().unwrap().write_all(envelope.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_silp_subformat_is_validated_under_any_format() {
+    for format in ["text", "generic", "token", "location", "structured"] {
+        let attack = json!({"format": format, "subformat": "silp-code", "content": "escalate(ticket)"});
+        let (code, out, err) = handle_on_the_command_line(&config_text(), "audit", &attack);
+        assert_eq!(code, 1, "format {format}: forwarded unchecked: {out}");
+        assert!(err.contains("not in whitelist"), "format {format}: {err}");
+        assert!(!out.contains("\"destination\":\"coder\""), "format {format}: {out}");
+    }
+    // Inside a submessage too, and an unknown `silp-*` form is refused, not passed on.
+    let g = gateway();
+    let o = g.handle(inbound(
+        json!({"format":"text","subformat":"english","content":"hi","submessages":[
+            {"format":"generic","subformat":"SILP-CODE","content":"escalate(ticket)"}]}),
+        "audit",
+        0,
+    ));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert!(e.detail().contains("not in whitelist"), "{}", e.detail());
+    let o = g.handle(inbound(json!({"format":"text","subformat":"silp-natural","content":"x"}), "audit", 0));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert_eq!((e.code(), e.disposition()), ("unsupported_frontend", Disposition::Poison));
+    // A valid payload under another format is read like any other.
+    let o =
+        g.handle(inbound(json!({"format":"text","subformat":"silp-code","content":"cancel(x)"}), "audit", 0));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+}
+
+#[test]
+fn submessages_nested_in_a_submessage_are_refused() {
+    let attack = json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","submessages":[
+        {"format":"text","subformat":"english","content":"cover","submessages":[
+            {"format":"structured","subformat":"silp-code","content":"escalate(ticket)"}]}]});
+    let (code, out, err) = handle_on_the_command_line(&config_text(), "audit", &attack);
+    assert_eq!(code, 1, "nested submessages were forwarded: {out}");
+    assert!(err.contains("invalid_envelope") && err.contains("submessages[0].submessages"), "{err}");
+    assert!(!out.contains("escalate"), "{out}");
+}
+
+fn ping(agent: Option<&str>, version: &str) -> Value {
+    let mut body = json!({"silp": version, "frontends": ["natural"]});
+    if let Some(agent) = agent {
+        body["agent"] = json!(agent);
+    }
+    json!({"messagetype":"control","format":"text","subformat":"english","content":"//ping",
+           "submessages":[{"format":"structured","subformat":"json","content":body}]})
+}
+
+#[test]
+fn a_ping_cannot_change_a_configured_agents_profile() {
+    let g = gateway();
+    let o = g.handle(inbound(ping(Some("coder"), "v1"), "mallory", 0));
+    let Status::Failed(e) = &o.status else { panic!("a ping from mallory changed coder: {:?}", o.status) };
+    assert_eq!(e.code(), "invalid_ping");
+    assert!(e.detail().contains("only a //ping from 'coder' itself"), "{}", e.detail());
+    assert_eq!(g.store().profile("coder").unwrap(), None);
+    let request =
+        json!({"messagetype":"request","format":"structured","subformat":"silp-code","content":"cancel(x)"});
+    let o = g.handle(inbound(request, "ingress", 1));
+    assert_eq!(out_json(&o, 0)["subformat"], "silp-code", "coder still gets its configured frontend");
+    // The agent itself may.
+    let o = g.handle(inbound(ping(Some("coder"), "v1"), "coder", 2));
+    assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
+}
+
+#[test]
+fn ping_profiles_are_bounded_in_name_size_and_number() {
+    let g = gateway();
+    let o = g.handle(inbound(ping(Some(&"a".repeat(129)), "v1"), "x", 0));
+    let Status::Failed(e) = &o.status else { panic!("{:?}", o.status) };
+    assert!(e.detail().contains("129 bytes"), "{}", e.detail());
+    for i in 0..1024 {
+        let o = g.handle(inbound(ping(Some(&format!("agent-{i}")), "v1"), "x", 0));
+        assert!(matches!(o.status, Status::Delivered), "ping {i}: {:?}", o.status);
+    }
+    let o = g.handle(inbound(ping(Some("agent-1024"), "v1"), "x", 0));
+    let Status::Failed(e) = &o.status else { panic!("profile 1025 was stored: {:?}", o.status) };
+    assert!(e.detail().contains("at most 1024 agent profiles"), "{}", e.detail());
+    let o = g.handle(inbound(ping(Some("agent-7"), "v1"), "x", 1));
+    assert!(matches!(o.status, Status::Delivered), "a known agent renews its profile: {:?}", o.status);
+}
+
+#[test]
+fn a_ping_with_a_huge_agent_name_or_version_stores_and_echoes_nothing_of_it() {
+    let store = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gateway-core-ping-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&store);
+    let config = config_text();
+    let huge = "n".repeat(900_000);
+    for (agent, version) in [(Some(huge.as_str()), "v1"), (None, huge.as_str())] {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let config_file = dir.join(format!("gateway-core-ping-{}.toml", std::process::id()));
+        std::fs::write(&config_file, &config).unwrap();
+        let input = dir.join(format!("gateway-core-ping-{}.json", std::process::id()));
+        std::fs::write(&input, ping(agent, version).to_string()).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+            .args(["gateway", "handle", "--config", config_file.to_str().unwrap(), "--store"])
+            .arg(&store)
+            .arg(&input)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("invalid_ping"), "{stderr}");
+        assert!(
+            stdout.len() + stderr.len() < 2_000,
+            "the refusal quotes the input: {} bytes",
+            stdout.len() + stderr.len()
+        );
+    }
+    let stored = silpgate::store::SledStore::open_to_read(&store).unwrap();
+    assert_eq!(stored.profile_count().unwrap(), 0);
+}
+
+#[test]
+fn a_conversation_token_is_bounded() {
+    let token = "t".repeat(10_000);
+    let message = json!({"format":"structured","subformat":"silp-code","content":"cancel(x)",
+        "submessages":[{"format":"token","subformat":"conversation","content":token}]});
+    let (code, out, err) = handle_on_the_command_line(&config_text(), "ingress", &message);
+    assert_eq!(code, 1, "a 10 kB conversation token was taken: {out}");
+    assert!(err.contains("too_large") && err.contains("a conversation token of 10000 bytes"), "{err}");
+    // Other tokens are only echoed: a long authentication token (a JWT, say) still passes.
+    let message = json!({"messagetype":"request","format":"structured","subformat":"silp-code","content":"cancel(x)",
+        "submessages":[{"format":"token","subformat":"conversation","content":"c"},
+                       {"format":"token","subformat":"authentication_idp","content":"j".repeat(2_000)}]});
+    let (code, _, err) = handle_on_the_command_line(&config_text(), "ingress", &message);
+    assert_eq!(code, 0, "{err}");
 }

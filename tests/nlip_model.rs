@@ -160,7 +160,7 @@ fn nulls_mean_absent_except_for_content() {
 
 #[test]
 fn limits_are_enforced_with_clear_errors() {
-    let limits = Limits { max_bytes: 200, max_depth: 4, max_submessages: 2 };
+    let limits = Limits { max_bytes: 200, max_depth: 4, max_submessages: 2, ..Limits::default() };
     let big = format!(r#"{{"format":"text","subformat":"english","content":"{}"}}"#, "x".repeat(300));
     let e = nlip::decode(big.as_bytes(), Encoding::Json, &limits).unwrap_err();
     assert_eq!(e.kind, NlipErrorKind::TooLarge);
@@ -294,6 +294,9 @@ proptest! {
         let read = decode_json(&json1).unwrap();
         let cbor = nlip::encode(&read, Encoding::Cbor);
         let from_cbor = nlip::decode(&cbor, Encoding::Cbor, &Limits::default()).unwrap();
+        // The decoded messages themselves, not their renderings: a writer that hid a
+        // difference would hide it on both sides.
+        prop_assert_eq!(&from_cbor, &read);
         prop_assert_eq!(nlip::to_json(&from_cbor), json1);
     }
 
@@ -315,4 +318,54 @@ proptest! {
             }
         }
     }
+}
+
+/// A message whose content is `n` nulls in one array, in CBOR: one byte per null.
+fn cbor_nulls(n: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(n + 64);
+    let value = ciborium::Value::Map(vec![
+        (ciborium::Value::Text("format".into()), ciborium::Value::Text("structured".into())),
+        (ciborium::Value::Text("subformat".into()), ciborium::Value::Text("json".into())),
+        (ciborium::Value::Text("content".into()), ciborium::Value::Array(vec![ciborium::Value::Null; n])),
+    ]);
+    ciborium::ser::into_writer(&value, &mut bytes).unwrap();
+    bytes
+}
+
+#[test]
+fn the_values_of_a_message_are_counted_before_it_is_decoded() {
+    let limits = Limits::default();
+    let small = cbor_nulls(1_000);
+    assert!(nlip::decode(&small, Encoding::Cbor, &limits).is_ok());
+    let e = nlip::decode(&cbor_nulls(1_000_000), Encoding::Cbor, &limits).unwrap_err();
+    assert_eq!(e.kind, NlipErrorKind::TooLarge, "{e}");
+    assert!(e.message.contains("more than 100000 values (nlip.max_items)"), "{e}");
+    let json_nulls =
+        format!(r#"{{"format":"structured","subformat":"json","content":[{}0]}}"#, "0,".repeat(200_000));
+    let e = nlip::decode(json_nulls.as_bytes(), Encoding::Json, &limits).unwrap_err();
+    assert_eq!(e.kind, NlipErrorKind::TooLarge, "{e}");
+    let tight = Limits { max_items: 7, ..limits };
+    let seven = r#"{"format":"text","subformat":"english","content":"a,b:[c]"}"#;
+    assert!(nlip::decode(seven.as_bytes(), Encoding::Json, &tight).is_ok(), "the map, 3 keys, 3 strings");
+    let nine = r#"{"format":"text","subformat":"english","content":"a","label":"l"}"#;
+    assert!(nlip::decode(nine.as_bytes(), Encoding::Json, &tight).is_err());
+}
+
+#[test]
+fn a_small_cbor_message_of_a_million_nulls_is_refused_on_the_command_line() {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["nlip", "normalize", "--from", "cbor"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bytes = cbor_nulls(1_000_000);
+    assert!(bytes.len() <= 1 << 20, "within the byte limit: {}", bytes.len());
+    child.stdin.take().unwrap().write_all(&bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("too_large") && err.contains("nlip.max_items"), "{err}");
 }

@@ -10,7 +10,9 @@ use silpgate::gateway::store::{
 use silpgate::gateway::{Gateway, GatewayError, Inbound, Origin, Status, Transport};
 use silpgate::nlip::{self, Encoding, Limits};
 use silpgate::silp::Frontend;
-use silpgate::store::{Retention, SledStore};
+use silpgate::store::chain::{GENESIS, Sealer};
+use silpgate::store::{Retention, SCHEMA_VERSION, SledStore};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -26,7 +28,17 @@ fn freeze(hash: &str, frontend: Frontend, output: &str) -> Freeze {
 }
 
 fn silpgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_silpgate")).args(args).output().expect("silpgate runs");
+    silpgate_with(args, &[])
+}
+
+/// Runs the command line with `vars` set in its own environment only: tests run in parallel,
+/// so none changes the environment of the test process.
+fn silpgate_with(args: &[&str], vars: &[(&str, &[u8])]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    for (name, value) in vars {
+        command.env(name, std::ffi::OsStr::from_bytes(value));
+    }
+    let out = command.args(args).output().expect("silpgate runs");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -201,25 +213,42 @@ fn a_store_of_another_schema_version_is_refused() {
     assert!(matches!(err, StoreError::Corrupt(ref m) if m.contains("schema version 0")), "{err}");
 }
 
-fn export(dir: &Path, key_env: Option<&str>) -> Vec<String> {
-    let mut args = vec!["lock", "export", "--store", dir.to_str().unwrap()];
-    if let Some(var) = key_env {
-        args.extend(["--key-env", var]);
+/// The variable the keyed tests hand their key to the command line in.
+const KEY_VAR: &str = "SILPGATE_TEST_LOCK_KEY";
+const KEY: &[u8] = b"correct horse battery staple, 32+";
+
+fn key_args(args: &mut Vec<&str>, key: Option<&[u8]>) {
+    if key.is_some() {
+        args.extend(["--key-env", KEY_VAR]);
     }
-    let (code, out, err) = silpgate(&args);
+}
+
+fn key_vars(key: Option<&[u8]>) -> Vec<(&'static str, &[u8])> {
+    key.map(|k| vec![(KEY_VAR, k)]).unwrap_or_default()
+}
+
+fn export(dir: &Path, key: Option<&[u8]>) -> Vec<String> {
+    let mut args = vec!["lock", "export", "--store", dir.to_str().unwrap()];
+    key_args(&mut args, key);
+    let (code, out, err) = silpgate_with(&args, &key_vars(key));
     assert_eq!(code, 0, "{err}");
     out.lines().map(str::to_owned).collect()
 }
 
-fn verify_file(lines: &[String], key_env: Option<&str>) -> (i32, String) {
-    let file = temp_dir("export").with_extension("jsonl");
+/// Verifies `lines` as an export file of its own, named after `name` (tests run in parallel).
+fn verify_file(name: &str, lines: &[String], key: Option<&[u8]>) -> (i32, String) {
+    let file = temp_dir(name).with_extension("jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
     let mut args = vec!["lock", "verify", "--file", file.to_str().unwrap()];
-    if let Some(var) = key_env {
-        args.extend(["--key-env", var]);
-    }
-    let (code, out, _) = silpgate(&args);
+    key_args(&mut args, key);
+    let (code, out, _) = silpgate_with(&args, &key_vars(key));
     (code, out)
+}
+
+fn verify_store(dir: &Path, key: Option<&[u8]>) -> (i32, String, String) {
+    let mut args = vec!["lock", "verify", "--store", dir.to_str().unwrap()];
+    key_args(&mut args, key);
+    silpgate_with(&args, &key_vars(key))
 }
 
 fn filled_store(name: &str, key: Option<&[u8]>) -> PathBuf {
@@ -247,6 +276,7 @@ fn lock_verify_names_the_first_bad_record_of_a_tampered_export() {
     assert_eq!((code, out.trim()), (0, "ok: 5 records, chain intact (unkeyed)"));
     let good = export(&dir, None);
     assert_eq!(good.len(), 6, "5 records and the head line");
+    let verify_file = |lines: &[String], key: Option<&[u8]>| verify_file("tamper-export", lines, key);
     assert_eq!(verify_file(&good, None).0, 0);
 
     let mut edited = good.clone();
@@ -287,27 +317,151 @@ fn lock_verify_names_the_first_bad_record_of_a_tampered_export() {
 
 #[test]
 fn a_keyed_chain_catches_a_rewrite_without_the_key() {
-    // SAFETY: tests in this binary do not read this variable concurrently with the write.
-    unsafe { std::env::set_var("SILPGATE_TEST_LOCK_KEY", "correct horse battery staple") };
-    let dir = filled_store("keyed", Some(b"correct horse battery staple"));
-    let good = export(&dir, Some("SILPGATE_TEST_LOCK_KEY"));
-    assert_eq!(verify_file(&good, Some("SILPGATE_TEST_LOCK_KEY")).0, 0);
+    let dir = filled_store("keyed", Some(KEY));
+    let good = export(&dir, Some(KEY));
+    assert_eq!(verify_file("keyed-export", &good, Some(KEY)).0, 0);
     // Without the key the hashes are plain SHA-256: an attacker can rewrite the chain
     // consistently, and only the key tells.
-    let (code, out) = verify_file(&good, None);
+    let (code, out) = verify_file("keyed-export-unkeyed", &good, None);
     assert_eq!(code, 1, "{out}");
-    let (code, out, _) = silpgate(&[
-        "lock",
-        "verify",
-        "--store",
-        dir.to_str().unwrap(),
-        "--key-env",
-        "SILPGATE_TEST_LOCK_KEY",
-    ]);
+    let (code, out, _) = verify_store(&dir, Some(KEY));
     assert_eq!(code, 0, "{out}");
     let (code, _, err) =
         silpgate(&["lock", "verify", "--store", dir.to_str().unwrap(), "--key-env", "SILPGATE_UNSET_KEY"]);
     assert!(code == 2 && err.contains("SILPGATE_UNSET_KEY"), "{err}");
+}
+
+/// The records of `dir`'s chain, read directly from sled (the store must be closed).
+fn raw_records(db: &sled::Db) -> Vec<serde_json::Value> {
+    db.scan_prefix("lock:").values().map(|v| serde_json::from_slice(&v.unwrap()).unwrap()).collect()
+}
+
+fn lock_key(seq: u64) -> Vec<u8> {
+    [b"lock:".as_slice(), &seq.to_be_bytes()].concat()
+}
+
+#[test]
+fn deleting_the_last_records_and_rewriting_the_head_without_the_key_is_caught() {
+    let dir = filled_store("head", Some(KEY));
+    {
+        let db = sled::open(&dir).unwrap();
+        let records = raw_records(&db);
+        // Drop the last record and its index entry, and write a head for the shorter chain
+        // the way anyone without the key can: with plain SHA-256.
+        db.remove(lock_key(4)).unwrap();
+        let ir_hash = records[4]["ir_hash"].as_str().unwrap();
+        db.remove([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat()).unwrap();
+        let last = records[3]["record_hash"].as_str().unwrap();
+        let head_hash = silpgate::util::hash::sha256_hex(format!("silpgate-lock-head:4:{last}").as_bytes());
+        let head = serde_json::json!({"records": 4, "last_hash": last, "head_hash": head_hash});
+        db.insert("meta:lock_head", serde_json::to_vec(&head).unwrap()).unwrap();
+        db.flush().unwrap();
+    }
+    let (code, out, err) = verify_store(&dir, Some(KEY));
+    assert_eq!(code, 1, "the shortened chain must not verify: {out}{err}");
+    assert!(err.contains("head is not sealed by this store's key"), "{err}");
+    // The daemon's way in refuses the store too, before anything is appended.
+    assert!(matches!(SledStore::open(&dir, Some(KEY.to_vec())), Err(StoreError::Corrupt(_))));
+}
+
+#[test]
+fn an_index_entry_pointed_at_another_record_is_caught() {
+    let dir = filled_store("index", None);
+    {
+        let db = sled::open(&dir).unwrap();
+        let records = raw_records(&db);
+        let ir_hash = records[1]["ir_hash"].as_str().unwrap();
+        db.insert([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat(), &2u64.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let (code, out, _) = verify_store(&dir, None);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("points at the record of"), "{out}");
+    let (code, _, err) = silpgate(&["lock", "show", "--store", dir.to_str().unwrap(), &format!("{:064}", 1)]);
+    assert!(code == 1 && err.contains("points at another record"), "{err}");
+}
+
+fn compile_into(dir: &Path, key: Option<&[u8]>, text: &str) -> (i32, String, String) {
+    let ir = format!(
+        r#"{{"silp":"v1","version":"ir-v0.1","intent":"!CANCEL","entities":[{{"id":"x","value":"{text}","action":"!CANCEL"}}],"constraints":[],"alternatives":[],"meta":{{"priority":0,"confidence":1.0,"seq":[],"out":"code","req_id":"0000"}}}}"#
+    );
+    let ir_file = temp_dir(&format!("ir-{text}")).with_extension("json");
+    std::fs::write(&ir_file, ir).unwrap();
+    let mut args = vec!["silp", "compile", "--frontend", "code", "--lock", dir.to_str().unwrap()];
+    key_args(&mut args, key);
+    args.push(ir_file.to_str().unwrap());
+    silpgate_with(&args, &key_vars(key))
+}
+
+#[test]
+fn a_store_is_never_appended_to_under_another_key_or_none() {
+    let dir = filled_store("wrong-key", Some(KEY));
+    let other: &[u8] = b"another key, also 32 bytes or more";
+    let (code, out, err) = compile_into(&dir, Some(other), "one");
+    assert_eq!(code, 1, "appended under another key: {out}");
+    assert!(err.contains("not the key this store's compile.lock was sealed with"), "{err}");
+    assert!(!err.contains("another key, also"), "the key is never shown: {err}");
+    let (code, out, err) = compile_into(&dir, None, "two");
+    assert_eq!(code, 1, "appended without a key: {out}");
+    assert!(err.contains("is keyed, but no key was given"), "{err}");
+    let (code, out, err) = verify_store(&dir, Some(KEY));
+    assert_eq!((code, out.trim()), (0, "ok: 5 records, chain intact (keyed)"), "{err}");
+    // An unkeyed store is not sealed with a key after the fact either.
+    let plain = filled_store("wrong-key-plain", None);
+    let (code, _, err) = compile_into(&plain, Some(KEY), "three");
+    assert!(code == 1 && err.contains("is unkeyed, but a key was given"), "{err}");
+}
+
+#[test]
+fn a_key_shorter_than_32_bytes_is_refused_and_never_shown() {
+    let dir = filled_store("short-key", None);
+    let (code, _, err) = verify_store(&dir, Some(b"k"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("1 bytes; a key must have at least 32"), "{err}");
+    let (code, _, err) = compile_into(&temp_dir("short-key-new"), Some(b"s3cr3t-short-key"), "x");
+    assert!(code == 1 && err.contains("at least 32") && !err.contains("s3cr3t"), "{err}");
+    assert!(matches!(
+        SledStore::open(&temp_dir("short-key-open"), Some(vec![1; 31])),
+        Err(StoreError::Key(_))
+    ));
+}
+
+#[test]
+fn a_store_of_the_previous_layout_is_migrated_with_its_key_and_refused_with_another() {
+    let write_v3 = |name: &str| {
+        let dir = temp_dir(name);
+        let db = sled::open(&dir).unwrap();
+        let sealer = Sealer::new(Some(KEY.to_vec())).unwrap();
+        let mut prev = GENESIS.to_owned();
+        for seq in 0..3u64 {
+            let ir_hash = format!("sha256:{seq:064}");
+            let r = sealer.next(seq, &prev, &ir_hash, "code", &format!("cancel(x{seq})"), "t".into());
+            db.insert(lock_key(seq), serde_json::to_vec(&r).unwrap()).unwrap();
+            db.insert([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat(), &seq.to_be_bytes()).unwrap();
+            prev = r.record_hash;
+        }
+        let head = serde_json::json!({"records": 3, "last_hash": prev});
+        db.insert("meta:lock_head", serde_json::to_vec(&head).unwrap()).unwrap();
+        db.insert("meta:schema_version", "3").unwrap();
+        db.flush().unwrap();
+        dir
+    };
+    let dir = write_v3("v3-wrong-key");
+    let err = SledStore::open(&dir, Some(b"another key, also 32 bytes or more".to_vec())).err().unwrap();
+    assert!(matches!(err, StoreError::Key(ref m) if m.contains("cannot migrate")), "{err}");
+    let err = SledStore::open(&dir, None).err().unwrap();
+    assert!(matches!(err, StoreError::Key(ref m) if m.contains("open it with its key")), "{err}");
+
+    let dir = write_v3("v3");
+    {
+        let store = SledStore::open(&dir, Some(KEY.to_vec())).unwrap();
+        assert_eq!(store.verify_lock(), Ok(3));
+    }
+    let db = sled::open(&dir).unwrap();
+    assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
+    drop(db);
+    let (code, out, err) = verify_store(&dir, Some(KEY));
+    assert_eq!((code, out.trim()), (0, "ok: 3 records, chain intact (keyed)"), "{err}");
 }
 
 #[test]
@@ -361,4 +515,27 @@ fn the_gateway_runs_on_the_sled_store_and_its_state_persists() {
     assert!(matches!(send(store.clone(), "m2").status, Status::Delivered));
     assert_eq!(store.session_by_token("c").unwrap().unwrap().turns, 2);
     assert_eq!(store.verify_lock(), Ok(1));
+}
+
+#[test]
+fn profiles_learnt_from_ping_are_swept_when_idle() {
+    let store = SledStore::open(&temp_dir("profiles"), None).unwrap();
+    let profile =
+        |updated| AgentProfile { frontends: vec![Frontend::Json], source: ProfileSource::Ping, updated };
+    let changes = Changes {
+        profiles: vec![("idle".into(), profile(0)), ("active".into(), profile(900))],
+        ..Changes::default()
+    };
+    store.commit(&changes, 900).unwrap();
+    let retention = Retention {
+        ledger_ttl_ms: u64::MAX,
+        ledger_max_entries: usize::MAX,
+        session_idle_ms: 1_000,
+        tombstone_ms: 500,
+    };
+    let swept = store.sweep(1_500, &retention).unwrap();
+    assert_eq!(swept.profiles_forgotten, 1);
+    assert_eq!(store.profile("idle").unwrap(), None);
+    assert_eq!(store.profile("active").unwrap(), Some(profile(900)));
+    assert_eq!(store.profile_count().unwrap(), 1);
 }

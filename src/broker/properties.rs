@@ -28,6 +28,9 @@ pub const SOURCE_HEADER: &str = "x-silpgate-source";
 /// Longest error text put in a header.
 const MAX_ERROR_HEADER: usize = 4096;
 
+/// Longest queue name AMQP allows (a short string): a longer reply address names no queue.
+const MAX_QUEUE_NAME: usize = 255;
+
 /// Persistent delivery mode.
 const PERSISTENT: u8 = 2;
 
@@ -62,17 +65,7 @@ impl Envelope {
             Some(ct) => Encoding::from_content_type(ct.as_str()).ok_or_else(|| ct.as_str().to_owned()),
         };
         let headers = properties.headers().as_ref();
-        let mut replies: Vec<(Encoding, String)> = headers
-            .map(|h| {
-                h.inner()
-                    .iter()
-                    .filter_map(|(k, v)| {
-                        let content_type = k.as_str().strip_prefix(REPLY_HEADER_PREFIX)?;
-                        Some((Encoding::from_content_type(content_type)?, value_text(v)?))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut replies = headers.map(reply_addresses).unwrap_or_default();
         let reply_to = text(properties.reply_to());
         if replies.is_empty()
             && let Some(address) = &reply_to
@@ -160,9 +153,7 @@ pub fn dead_letter_properties(
     headers.insert(ERROR_CODE_HEADER.into(), long_string(code));
     headers.insert(ERROR_HEADER.into(), long_string(truncate(reason, MAX_ERROR_HEADER)));
     headers.insert(SOURCE_QUEUE_HEADER.into(), long_string(queue));
-    if let Some(user) = original.user_id() {
-        headers.insert(USER_ID_HEADER.into(), long_string(user.as_str()));
-    }
+    carry_user_id(&mut headers, original);
     let mut properties = BasicProperties::default().with_delivery_mode(PERSISTENT).with_headers(headers);
     if let Some(v) = original.content_type() {
         properties = properties.with_content_type(v.clone());
@@ -177,6 +168,25 @@ pub fn dead_letter_properties(
         properties = properties.with_reply_to(v.clone());
     }
     properties
+}
+
+/// The `nlip-reply-*` addresses: at most one per encoding (the first, in header order; many
+/// spellings of one content type name the same encoding), each a queue name of at most
+/// [`MAX_QUEUE_NAME`] bytes. The headers are the producer's to choose, and every address is
+/// published to and named in spans, so their number and size are bounded here.
+fn reply_addresses(headers: &FieldTable) -> Vec<(Encoding, String)> {
+    let mut replies: Vec<(Encoding, String)> = Vec::with_capacity(2);
+    for (k, v) in headers.inner() {
+        let Some(content_type) = k.as_str().strip_prefix(REPLY_HEADER_PREFIX) else { continue };
+        let Some(encoding) = Encoding::from_content_type(content_type) else { continue };
+        let Some(address) = value_text(v).filter(|a| !a.is_empty() && a.len() <= MAX_QUEUE_NAME) else {
+            continue;
+        };
+        if !replies.iter().any(|(e, _)| *e == encoding) {
+            replies.push((encoding, address));
+        }
+    }
+    replies
 }
 
 /// The id of the `index`-th message published for an inbound message: stable across
@@ -219,15 +229,77 @@ pub fn value_integer(value: &AMQPValue) -> Option<i64> {
     })
 }
 
-/// A delivery's properties with the partition key and first source added: what silpgate
-/// publishes when it forwards an inbound message to its partition.
+/// A delivery's properties with the partition key and its inbound queue added: what silpgate
+/// publishes when it forwards an inbound message to its partition. The source is always the
+/// queue silpgate took the message from (a producer's own `x-silpgate-source` is overwritten),
+/// and `user_id` travels as the header [`USER_ID_HEADER`] only: RabbitMQ refuses a publish
+/// whose `user_id` is not the publishing connection's user, and closes the channel with it.
 pub fn partitioned_properties(properties: &BasicProperties, key: &str, source: &str) -> BasicProperties {
     let mut headers = properties.headers().clone().unwrap_or_default();
     headers.insert(super::topology::CONVERSATION_HEADER.into(), long_string(key));
-    if !headers.inner().contains_key(SOURCE_HEADER) {
-        headers.insert(SOURCE_HEADER.into(), long_string(source));
+    headers.insert(SOURCE_HEADER.into(), long_string(source));
+    carry_user_id(&mut headers, properties);
+    without_user_id(properties).with_delivery_mode(PERSISTENT).with_headers(headers)
+}
+
+/// Sets [`USER_ID_HEADER`] from the broker-checked `user_id` of `original`, dropping whatever
+/// the producer put in that header itself: only the broker vouches for a user.
+fn carry_user_id(headers: &mut FieldTable, original: &BasicProperties) {
+    let mut kept = FieldTable::default();
+    for (k, v) in headers.inner() {
+        if k.as_str() != USER_ID_HEADER {
+            kept.insert(k.clone(), v.clone());
+        }
     }
-    properties.clone().with_delivery_mode(PERSISTENT).with_headers(headers)
+    if let Some(user) = original.user_id() {
+        kept.insert(USER_ID_HEADER.into(), long_string(user.as_str()));
+    }
+    *headers = kept;
+}
+
+/// Every property of `p` but `user_id`, which silpgate never publishes.
+fn without_user_id(p: &BasicProperties) -> BasicProperties {
+    let mut out = BasicProperties::default();
+    if let Some(v) = p.content_type() {
+        out = out.with_content_type(v.clone());
+    }
+    if let Some(v) = p.content_encoding() {
+        out = out.with_content_encoding(v.clone());
+    }
+    if let Some(v) = p.headers() {
+        out = out.with_headers(v.clone());
+    }
+    if let Some(v) = p.delivery_mode() {
+        out = out.with_delivery_mode(*v);
+    }
+    if let Some(v) = p.priority() {
+        out = out.with_priority(*v);
+    }
+    if let Some(v) = p.correlation_id() {
+        out = out.with_correlation_id(v.clone());
+    }
+    if let Some(v) = p.reply_to() {
+        out = out.with_reply_to(v.clone());
+    }
+    if let Some(v) = p.expiration() {
+        out = out.with_expiration(v.clone());
+    }
+    if let Some(v) = p.message_id() {
+        out = out.with_message_id(v.clone());
+    }
+    if let Some(v) = p.timestamp() {
+        out = out.with_timestamp(*v);
+    }
+    if let Some(v) = p.kind() {
+        out = out.with_type(v.clone());
+    }
+    if let Some(v) = p.app_id() {
+        out = out.with_app_id(v.clone());
+    }
+    if let Some(v) = p.cluster_id() {
+        out = out.with_cluster_id(v.clone());
+    }
+    out
 }
 
 /// Properties of a changelog or lock stream entry.
@@ -280,6 +352,54 @@ mod tests {
         assert_eq!(replies, [(Encoding::Cbor, "cbor-inbox".into()), (Encoding::Json, "json-inbox".into())]);
         assert_eq!(e.earlier_deliveries, 3);
         assert_eq!(e.correlation_id.as_deref(), Some("c-1"));
+    }
+
+    #[test]
+    fn a_forward_to_a_partition_carries_no_user_id_and_its_own_source() {
+        let original = BasicProperties::default()
+            .with_user_id("alice".into())
+            .with_message_id("m-1".into())
+            .with_reply_to("inbox".into())
+            .with_headers(headers(&[
+                (SOURCE_HEADER, long_string("forged-source")),
+                (USER_ID_HEADER, long_string("forged-user")),
+            ]));
+        let p = partitioned_properties(&original, "conv", "silpgate.in");
+        assert!(p.user_id().is_none(), "the broker would refuse alice's id from silpgate");
+        assert_eq!(
+            (p.message_id().clone(), p.reply_to().clone()),
+            (Some("m-1".into()), Some("inbox".into()))
+        );
+        let h = p.headers().clone().unwrap();
+        let h = h.inner();
+        assert_eq!(value_text(&h[SOURCE_HEADER]).as_deref(), Some("silpgate.in"));
+        assert_eq!(value_text(&h[USER_ID_HEADER]).as_deref(), Some("alice"));
+    }
+
+    #[test]
+    fn a_forged_user_header_never_reaches_a_dead_letter() {
+        let forged =
+            BasicProperties::default().with_headers(headers(&[(USER_ID_HEADER, long_string("root"))]));
+        let p = dead_letter_properties(&forged, "invalid_syntax", "bad", "silpgate.in");
+        assert!(!p.headers().clone().unwrap().inner().contains_key(USER_ID_HEADER));
+        let real = forged.clone().with_user_id("bob".into());
+        let p = dead_letter_properties(&real, "invalid_syntax", "bad", "silpgate.in");
+        assert_eq!(value_text(&p.headers().clone().unwrap().inner()[USER_ID_HEADER]).as_deref(), Some("bob"));
+    }
+
+    #[test]
+    fn reply_addresses_are_one_per_encoding_and_queue_name_sized() {
+        let mut pairs: Vec<(String, AMQPValue)> = (0..500)
+            .map(|i| (format!("nlip-reply-application/json; v={i}"), long_string(&format!("inbox-{i:03}"))))
+            .collect();
+        pairs.push(("nlip-reply-application/cbor".into(), long_string(&"q".repeat(256))));
+        let named: Vec<(&str, AMQPValue)> = pairs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let e = Envelope::read(&BasicProperties::default().with_headers(headers(&named)), false);
+        assert_eq!(
+            e.replies,
+            [(Encoding::Json, "inbox-000".into())],
+            "the too-long cbor address names no queue"
+        );
     }
 
     #[test]

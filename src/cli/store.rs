@@ -57,20 +57,32 @@ pub enum SessionsCommand {
     },
 }
 
-/// The HMAC key named by `--key-env`, if any.
+/// The HMAC key named by `--key-env` (or `store.hmac_key_env`), if any; a key shorter than
+/// [`chain::MIN_KEY_BYTES`] is refused here, before any store is opened.
 pub fn key_from_env(var: Option<&str>) -> Result<Option<Vec<u8>>, String> {
     let Some(var) = var else { return Ok(None) };
     match std::env::var_os(var) {
-        Some(v) if !v.is_empty() => Ok(Some(v.into_encoded_bytes())),
+        Some(v) if !v.is_empty() => {
+            let key = v.into_encoded_bytes();
+            Sealer::new(Some(key.clone())).map_err(|e| format!("environment variable {var}: {e}"))?;
+            Ok(Some(key))
+        }
         _ => Err(format!("environment variable {var} (the lock key) is not set")),
     }
 }
 
 fn open(dir: &Path, key: Option<Vec<u8>>) -> Result<SledStore, ExitCode> {
-    SledStore::open(dir, key).map_err(|e| {
-        eprintln!("error: {e}");
-        ExitCode::from(EXIT_INVALID)
-    })
+    SledStore::open(dir, key).map_err(report)
+}
+
+/// Opens a store to read its sessions or lock records, which needs no key.
+fn open_to_read(dir: &Path) -> Result<SledStore, ExitCode> {
+    SledStore::open_to_read(dir).map_err(report)
+}
+
+fn report(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(EXIT_INVALID)
 }
 
 pub fn run_lock(command: LockCommand) -> ExitCode {
@@ -93,7 +105,10 @@ pub fn run_lock(command: LockCommand) -> ExitCode {
                     Ok(text) => {
                         let (records, head) = chain::read_export(&text);
                         match head {
-                            Some(head) => chain::verify(records, Some(&head), &Sealer::new(key)),
+                            Some(head) => match Sealer::new(key) {
+                                Ok(sealer) => chain::verify(records, Some(&head), &sealer),
+                                Err(e) => return report(e),
+                            },
                             None => Err(chain::ChainError {
                                 position: records.len() as u64,
                                 reason: "no head line: the export is truncated, or not a chain export".into(),
@@ -173,7 +188,7 @@ pub fn run_lock(command: LockCommand) -> ExitCode {
             }
         }
         LockCommand::Show { store, ir_hash } => {
-            let store = match open(&store, None) {
+            let store = match open_to_read(&store) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -200,7 +215,7 @@ pub fn run_lock(command: LockCommand) -> ExitCode {
 
 pub fn run_sessions(command: SessionsCommand) -> ExitCode {
     let SessionsCommand::List { store } = command;
-    let store = match open(&store, None) {
+    let store = match open_to_read(&store) {
         Ok(s) => s,
         Err(code) => return code,
     };

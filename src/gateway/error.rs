@@ -62,7 +62,7 @@ impl GatewayError {
             | GatewayError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
                 Disposition::Transient
             }
-            GatewayError::Store(StoreError::Corrupt(_)) => Disposition::Fatal,
+            GatewayError::Store(StoreError::Corrupt(_) | StoreError::Key(_)) => Disposition::Fatal,
         }
     }
 

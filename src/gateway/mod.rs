@@ -311,17 +311,24 @@ impl Gateway {
         message: &Message,
         notes: &mut Vec<Note>,
     ) -> Result<Vec<Unit>, (GatewayError, Location)> {
-        let top = std::iter::once((None, message.format, message.subformat.as_str(), &message.content));
+        let top = std::iter::once((None, message.subformat.as_str(), &message.content));
         let subs = message
             .submessages()
             .iter()
             .enumerate()
-            .map(|(i, s)| (Some(i), s.format, s.subformat.as_str(), &s.content));
+            .map(|(i, s)| (Some(i), s.subformat.as_str(), &s.content));
         let rules = ValidateOptions { enforce_whitelist: self.config.silp.whitelist };
         let mut units = Vec::with_capacity(2);
-        for (index, format, subformat, content) in top.chain(subs) {
-            let Some(form) = payload::silp_form(format, subformat) else { continue };
+        for (index, subformat, content) in top.chain(subs) {
             let path = index.map_or_else(|| "content".to_owned(), |i| format!("submessages[{i}].content"));
+            let form = match payload::silp_form(subformat) {
+                Ok(Some(form)) => form,
+                Ok(None) => continue,
+                Err(error) => {
+                    let at = Location::Path(path.clone());
+                    return Err((GatewayError::Silp { path, error }, at));
+                }
+            };
             let read = payload::read(form, content, &self.decode_options, self.config.silp.req_id_len)
                 .map_err(|error| {
                     let location = match &error.span {
@@ -383,6 +390,7 @@ impl Gateway {
         let announced = negotiate::announcement(&inbound.envelope)?;
         let mut answer = negotiate::answer(&announced)?;
         let agent = announced.agent.clone().unwrap_or_else(|| inbound.origin.source.clone());
+        self.may_store_profile(&agent, &inbound.origin.source)?;
         let profile = AgentProfile {
             frontends: announced.frontends.clone(),
             source: ProfileSource::Ping,
@@ -393,6 +401,27 @@ impl Gateway {
         notes.push(Note::ProfileLearnt { agent, frontends: announced.frontends });
         reply::echo_tokens(&mut answer, &inbound.envelope, &self.config.gateway.name);
         Ok(vec![Outbound { destination: Destination::Reply, envelope: answer }])
+    }
+}
+
+impl Gateway {
+    /// A `//ping` may store a profile for `agent` when the name is bounded, a configured agent
+    /// is the sender itself (no one else may change what it is sent), and a new profile fits
+    /// under [`negotiate::MAX_PROFILES`].
+    fn may_store_profile(&self, agent: &str, source: &str) -> Result<(), GatewayError> {
+        negotiate::check_agent_name(agent)?;
+        if agent != source && self.config.agents.iter().any(|a| a.name == agent) {
+            return Err(GatewayError::Ping(format!(
+                "agent '{agent}' is configured; only a //ping from '{agent}' itself changes its profile"
+            )));
+        }
+        if self.store.profile(agent)?.is_none() && self.store.profile_count()? >= negotiate::MAX_PROFILES {
+            return Err(GatewayError::Ping(format!(
+                "silpgate keeps at most {} agent profiles learnt from //ping; idle ones are forgotten after sessions.idle_timeout_secs",
+                negotiate::MAX_PROFILES
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -14,6 +14,13 @@ use serde_json::{Value, json};
 
 pub const PING: &str = "//ping";
 
+/// Longest agent name a `//ping` may store a profile under, in bytes.
+pub const MAX_AGENT_NAME_BYTES: usize = 128;
+/// Most agent profiles learnt from `//ping` kept at once; the sweep forgets idle ones.
+pub const MAX_PROFILES: usize = 1024;
+/// Characters of an unsupported `silp` version quoted back in the refusal.
+const MAX_QUOTED_VERSION: usize = 16;
+
 /// True for a `//ping` request.
 pub fn is_ping(message: &Message) -> bool {
     message.is_control() && message.content.as_str().is_some_and(|c| c.trim() == PING)
@@ -46,8 +53,12 @@ pub fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
     match body.get("silp").and_then(Value::as_str) {
         Some(SILP_VERSION) => {}
         Some(other) => {
+            let mut quoted: String = other.chars().take(MAX_QUOTED_VERSION).collect();
+            if quoted.len() < other.len() {
+                quoted.push('…');
+            }
             return Err(GatewayError::Ping(format!(
-                "silp version '{other}' is not supported; use '{SILP_VERSION}'"
+                "silp version '{quoted}' is not supported; use '{SILP_VERSION}'"
             )));
         }
         None => return Err(GatewayError::Ping("missing \"silp\": \"v1\"".into())),
@@ -56,10 +67,26 @@ pub fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
         .get("frontends")
         .and_then(Value::as_array)
         .ok_or_else(|| GatewayError::Ping("\"frontends\" must be an array of frontend names".into()))?;
-    let frontends =
-        names.iter().filter_map(Value::as_str).filter_map(|n| n.parse::<Frontend>().ok()).collect();
+    let mut frontends: Vec<Frontend> = Vec::with_capacity(Frontend::ALL.len());
+    for frontend in names.iter().filter_map(Value::as_str).filter_map(|n| n.parse::<Frontend>().ok()) {
+        if !frontends.contains(&frontend) {
+            frontends.push(frontend);
+        }
+    }
     let agent = body.get("agent").and_then(Value::as_str).map(str::to_owned);
     Ok(Announcement { agent, frontends })
+}
+
+/// Checks the name a profile is stored under: every ping stores one, so its size is bounded
+/// (the name itself is not quoted back: it may be huge).
+pub fn check_agent_name(agent: &str) -> Result<(), GatewayError> {
+    if agent.is_empty() || agent.len() > MAX_AGENT_NAME_BYTES || agent.chars().any(char::is_control) {
+        return Err(GatewayError::Ping(format!(
+            "the agent name is {} bytes; it must be 1..={MAX_AGENT_NAME_BYTES} bytes without control characters",
+            agent.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The answer to a `//ping`.

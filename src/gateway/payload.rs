@@ -1,5 +1,6 @@
 //! The SILP-in-NLIP convention (DESIGN.md): which submessages hold SILP payloads, how each is
-//! read into an IR, and how an IR is written back in the form a receiver gets.
+//! read into an IR, and how an IR is written back in the form a receiver gets. A `silp-*`
+//! subformat is SILP under any `format` (it is read and validated, or refused).
 //!
 //! | payload          | format       | subformat   | content        |
 //! |------------------|--------------|-------------|----------------|
@@ -30,28 +31,42 @@ pub enum OutputForm {
     Surface(Frontend),
 }
 
-/// The readable SILP form of a submessage, if it holds one.
-pub fn silp_form(format: Format, subformat: &str) -> Option<SilpForm> {
-    if format != Format::Structured {
-        return None;
+/// Subformats with this prefix are SILP, whatever the `format` beside them says.
+const SILP_PREFIX: &str = "silp-";
+
+/// The SILP form a (sub)message holds, by its subformat: a `silp-*` subformat is SILP under any
+/// `format`, so that it cannot be slipped past the validator as `text` or `generic`; the format
+/// is left as sent, since the form is what decides how the content is read.
+///
+/// # Errors
+/// `unsupported_frontend` for a `silp-*` subformat silpgate cannot read: forwarding it
+/// unchecked would let a payload past the validator under a name nobody reads.
+pub fn silp_form(subformat: &str) -> Result<Option<SilpForm>, SilpError> {
+    let is_silp = subformat.get(..SILP_PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(SILP_PREFIX));
+    if !is_silp {
+        return Ok(None);
     }
     if subformat.eq_ignore_ascii_case("silp-ir") {
-        Some(SilpForm::Ir)
+        Ok(Some(SilpForm::Ir))
     } else if subformat.eq_ignore_ascii_case("silp-code") {
-        Some(SilpForm::Code)
+        Ok(Some(SilpForm::Code))
     } else if subformat.eq_ignore_ascii_case("silp-json") {
-        Some(SilpForm::Json)
+        Ok(Some(SilpForm::Json))
     } else {
-        None
+        let shown: String = subformat.chars().take(64).collect();
+        Err(SilpError::new(
+            ErrorCode::UnsupportedFrontend,
+            format!("subformat '{shown}' is not a SILP form silpgate reads (silp-ir, silp-code, silp-json)"),
+        ))
     }
 }
 
 /// The form an asker reads answers in: the form of its request's first SILP payload, or the
 /// natural-language rendering when it sent none (plain NLIP text).
 pub fn answer_form(request: &crate::nlip::Message) -> OutputForm {
-    let top = std::iter::once((request.format, request.subformat.as_str()));
-    let subs = request.submessages().iter().map(|s| (s.format, s.subformat.as_str()));
-    match top.chain(subs).find_map(|(format, subformat)| silp_form(format, subformat)) {
+    let top = std::iter::once(request.subformat.as_str());
+    let subs = request.submessages().iter().map(|s| s.subformat.as_str());
+    match top.chain(subs).find_map(|subformat| silp_form(subformat).ok().flatten()) {
         Some(SilpForm::Ir) => OutputForm::Ir,
         Some(SilpForm::Code) => OutputForm::Surface(Frontend::Code),
         Some(SilpForm::Json) => OutputForm::Surface(Frontend::Json),

@@ -109,6 +109,9 @@ pub enum StoreError {
     Conflict(String),
     #[error("store data is damaged: {0}")]
     Corrupt(String),
+    /// The compile.lock key does not fit the store (too short, another key, or none).
+    #[error("store refused the compile.lock key: {0}")]
+    Key(String),
 }
 
 /// The storage interface of the gateway core.
@@ -117,6 +120,8 @@ pub trait Store: Send + Sync {
     /// Ids held by live sessions and tombstones.
     fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError>;
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError>;
+    /// Number of stored agent profiles (each learnt from a `//ping`).
+    fn profile_count(&self) -> Result<usize, StoreError>;
     /// The frozen compile of (IR hash, frontend), if any.
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError>;
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError>;
@@ -183,6 +188,10 @@ impl Store for MemoryStore {
 
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
         self.with(|m| m.profiles.get(agent).cloned())
+    }
+
+    fn profile_count(&self) -> Result<usize, StoreError> {
+        self.with(|m| m.profiles.len())
     }
 
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError> {

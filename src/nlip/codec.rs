@@ -49,11 +49,24 @@ pub struct Limits {
     /// Deepest nesting of arrays and objects anywhere in the message.
     pub max_depth: usize,
     pub max_submessages: usize,
+    /// Most values (strings, numbers, booleans, nulls, arrays, maps; map keys included) in the
+    /// whole message, counted before it is decoded (see `nlip::items`).
+    pub max_items: usize,
+    /// Longest conversation token, in bytes: the token is kept in session state and carried
+    /// in headers, so it is bounded on the way in. Other tokens (authentication tokens, which
+    /// may be long JWTs) are only echoed and fall under the byte limit.
+    pub max_conversation_token_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_bytes: 1 << 20, max_depth: 32, max_submessages: 256 }
+        Limits {
+            max_bytes: 1 << 20,
+            max_depth: 32,
+            max_submessages: 256,
+            max_items: 100_000,
+            max_conversation_token_bytes: 256,
+        }
     }
 }
 
@@ -67,6 +80,7 @@ pub fn decode(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result<Messa
             format!("message is {} bytes; the limit is {} bytes", bytes.len(), limits.max_bytes),
         ));
     }
+    check_items(bytes, encoding, limits.max_items)?;
     let node = match encoding {
         Encoding::Json => {
             let value: Value = serde_json::from_slice(bytes).map_err(|e| {
@@ -98,6 +112,40 @@ pub fn decode(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result<Messa
         ));
     }
     message_from(node, limits)
+}
+
+/// Refuses a message holding more values than `max_items` before any of them is built.
+fn check_items(bytes: &[u8], encoding: Encoding, max_items: usize) -> Result<(), NlipError> {
+    let items = match encoding {
+        Encoding::Json => super::items::json(bytes, max_items),
+        Encoding::Cbor => super::items::cbor(bytes, max_items),
+    };
+    if items > max_items {
+        return Err(NlipError::new(
+            NlipErrorKind::TooLarge,
+            format!("message holds more than {max_items} values (nlip.max_items)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a conversation token whose content is longer than `max_bytes`.
+fn check_token(sub: &Submessage, index: usize, max_bytes: usize) -> Result<(), NlipError> {
+    let length = match &sub.content {
+        Content::Json(Value::String(s)) => s.len(),
+        Content::Binary(b) => b.len(),
+        Content::Json(_) => 0,
+    };
+    if sub.is_conversation_token() && length > max_bytes {
+        return Err(NlipError::at(
+            NlipErrorKind::TooLarge,
+            format!("submessages[{index}].content"),
+            format!(
+                "a conversation token of {length} bytes; the limit is {max_bytes} bytes (nlip.max_conversation_token_bytes)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes a message in `encoding`.
@@ -297,13 +345,15 @@ fn message_from(node: Node, limits: &Limits) -> Result<Message, NlipError> {
                     format!("{} submessages; the limit is {}", items.len(), limits.max_submessages),
                 ));
             }
-            Some(
-                items
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, n)| submessage_from(n, i))
-                    .collect::<Result<_, _>>()?,
-            )
+            let subs: Vec<Submessage> = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| submessage_from(n, i))
+                .collect::<Result<_, _>>()?;
+            for (i, sub) in subs.iter().enumerate() {
+                check_token(sub, i, limits.max_conversation_token_bytes)?;
+            }
+            Some(subs)
         }
         Some(other) => {
             return Err(NlipError::envelope(
@@ -321,8 +371,16 @@ fn submessage_from(node: Node, index: usize) -> Result<Submessage, NlipError> {
         return Err(NlipError::envelope(path, format!("a submessage is an object, found {}", node.kind())));
     };
     let mut fields = Fields::split(entries, &path)?;
-    // A submessage has no messagetype, control or submessages of its own: keep them as data.
-    for name in ["messagetype", "control", "submessages"] {
+    // NLIP submessages are one flat list; nested ones would reach agents without the
+    // validation every other payload gets, so they are refused rather than kept as data.
+    if fields.take("submessages").is_some() {
+        return Err(NlipError::envelope(
+            join(&path, "submessages"),
+            "a submessage cannot hold submessages of its own; put every submessage in the message's list",
+        ));
+    }
+    // A submessage has no messagetype or control of its own: keep them as data.
+    for name in ["messagetype", "control"] {
         let i = KNOWN.iter().position(|k| *k == name).expect("known field");
         if let Some((key, node)) = fields.known[i].take() {
             fields.extra.insert(key, node.into_json());

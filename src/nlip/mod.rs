@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod error;
+mod items;
 pub mod message;
 pub mod reply;
 

@@ -40,6 +40,19 @@ pub struct Head {
     pub head_hash: String,
 }
 
+/// The shortest key a chain may be sealed with: an HMAC-SHA256 key shorter than its 32-byte
+/// output is weaker than the hash it keys.
+pub const MIN_KEY_BYTES: usize = 32;
+
+/// A key refused before anything is sealed with it. The key itself is never part of the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the compile.lock key is {len} bytes; a key must have at least {MIN_KEY_BYTES} (e.g. `openssl rand -base64 32`)"
+)]
+pub struct WeakKey {
+    pub len: usize,
+}
+
 /// How record hashes are made.
 #[derive(Clone)]
 pub struct Sealer {
@@ -54,8 +67,25 @@ impl fmt::Debug for Sealer {
 }
 
 impl Sealer {
-    pub fn new(key: Option<Vec<u8>>) -> Self {
-        Sealer { key }
+    /// A sealer keyed with `key`, or an unkeyed one (plain SHA-256).
+    ///
+    /// # Errors
+    /// [`WeakKey`] when the key is shorter than [`MIN_KEY_BYTES`].
+    pub fn new(key: Option<Vec<u8>>) -> Result<Self, WeakKey> {
+        match key {
+            Some(k) if k.len() < MIN_KEY_BYTES => Err(WeakKey { len: k.len() }),
+            key => Ok(Sealer { key }),
+        }
+    }
+
+    /// A fingerprint of the key (or of its absence) to store beside the chain, so that a store
+    /// opened with another key is refused instead of appended to. It is an HMAC of a fixed
+    /// text: with a key of 32 bytes or more it gives nothing away about the key.
+    pub fn fingerprint(&self) -> String {
+        match &self.key {
+            None => "unkeyed".to_owned(),
+            Some(_) => format!("hmac-sha256:{}", self.seal(b"silpgate compile.lock key fingerprint")),
+        }
     }
 
     pub fn is_keyed(&self) -> bool {
@@ -266,9 +296,11 @@ mod tests {
         verify(records.iter().cloned().map(Ok), head, sealer)
     }
 
+    const KEY: &[u8] = b"a compile.lock key of 32 bytes..";
+
     #[test]
     fn an_intact_chain_verifies() {
-        let sealer = Sealer::new(None);
+        let sealer = Sealer::new(None).unwrap();
         let records = chain(&sealer, 5);
         let head = sealer.head(5, &records[4].record_hash);
         assert_eq!(check(&records, Some(&head), &sealer), Ok(5));
@@ -276,7 +308,7 @@ mod tests {
 
     #[test]
     fn every_kind_of_tampering_is_caught_at_the_first_bad_record() {
-        let sealer = Sealer::new(None);
+        let sealer = Sealer::new(None).unwrap();
         let good = chain(&sealer, 5);
         let head = sealer.head(5, &good[4].record_hash);
 
@@ -307,13 +339,13 @@ mod tests {
 
     #[test]
     fn a_keyed_chain_catches_a_full_rewrite_without_the_key() {
-        let keyed = Sealer::new(Some(b"secret".to_vec()));
+        let keyed = Sealer::new(Some(KEY.to_vec())).unwrap();
         let records = chain(&keyed, 3);
         let head = keyed.head(3, &records[2].record_hash);
         assert_eq!(check(&records, Some(&head), &keyed), Ok(3));
 
         // The attacker edits a record and recomputes every hash, without the key.
-        let attacker = Sealer::new(None);
+        let attacker = Sealer::new(None).unwrap();
         let mut rewritten = records.clone();
         rewritten[1].output = "cancel(evil)".into();
         let mut prev = GENESIS.to_owned();
@@ -335,8 +367,18 @@ mod tests {
     }
 
     #[test]
+    fn short_keys_are_refused_and_fingerprints_tell_keys_apart() {
+        assert_eq!(Sealer::new(Some(b"k".to_vec())).unwrap_err(), WeakKey { len: 1 });
+        assert!(Sealer::new(Some(vec![7; MIN_KEY_BYTES - 1])).is_err());
+        let one = Sealer::new(Some(KEY.to_vec())).unwrap();
+        let other = Sealer::new(Some(vec![7; MIN_KEY_BYTES])).unwrap();
+        assert_ne!(one.fingerprint(), other.fingerprint());
+        assert_eq!(Sealer::new(None).unwrap().fingerprint(), "unkeyed");
+    }
+
+    #[test]
     fn reference_lines_look_like_the_reference_cli() {
-        let sealer = Sealer::new(None);
+        let sealer = Sealer::new(None).unwrap();
         let r = sealer.next(
             0,
             GENESIS,

@@ -11,27 +11,32 @@
 //! the flush cost here (docs/performance.md). Commits are serialised by a mutex, which makes
 //! their read-check-write steps (session id ownership, first freeze wins, chain order) atomic.
 //!
-//! Keys: `meta:schema_version`, `meta:lock_head`, `session:<token>`, `sid:<id>` (-> token),
+//! The compile.lock is checked where it is opened: the stored head (record count, last hash)
+//! is sealed with the chain's key and must match the chain's last record, and a fingerprint
+//! of the key (`meta:lock_key`) must match the key given, so that a store is never appended to
+//! under another key or none (which would break its chain for every key).
+//!
+//! Keys: `meta:schema_version`, `meta:lock_head` (sealed), `meta:lock_key` (key fingerprint),
+//! `session:<token>`, `sid:<id>` (-> token),
 //! `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
 //! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`; in a cluster also
 //! `cluster:applied:<partition, 2 bytes BE>` and `cluster:lock_applied` (stream offsets, see
 //! [`replica`]).
 
 pub mod chain;
+mod migrate;
 pub mod replica;
 
 use crate::gateway::store::{
-    AgentProfile, Changes, Frozen, LedgerState, Millis, SessionRecord, Store, StoreError,
+    AgentProfile, Changes, Frozen, LedgerState, Millis, ProfileSource, SessionRecord, Store, StoreError,
 };
 use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
+pub use migrate::SCHEMA_VERSION;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-/// The layout version written into the store; a store with another version is refused.
-pub const SCHEMA_VERSION: &str = "3";
 
 /// Retention of the ledger and of expired sessions.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +57,8 @@ pub struct Swept {
     pub sessions_expired: usize,
     pub sessions_forgotten: usize,
     pub ledger_dropped: usize,
+    /// Agent profiles learnt from `//ping` and not renewed for a session's idle time.
+    pub profiles_forgotten: usize,
 }
 
 /// The sled-backed store.
@@ -71,13 +78,8 @@ pub struct SledStore {
     /// In a cluster the compile.lock chain is written only from the cluster's lock stream
     /// ([`replica`]); commits then leave new entries for the stream to decide.
     chain_follows_stream: AtomicBool,
-}
-
-/// The chain's length and last record hash, kept so that truncation is evident.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct ChainHead {
-    records: u64,
-    last_hash: String,
+    /// Opened without its key to read sessions and lock records: every write is refused.
+    read_only: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -86,8 +88,8 @@ struct LedgerEntry {
     at: Millis,
 }
 
-const SCHEMA_KEY: &[u8] = b"meta:schema_version";
 const HEAD_KEY: &[u8] = b"meta:lock_head";
+const KEY_FINGERPRINT: &[u8] = b"meta:lock_key";
 const SESSION: &[u8] = b"session:";
 const SESSION_ID: &[u8] = b"sid:";
 const PROFILE: &[u8] = b"profile:";
@@ -151,31 +153,82 @@ fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
 }
 
 impl SledStore {
-    /// Opens (or creates) the store in `dir`. `key` makes the compile.lock chain keyed.
+    /// Opens (or creates) the store in `dir`. `key` makes the compile.lock chain keyed; it must
+    /// be the key the store was created with (or none for an unkeyed store), and the chain's
+    /// head must be sealed by it and match the last record. A store of the previous layout is
+    /// migrated.
+    ///
+    /// # Errors
+    /// [`StoreError::Key`] for a short key or another key than the store's;
+    /// [`StoreError::Corrupt`] for a head that is not sealed or does not match the chain, or
+    /// an unknown layout version.
     pub fn open(dir: &Path, key: Option<Vec<u8>>) -> Result<SledStore, StoreError> {
+        let sealer = Sealer::new(key).map_err(|e| StoreError::Key(e.to_string()))?;
         let db = open_db(dir)?;
-        match db.get(SCHEMA_KEY).map_err(unavailable)? {
-            None if db.is_empty() => {
-                db.insert(SCHEMA_KEY, SCHEMA_VERSION).map_err(unavailable)?;
-                db.flush().map_err(unavailable)?;
-            }
-            Some(v) if v.as_ref() == SCHEMA_VERSION.as_bytes() => {}
-            found => {
-                let version = found.map_or("none".to_owned(), |v| String::from_utf8_lossy(&v).into_owned());
-                return Err(corrupt(format!(
-                    "store schema version {version} is not {SCHEMA_VERSION}; migrate or start from an empty store"
-                )));
-            }
-        }
-        Ok(SledStore {
+        migrate::to_current(&db, &sealer)?;
+        check_key(&db, &sealer)?;
+        let store = SledStore::with(db, sealer, false);
+        store.check_head()?;
+        Ok(store)
+    }
+
+    /// Opens the store in `dir` to read sessions and lock records without the chain's key.
+    /// Nothing can be written through it.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for an unknown layout version.
+    pub fn open_to_read(dir: &Path) -> Result<SledStore, StoreError> {
+        let db = open_db(dir)?;
+        migrate::check_readable(&db)?;
+        Ok(SledStore::with(db, Sealer::new(None).map_err(|e| StoreError::Key(e.to_string()))?, true))
+    }
+
+    fn with(db: sled::Db, sealer: Sealer, read_only: bool) -> SledStore {
+        SledStore {
             db,
-            sealer: Sealer::new(key),
+            sealer,
             writer: Mutex::new(()),
             written: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
             flush_turn: tokio::sync::Mutex::new(()),
             chain_follows_stream: AtomicBool::new(false),
-        })
+            read_only,
+        }
+    }
+
+    /// The stored head is sealed by this store's key, names the last record, and no record
+    /// follows it: a head rewritten without the key, or a chain cut short or extended behind
+    /// the store's back, stops the open.
+    fn check_head(&self) -> Result<(), StoreError> {
+        let head = self.chain_head()?;
+        if self.sealer.head(head.records, &head.last_hash).head_hash != head.head_hash {
+            return Err(corrupt("the compile.lock head is not sealed by this store's key: it was rewritten"));
+        }
+        let last = self.db.scan_prefix(LOCK).keys().next_back().transpose().map_err(unavailable)?;
+        let expected = head.records.checked_sub(1).map(|seq| key(LOCK, &seq.to_be_bytes()));
+        if last.as_deref() != expected.as_deref() {
+            return Err(corrupt(format!(
+                "the compile.lock head seals {} records but the chain ends elsewhere: records were deleted or added",
+                head.records
+            )));
+        }
+        if let Some(seq) = head.records.checked_sub(1) {
+            let record = self.lock_record(&seq.to_be_bytes())?;
+            if record.record_hash != head.last_hash || self.sealer.record_hash(&record) != record.record_hash
+            {
+                return Err(corrupt(format!(
+                    "compile.lock record {seq} is not the one the head seals: it was edited or replaced"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::Key("the store was opened to read, without its key".into()));
+        }
+        Ok(())
     }
 
     fn write_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, StoreError> {
@@ -192,27 +245,77 @@ impl SledStore {
         })
     }
 
-    /// The head sealing the current chain.
+    /// The stored head sealing the current chain.
     pub fn lock_head(&self) -> Result<Head, StoreError> {
-        let head = self.chain_head()?;
-        Ok(self.sealer.head(head.records, &head.last_hash))
+        self.chain_head()
     }
 
-    /// Verifies the whole compile.lock chain against the head kept in the store.
+    /// Verifies the whole compile.lock chain against the sealed head kept in the store, and the
+    /// index beside it: every record is indexed once, and every index entry points at the
+    /// record of its own (frontend, IR hash).
     pub fn verify_lock(&self) -> Result<u64, ChainError> {
         let head = self.lock_head().map_err(|e| ChainError { position: 0, reason: e.to_string() })?;
-        chain::verify(self.lock_records(), Some(&head), &self.sealer)
+        let count = chain::verify(self.lock_records(), Some(&head), &self.sealer)?;
+        self.verify_index(count)?;
+        Ok(count)
+    }
+
+    fn verify_index(&self, records: u64) -> Result<(), ChainError> {
+        let mut indexed = 0u64;
+        for entry in self.db.scan_prefix(LOCK_INDEX) {
+            let (index_key, seq) = entry.map_err(|e| ChainError {
+                position: indexed,
+                reason: format!("cannot read the index: {e}"),
+            })?;
+            let name = String::from_utf8_lossy(&index_key[LOCK_INDEX.len()..]).into_owned();
+            let (frontend, ir_hash) = name.split_once('\0').unwrap_or((&name, ""));
+            let position = <[u8; 8]>::try_from(seq.as_ref()).map(u64::from_be_bytes).unwrap_or(u64::MAX);
+            let bad = |reason: String| ChainError { position, reason };
+            let record = self
+                .lock_record(&seq)
+                .map_err(|e| bad(format!("index entry ({frontend}, {ir_hash}): {e}")))?;
+            if record.frontend != frontend || record.ir_hash != ir_hash {
+                return Err(bad(format!(
+                    "the index entry for ({frontend}, {ir_hash}) points at the record of ({}, {}): the index was edited",
+                    record.frontend, record.ir_hash
+                )));
+            }
+            indexed += 1;
+        }
+        if indexed != records {
+            return Err(ChainError {
+                position: records,
+                reason: format!("{indexed} index entries for {records} records: the index was edited"),
+            });
+        }
+        Ok(())
     }
 
     /// The lock records of one IR (every frontend).
     pub fn lock_for(&self, ir_hash: &str) -> Result<Vec<LockRecord>, StoreError> {
         let mut out = Vec::new();
         for frontend in Frontend::ALL {
-            if let Some(seq) = self.db.get(lock_index_key(frontend, ir_hash)).map_err(unavailable)? {
-                out.push(self.lock_record(&seq)?);
+            if let Some(record) = self.indexed_record(frontend, ir_hash)? {
+                out.push(record);
             }
         }
         Ok(out)
+    }
+
+    /// The record the index holds for (frontend, IR hash), checked to be that entry's: an
+    /// index pointed at another record must not hand out that record's output.
+    fn indexed_record(&self, frontend: Frontend, ir_hash: &str) -> Result<Option<LockRecord>, StoreError> {
+        let Some(seq) = self.db.get(lock_index_key(frontend, ir_hash)).map_err(unavailable)? else {
+            return Ok(None);
+        };
+        let record = self.lock_record(&seq)?;
+        if record.frontend != frontend.name() || record.ir_hash != ir_hash {
+            return Err(corrupt(format!(
+                "the compile.lock index entry for ({}, {ir_hash}) points at another record",
+                frontend.name()
+            )));
+        }
+        Ok(Some(record))
     }
 
     fn lock_record(&self, seq: &[u8]) -> Result<LockRecord, StoreError> {
@@ -257,14 +360,15 @@ impl SledStore {
         Ok(())
     }
 
-    /// Writes the next compile.lock record after `chain` into `batch`; returns the new head.
+    /// Writes the next compile.lock record after `chain` into `batch`; returns the new head,
+    /// sealed.
     fn put_lock_record(
         &self,
         batch: &mut sled::Batch,
-        chain: &ChainHead,
+        chain: &Head,
         freeze: &crate::gateway::store::Freeze,
         at: Millis,
-    ) -> ChainHead {
+    ) -> Head {
         let record = self.sealer.next(
             chain.records,
             &chain.last_hash,
@@ -276,19 +380,21 @@ impl SledStore {
         let seq = chain.records.to_be_bytes();
         batch.insert(key(LOCK, &seq), encode(&record));
         batch.insert(lock_index_key(freeze.frontend, &freeze.ir_hash), &seq);
-        ChainHead { records: chain.records + 1, last_hash: record.record_hash }
+        self.sealer.head(chain.records + 1, &record.record_hash)
     }
 
-    fn chain_head(&self) -> Result<ChainHead, StoreError> {
+    /// The stored head; every store of this layout has one (an empty chain's seals genesis).
+    fn chain_head(&self) -> Result<Head, StoreError> {
         match self.db.get(HEAD_KEY).map_err(unavailable)? {
-            Some(bytes) => decode(&bytes, "chain head"),
-            None => Ok(ChainHead { records: 0, last_hash: chain::GENESIS.to_owned() }),
+            Some(bytes) => decode(&bytes, "compile.lock head"),
+            None => Err(corrupt("the compile.lock head is missing: it was deleted")),
         }
     }
 
-    /// Expires idle sessions, forgets old tombstones (freeing their ids) and trims the ledger
-    /// to its age and size limits.
+    /// Expires idle sessions, forgets old tombstones (freeing their ids) and idle profiles learnt
+    /// from `//ping`, and trims the ledger to its age and size limits.
     pub fn sweep(&self, now: Millis, retention: &Retention) -> Result<Swept, StoreError> {
+        self.writable()?;
         let _writer = self.write_lock()?;
         let mut swept = Swept::default();
         let mut batch = sled::Batch::default();
@@ -306,6 +412,7 @@ impl SledStore {
                 swept.sessions_forgotten += 1;
             }
         }
+        swept.profiles_forgotten = self.sweep_profiles(&mut batch, now, retention.session_idle_ms)?;
         let over = self.ledger_len().saturating_sub(retention.ledger_max_entries);
         for (i, entry) in self.db.scan_prefix(LEDGER_TIME).keys().enumerate() {
             let time_key = entry.map_err(unavailable)?;
@@ -322,6 +429,48 @@ impl SledStore {
         self.db.apply_batch(batch).map_err(unavailable)?;
         self.written.fetch_add(1, Ordering::AcqRel);
         Ok(swept)
+    }
+}
+
+/// The key given is the key the chain was sealed with (or none for an unkeyed chain).
+fn check_key(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
+    let stored = db.get(KEY_FINGERPRINT).map_err(unavailable)?;
+    let stored = stored.as_deref().map(String::from_utf8_lossy);
+    let given = sealer.fingerprint();
+    match stored.as_deref() {
+        Some(f) if f == given => Ok(()),
+        Some("unkeyed") => Err(StoreError::Key(
+            "this store's compile.lock is unkeyed, but a key was given; open it without store.hmac_key_env / --key-env".into(),
+        )),
+        Some(_) if !sealer.is_keyed() => Err(StoreError::Key(
+            "this store's compile.lock is keyed, but no key was given; set store.hmac_key_env / --key-env to its key".into(),
+        )),
+        Some(_) => Err(StoreError::Key(
+            "the key given is not the key this store's compile.lock was sealed with".into(),
+        )),
+        None => Err(corrupt("the compile.lock key fingerprint (meta:lock_key) is missing")),
+    }
+}
+
+impl SledStore {
+    /// Forgets profiles learnt from `//ping` that were not renewed within `idle_ms`, as idle
+    /// sessions are: any client can leave one behind.
+    fn sweep_profiles(
+        &self,
+        batch: &mut sled::Batch,
+        now: Millis,
+        idle_ms: Millis,
+    ) -> Result<usize, StoreError> {
+        let mut forgotten = 0;
+        for entry in self.db.scan_prefix(PROFILE) {
+            let (profile_key, bytes) = entry.map_err(unavailable)?;
+            let profile: AgentProfile = decode(&bytes, "profile")?;
+            if profile.source == ProfileSource::Ping && now.saturating_sub(profile.updated) > idle_ms {
+                batch.remove(profile_key);
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
     }
 }
 
@@ -352,11 +501,12 @@ impl Store for SledStore {
             .transpose()
     }
 
+    fn profile_count(&self) -> Result<usize, StoreError> {
+        Ok(self.db.scan_prefix(PROFILE).count())
+    }
+
     fn frozen(&self, ir_hash: &str, frontend: Frontend) -> Result<Option<String>, StoreError> {
-        match self.db.get(lock_index_key(frontend, ir_hash)).map_err(unavailable)? {
-            Some(seq) => Ok(Some(self.lock_record(&seq)?.output)),
-            None => Ok(None),
-        }
+        Ok(self.indexed_record(frontend, ir_hash)?.map(|r| r.output))
     }
 
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError> {
@@ -368,6 +518,7 @@ impl Store for SledStore {
         if changes.is_empty() {
             return Ok(Vec::new());
         }
+        self.writable()?;
         let _writer = self.write_lock()?;
         for (token, seen) in &changes.turns_seen {
             let now = self.session_by_token(token)?.map_or(0, |s| s.turns);
@@ -400,7 +551,7 @@ impl Store for SledStore {
             writes += 1;
         }
         let follows_stream = self.chain_follows_stream.load(Ordering::Relaxed);
-        let mut head: Option<ChainHead> = None;
+        let mut head: Option<Head> = None;
         let mut new_entries: Vec<(Vec<u8>, String)> = Vec::new();
         let mut frozen = Vec::with_capacity(changes.freezes.len());
         for f in &changes.freezes {
@@ -408,10 +559,7 @@ impl Store for SledStore {
             // Frozen earlier, or earlier in this same commit.
             let existing = match new_entries.iter().find(|(k, _)| *k == index_key) {
                 Some((_, output)) => Some(output.clone()),
-                None => match self.db.get(&index_key).map_err(unavailable)? {
-                    Some(seq) => Some(self.lock_record(&seq)?.output),
-                    None => None,
-                },
+                None => self.indexed_record(f.frontend, &f.ir_hash)?.map(|r| r.output),
             };
             if let Some(output) = existing {
                 let drift = output != f.output;

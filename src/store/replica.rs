@@ -7,7 +7,7 @@
 //! changes this replica made itself, leaves the same state: replay never needs to know which
 //! records are already here.
 
-use super::{ChainHead, SESSION, SESSION_ID, SledStore, decode, encode, key, unavailable};
+use super::{SESSION, SESSION_ID, SledStore, decode, encode, key, unavailable};
 use crate::gateway::session::Partition;
 use crate::gateway::store::{Freeze, LedgerState, Millis, SessionRecord, StoreError};
 use crate::silp::Frontend;
@@ -96,6 +96,7 @@ impl SledStore {
         offset: Option<u64>,
         now: Millis,
     ) -> Result<(), StoreError> {
+        self.writable()?;
         let _writer = self.write_lock()?;
         let mut batch = sled::Batch::default();
         match change {
@@ -156,12 +157,13 @@ impl SledStore {
     pub fn follow_lock(&self, offset: u64, proposal: &LockProposal) -> Result<bool, StoreError> {
         let frontend: Frontend =
             proposal.frontend.parse().map_err(|_| super::corrupt("a lock proposal names no frontend"))?;
+        self.writable()?;
         let _writer = self.write_lock()?;
         let mut batch = sled::Batch::default();
         let index = super::lock_index_key(frontend, &proposal.ir_hash);
         let fresh = self.db.get(&index).map_err(unavailable)?.is_none();
         if fresh {
-            let chain: ChainHead = self.chain_head()?;
+            let chain = self.chain_head()?;
             let freeze =
                 Freeze { ir_hash: proposal.ir_hash.clone(), frontend, output: proposal.output.clone() };
             let head = self.put_lock_record(&mut batch, &chain, &freeze, proposal.at);

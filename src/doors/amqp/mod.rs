@@ -117,7 +117,8 @@ impl Amqp {
             }
             let ended = match self.connect().await {
                 Ok((connection, consume, publish)) => {
-                    info!(queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
+                    let broker = worker::Broker::from_uri(&self.amqp.uri());
+                    info!(%broker, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
                     backoff.reset();
                     self.ready.store(true, Ordering::SeqCst);
                     crate::metrics::get().broker_connected.set(1);
@@ -131,7 +132,7 @@ impl Amqp {
                     let _ = connection.close(200, "silpgate closing".into()).await;
                     ended
                 }
-                Err(e) => Ended::Lost(e.to_string()),
+                Err(e) => Ended::Lost(e),
             };
             match ended {
                 Ended::Shutdown => break,
@@ -139,7 +140,8 @@ impl Amqp {
                 Ended::Lost(reason) => {
                     crate::metrics::get().broker_reconnects.inc();
                     let delay = backoff.next_delay();
-                    warn!(error = %reason, retry_in_ms = delay.as_millis() as u64, "Broker connection lost.");
+                    let broker = worker::Broker::from_uri(&self.amqp.uri());
+                    warn!(%broker, error = %reason, retry_in_ms = delay.as_millis() as u64, "Broker connection lost.");
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = stopped(&mut shutdown) => break,
@@ -150,9 +152,15 @@ impl Amqp {
         Ok(())
     }
 
-    /// Connects, declares the topology, and opens a consuming and a confirm-mode channel.
-    async fn connect(&self) -> lapin::Result<(Connection, Channel, Channel)> {
-        let connection = Connection::connect(&self.amqp.uri(), ConnectionProperties::default()).await?;
+    /// Connects, declares the topology, and opens a consuming and a confirm-mode channel. The
+    /// error is text fit for the log: it never holds the URI.
+    async fn connect(&self) -> Result<(Connection, Channel, Channel), String> {
+        let uri = worker::parse_uri(&self.amqp.uri())?;
+        self.open(uri).await.map_err(|e| e.to_string())
+    }
+
+    async fn open(&self, uri: lapin::uri::AMQPUri) -> lapin::Result<(Connection, Channel, Channel)> {
+        let connection = Connection::connect_uri(uri, ConnectionProperties::default()).await?;
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;

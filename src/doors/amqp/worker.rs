@@ -60,6 +60,36 @@ pub fn delivery_span(
     span
 }
 
+/// The source a delivery's routes match on: the queue it was delivered from, or, for a
+/// delivery from a partition queue, the inbound queue silpgate's ingress took it from
+/// (`x-silpgate-source`, which ingress always overwrites). The header is believed only there,
+/// and only when it names a configured inbound queue: a producer publishing to the partition
+/// exchange itself can claim no more than it could by publishing to that inbound queue.
+fn route_source(job: &Job, inbound: &[String]) -> String {
+    believed_source(job.partition.is_some(), job.envelope.source.as_deref(), inbound, &job.queue)
+}
+
+fn believed_source(from_partition: bool, header: Option<&str>, inbound: &[String], queue: &str) -> String {
+    match header {
+        Some(source) if from_partition && inbound.iter().any(|q| q == source) => source.to_owned(),
+        _ => queue.to_owned(),
+    }
+}
+
+/// Longest destination named in a publish span's name.
+const MAX_SPAN_DESTINATION: usize = 64;
+
+/// `publish <first destination>`, with `(+N)` for the others: span names are low-cardinality
+/// by convention and some destinations are reply addresses the producer chose.
+fn publish_span_name(destinations: &[&str]) -> String {
+    let first = destinations.first().copied().unwrap_or_default();
+    let mut name = format!("publish {}", first.chars().take(MAX_SPAN_DESTINATION).collect::<String>());
+    if destinations.len() > 1 {
+        name.push_str(&format!(" (+{})", destinations.len() - 1));
+    }
+    name
+}
+
 /// Where the broker is, for span attributes (never the URI: it carries the password).
 #[derive(Debug, Clone, Default)]
 pub struct Broker {
@@ -69,10 +99,26 @@ pub struct Broker {
 
 impl Broker {
     pub fn from_uri(uri: &str) -> Broker {
-        uri.parse::<lapin::uri::AMQPUri>()
-            .map(|u| Broker { host: u.authority.host, port: u.authority.port })
-            .unwrap_or_default()
+        parse_uri(uri).map(|u| Broker { host: u.authority.host, port: u.authority.port }).unwrap_or_default()
     }
+}
+
+/// Logs and spans name the broker as `host:port`, never by its URI.
+impl std::fmt::Display for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Parses the broker URI. The parser's own error quotes the URI, password included, so it is
+/// replaced by one that says what is wrong without the value.
+///
+/// # Errors
+/// A message naming the configuration key, never the URI.
+pub fn parse_uri(uri: &str) -> Result<lapin::uri::AMQPUri, String> {
+    uri.parse::<lapin::uri::AMQPUri>().map_err(|_| {
+        "amqp.url (or the variable amqp.url_env names) is not an AMQP URI of the form amqp://user:password@host:port/vhost (the value is not shown)".to_owned()
+    })
 }
 
 /// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
@@ -241,7 +287,7 @@ impl Pipeline {
         let envelope = &job.envelope;
         let origin = Origin {
             transport: Transport::Amqp,
-            source: envelope.source.clone().unwrap_or_else(|| job.queue.to_string()),
+            source: route_source(job, &self.amqp.inbound),
             reply_to: envelope.reply_to.clone(),
             replies: envelope.replies.clone(),
             correlation_id: envelope.correlation_id.clone(),
@@ -340,7 +386,7 @@ impl Pipeline {
         let destination = destinations.join(",");
         let span = info_span!(
             "amqp publish",
-            otel.name = %format!("publish {destination}"),
+            otel.name = %publish_span_name(&destinations),
             otel.kind = "producer",
             messaging.system = "rabbitmq",
             messaging.operation.type = "publish",
@@ -508,5 +554,27 @@ impl ReturnPath for ReplyAddresses {
             crate::metrics::get().messages_out.with_label_values(&["amqp", "reply"]).inc();
             published.map_err(|e| Returned::Retry(e.to_string()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_source_header_is_believed_only_from_a_partition_queue_naming_an_inbound_queue() {
+        let inbound = ["silpgate.in".to_owned()];
+        assert_eq!(believed_source(true, Some("silpgate.in"), &inbound, "p.03"), "silpgate.in");
+        assert_eq!(believed_source(false, Some("silpgate.in"), &inbound, "other.in"), "other.in");
+        assert_eq!(believed_source(true, Some("admin"), &inbound, "p.03"), "p.03");
+        assert_eq!(believed_source(true, None, &inbound, "p.03"), "p.03");
+    }
+
+    #[test]
+    fn publish_span_names_are_bounded_whatever_the_reply_addresses() {
+        let long = "r".repeat(10_000);
+        let name = publish_span_name(&[long.as_str(), "silpgate.agents", "x"]);
+        assert_eq!(name, format!("publish {} (+2)", "r".repeat(MAX_SPAN_DESTINATION)));
+        assert_eq!(publish_span_name(&["silpgate.agents"]), "publish silpgate.agents");
     }
 }

@@ -1,0 +1,96 @@
+//! The store's layout version and the migration from the previous one.
+//!
+//! Layout 3 kept the compile.lock head unsealed and no key fingerprint; layout 4 seals the
+//! head with the chain's key and stores a fingerprint of the key. A layout-3 store is migrated
+//! when it is opened with its key: its whole chain (and index) is verified first, so that a
+//! chain already altered, or a wrong key, is refused instead of being sealed as good.
+
+use super::{HEAD_KEY, KEY_FINGERPRINT, SledStore, corrupt, unavailable};
+use crate::gateway::store::StoreError;
+use crate::store::chain::{self, Sealer};
+use serde::Deserialize;
+
+/// The layout version written into the store; a store with another version is refused.
+pub const SCHEMA_VERSION: &str = "4";
+/// The layout migrated from.
+const PREVIOUS: &str = "3";
+
+const SCHEMA_KEY: &[u8] = b"meta:schema_version";
+
+/// Layout 3's head: the record count and last hash, without a seal.
+#[derive(Deserialize)]
+struct UnsealedHead {
+    records: u64,
+    last_hash: String,
+}
+
+fn version(db: &sled::Db) -> Result<Option<String>, StoreError> {
+    Ok(db.get(SCHEMA_KEY).map_err(unavailable)?.map(|v| String::from_utf8_lossy(&v).into_owned()))
+}
+
+fn refuse(found: Option<&str>) -> StoreError {
+    corrupt(format!(
+        "store schema version {} is not {SCHEMA_VERSION}; migrate or start from an empty store",
+        found.unwrap_or("none")
+    ))
+}
+
+/// Brings the store in `db` to the current layout: a new store is initialised for `sealer`'s
+/// key, a layout-3 store migrated, any other refused.
+pub(super) fn to_current(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
+    match version(db)?.as_deref() {
+        Some(SCHEMA_VERSION) => Ok(()),
+        None if db.is_empty() => initialise(db, sealer),
+        Some(PREVIOUS) => from_3(db, sealer),
+        found => Err(refuse(found)),
+    }
+}
+
+/// A store that can be read as it is: the current layout, or layout 3 (whose sessions and
+/// records read the same).
+pub(super) fn check_readable(db: &sled::Db) -> Result<(), StoreError> {
+    match version(db)?.as_deref() {
+        Some(SCHEMA_VERSION | PREVIOUS) => Ok(()),
+        found => Err(refuse(found)),
+    }
+}
+
+fn initialise(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
+    stamp(db, &sealer.head(0, chain::GENESIS), sealer)
+}
+
+/// Writes the sealed head, the key fingerprint and the current version in one atomic step.
+fn stamp(db: &sled::Db, head: &chain::Head, sealer: &Sealer) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    batch.insert(HEAD_KEY, super::encode(head));
+    batch.insert(KEY_FINGERPRINT, sealer.fingerprint().as_bytes());
+    batch.insert(SCHEMA_KEY, SCHEMA_VERSION);
+    db.apply_batch(batch).map_err(unavailable)?;
+    db.flush().map_err(unavailable)?;
+    Ok(())
+}
+
+fn from_3(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
+    let head = match db.get(HEAD_KEY).map_err(unavailable)? {
+        Some(bytes) => super::decode::<UnsealedHead>(&bytes, "compile.lock head")?,
+        None => UnsealedHead { records: 0, last_hash: chain::GENESIS.to_owned() },
+    };
+    let sealed = sealer.head(head.records, &head.last_hash);
+    // Verified through a store view that cannot write, with the unsealed head sealed here.
+    let view = SledStore::with(db.clone(), sealer.clone(), true);
+    let records = view.lock_records();
+    let count = chain::verify(records, Some(&sealed), sealer).map_err(|e| cannot_migrate(sealer, &e))?;
+    view.verify_index(count).map_err(|e| cannot_migrate(sealer, &e))?;
+    stamp(db, &sealed, sealer)
+}
+
+fn cannot_migrate(sealer: &Sealer, e: &chain::ChainError) -> StoreError {
+    let hint = if sealer.is_keyed() {
+        "the key given is not this store's key, or the chain was altered"
+    } else {
+        "the store is keyed (open it with its key), or the chain was altered"
+    };
+    StoreError::Key(format!(
+        "cannot migrate the store from schema version {PREVIOUS}: compile.lock {e}; {hint}"
+    ))
+}

@@ -1,0 +1,95 @@
+//! What a producer sets on the real RabbitMQ on 127.0.0.1:5672 decides nothing it should not:
+//! a forward to a partition carries no `user_id` (the broker refuses another user's id and
+//! closes the channel), its identity and source headers are the ones silpgate vouches for, and
+//! a forged `x-silpgate-source` does not choose a delivery's route.
+
+mod support;
+
+use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use silpgate::broker::properties::{self, SOURCE_HEADER, USER_ID_HEADER};
+use std::time::Duration;
+use support::broker::{self, Daemon, Names};
+
+fn text(headers: &FieldTable, name: &str) -> Option<String> {
+    headers.inner().get(name).and_then(properties::value_text)
+}
+
+#[tokio::test]
+async fn a_forward_of_another_users_message_is_accepted_and_keeps_the_channel_open() {
+    let connection =
+        Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ runs on 127.0.0.1:5672");
+    let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let options =
+        QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+    let queue = channel.queue_declare("".into(), options, FieldTable::default()).await.unwrap();
+    // As a producer "alice" sent it, with headers of its own choosing.
+    let mut forged = FieldTable::default();
+    forged.insert(SOURCE_HEADER.into(), AMQPValue::LongString(LongString::from(b"admin.in".to_vec())));
+    forged.insert(USER_ID_HEADER.into(), AMQPValue::LongString(LongString::from(b"root".to_vec())));
+    let inbound = BasicProperties::default().with_user_id("alice".into()).with_headers(forged);
+    let forward = properties::partitioned_properties(&inbound, "conv-1", "silpgate.in");
+    let confirm = channel
+        .basic_publish(
+            "".into(),
+            queue.name().as_str().into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            forward,
+        )
+        .await
+        .expect("the publish is sent")
+        .await
+        .expect("the broker confirms instead of closing the channel");
+    assert!(confirm.is_ack(), "{confirm:?}");
+    assert!(channel.status().connected(), "the shared channel stays open");
+    let got = channel
+        .basic_get(queue.name().as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the forward arrived");
+    assert!(got.properties.user_id().is_none());
+    let headers = got.properties.headers().clone().unwrap();
+    assert_eq!(text(&headers, SOURCE_HEADER).as_deref(), Some("silpgate.in"));
+    assert_eq!(text(&headers, USER_ID_HEADER).as_deref(), Some("alice"));
+    let _ = connection.close(200, "done".into()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_cannot_choose_its_route_source_with_a_header() {
+    let names = Names::new("source");
+    let dir = broker::temp_dir("broker-trust-source");
+    let privileged = format!("{}.privileged", names.prefix);
+    // A route for the source "admin" to an agent of its own, before the catch-all to the sink.
+    let config = names.config(&dir.join("store"), "", true).replace(
+        "[[routes]]\nname = \"to-sink\"",
+        &format!(
+            "[[agents]]\nname = \"privileged\"\nfrontends = [\"json\"]\nrouting_key = \"{privileged}\"\nqueue = \"{privileged}\"\n\n[[routes]]\nname = \"admin-only\"\ndestination = \"privileged\"\nmode = \"transcode\"\n[routes.match]\nsource = \"admin\"\n\n[[routes]]\nname = \"to-sink\""
+        ),
+    );
+    let daemon = Daemon::start(&config, &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    let (connection, channel) = broker::channel().await;
+    let mut forged = FieldTable::default();
+    forged.insert(SOURCE_HEADER.into(), AMQPValue::LongString(LongString::from(b"admin".to_vec())));
+    let properties = BasicProperties::default()
+        .with_message_id("forged-source".into())
+        .with_content_type("application/json".into())
+        .with_headers(forged);
+    broker::publish_all(&channel, "", vec![(names.inbound(), broker::envelope(0, 0, None), properties)])
+        .await;
+    let to_sink =
+        broker::collect(&channel, &names.sink(), Duration::from_secs(20), |got| !got.is_empty()).await;
+    let to_privileged =
+        broker::collect(&channel, &privileged, Duration::from_secs(1), |got| !got.is_empty()).await;
+    assert_eq!(to_privileged.len(), 0, "the forged source chose the admin route");
+    assert_eq!(to_sink.len(), 1, "the message takes its queue's route");
+    let _ = channel.queue_delete(privileged.as_str().into(), Default::default()).await;
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
+    daemon.kill();
+}

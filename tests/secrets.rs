@@ -1,0 +1,67 @@
+//! Secrets stay out of logs and error text, checked black-box: the daemon is started with a
+//! broker URI whose password is a marker, and everything it prints is searched for the marker.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "s3cr3t-broker-pw";
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("secrets-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `silpgate run` with `url` as the broker URI until it has logged two failed connection
+/// attempts (or 20 s passed), and returns everything it printed.
+fn output_of_a_daemon_with_broker(name: &str, url: &str) -> String {
+    let dir = temp_dir(name);
+    let config = dir.join("silpgate.toml");
+    let text = format!(
+        "[http]\nplain = true\n[amqp]\nurl = \"{url}\"\nreconnect_initial_ms = 50\nreconnect_max_ms = 100\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = dir.join("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        .args(["run", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--store")
+        .arg(dir.join("store"))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+        .spawn()
+        .expect("silpgate runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut text = String::new();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        text.clear();
+        std::fs::File::open(&log).unwrap().read_to_string(&mut text).unwrap();
+        if text.matches("Broker connection lost").count() >= 2 || child.try_wait().unwrap().is_some() {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        text.matches("Broker connection lost").count() >= 2,
+        "no failed connection attempt logged within 20 s: {text}"
+    );
+    text
+}
+
+#[test]
+fn a_broker_uri_is_never_logged_with_its_password() {
+    // Without `//` the URI parser refuses it and quotes it whole in its error.
+    let text = output_of_a_daemon_with_broker("no-slashes", &format!("amqp:guest:{PASSWORD}@127.0.0.1:5672"));
+    assert!(!text.contains(PASSWORD), "the password was logged: {text}");
+    assert!(text.contains("is not an AMQP URI"), "{text}");
+    // A well-formed URI to a port nobody listens on: logged as host:port.
+    let text = output_of_a_daemon_with_broker("refused", &format!("amqp://guest:{PASSWORD}@127.0.0.1:1/%2f"));
+    assert!(!text.contains(PASSWORD), "the password was logged: {text}");
+    assert!(text.contains("127.0.0.1:1"), "{text}");
+}
