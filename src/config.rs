@@ -203,6 +203,11 @@ pub struct HttpConfig {
     pub header_timeout_secs: u64,
     /// Seconds a client has to complete the TLS handshake. Default 10.
     pub handshake_timeout_secs: u64,
+    /// Conversations one client (bearer token, else address) may keep live at once (each
+    /// active within `sessions.idle_timeout_secs`); a message opening one more is refused
+    /// with `too_many_conversations` (HTTP 429) and nothing of it is stored. 0: no limit.
+    /// Default 256.
+    pub max_conversations_per_client: usize,
 }
 
 impl Default for HttpConfig {
@@ -223,6 +228,7 @@ impl Default for HttpConfig {
             max_connections: 1024,
             header_timeout_secs: 10,
             handshake_timeout_secs: 10,
+            max_conversations_per_client: 256,
         }
     }
 }

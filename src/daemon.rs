@@ -111,6 +111,10 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
         clients: crate::doors::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
+        conversations: crate::doors::limit::Conversations::new(
+            config.http.max_conversations_per_client,
+            Duration::from_secs(config.sessions.idle_timeout_secs.max(1)),
+        ),
         connection_rate: (config.http.connection_rate, config.http.connection_burst),
         limits,
         intake,

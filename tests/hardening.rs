@@ -234,3 +234,35 @@ async fn guessing_tokens_is_rate_limited() {
     }
     assert_eq!(statuses, [403, 403, 403, 429, 429]);
 }
+
+async fn post_in(addr: SocketAddr, conversation: &str) -> (u16, Value) {
+    let body = format!(
+        r#"{{"format":"text","subformat":"english","content":"hello","submessages":[{{"format":"token","subformat":"conversation","content":"{conversation}"}}]}}"#
+    );
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /nlip HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let raw = closed_within(&mut stream, Duration::from_secs(5)).await.expect("an answer");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_default();
+    let body =
+        text.split("\r\n\r\n").nth(1).and_then(|b| serde_json::from_str(b).ok()).unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[tokio::test]
+async fn one_client_cannot_open_more_than_its_share_of_conversations() {
+    let addr = start("max_conversations_per_client = 3\nclient_rate = 0.0\n").await;
+    for c in 0..3 {
+        let (status, body) = post_in(addr, &format!("mine-{c}")).await;
+        assert_eq!(status, 200, "conversation {c}: {body}");
+    }
+    let (status, body) = post_in(addr, "one-too-many").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["submessages"][0]["content"]["code"], "too_many_conversations", "{body}");
+    let (status, _) = post_in(addr, "mine-1").await;
+    assert_eq!(status, 200, "the client's own conversations go on");
+}

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The router of the front door.
 pub fn router(front: Arc<Front>) -> Router {
@@ -80,7 +81,7 @@ async fn not_found(request: Request) -> Response {
 pub fn status_for(code: &str) -> StatusCode {
     match code {
         "too_large" => StatusCode::PAYLOAD_TOO_LARGE,
-        "rate_limited" => StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited" | "too_many_conversations" => StatusCode::TOO_MANY_REQUESTS,
         "no_route" => StatusCode::NOT_FOUND,
         "session_expired" => StatusCode::GONE,
         "unavailable" | "agent_unavailable" | "broker_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
@@ -168,7 +169,8 @@ async fn post_nlip(
         Ok(identity) => identity,
         Err(denied) => return denied.into_response(),
     };
-    if let Err(retry_after) = front.clients.admit(&super::client_key(identity, peer)) {
+    let client = super::client_key(identity, peer);
+    if let Err(retry_after) = front.clients.admit(&client) {
         return rate_limited_response(retry_after);
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -204,6 +206,10 @@ async fn post_nlip(
             return message_response(status_for(code), &reply, encoding);
         }
     };
+    if let Err(limit) = front.conversations.admit(&client, envelope.conversation_token(), Instant::now()) {
+        let message = super::limit::too_many_conversations(limit);
+        return message_response(StatusCode::TOO_MANY_REQUESTS, &message, encoding);
+    }
     let parent = crate::telemetry::extract_http(&headers);
     match front.request(envelope, Transport::Http, "http", parent).await {
         Answer::Reply { reply, .. } => message_response(StatusCode::OK, &reply, encoding),

@@ -81,9 +81,73 @@ impl PerClient {
     }
 }
 
+/// Live conversations per client: a client may keep at most `max` conversations active (each
+/// seen within `idle`); a message that would open one more is refused, and nothing of it is
+/// handled or stored. It keeps one client from taking every session a gateway can hold.
+#[derive(Debug)]
+pub struct Conversations {
+    max: usize,
+    idle: std::time::Duration,
+    by_client: Mutex<HashMap<String, HashMap<String, Instant>>>,
+}
+
+impl Conversations {
+    /// `max` 0: no limit.
+    pub fn new(max: usize, idle: std::time::Duration) -> Self {
+        Conversations { max, idle, by_client: Mutex::new(HashMap::new()) }
+    }
+
+    /// Admits a message of `conversation` (its token, if it has one) from `client`; `Err` with
+    /// the limit when it would open a conversation past it.
+    pub fn admit(&self, client: &str, conversation: Option<&str>, now: Instant) -> Result<(), usize> {
+        let Some(token) = conversation.filter(|_| self.max > 0) else { return Ok(()) };
+        let mut by_client = self.by_client.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if by_client.len() >= MAX_TRACKED {
+            let idle = self.idle;
+            by_client.retain(|_, live| live.values().any(|seen| now.saturating_duration_since(*seen) < idle));
+        }
+        let live = by_client.entry(client.to_owned()).or_default();
+        if let Some(seen) = live.get_mut(token) {
+            *seen = now;
+            return Ok(());
+        }
+        if live.len() >= self.max {
+            let idle = self.idle;
+            live.retain(|_, seen| now.saturating_duration_since(*seen) < idle);
+        }
+        if live.len() >= self.max {
+            return Err(self.max);
+        }
+        live.insert(token.to_owned(), now);
+        Ok(())
+    }
+}
+
+/// The error message for a message that would open a conversation past its client's limit.
+pub fn too_many_conversations(limit: usize) -> crate::nlip::Message {
+    let detail = format!(
+        "this client has {limit} live conversations, its limit; continue one of them, or start a new one once one has been idle long enough to expire"
+    );
+    crate::nlip::reply::error_message("too_many_conversations", &detail, &crate::nlip::reply::Location::None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_keeps_its_conversations_and_opens_no_more_than_its_limit() {
+        let limit = Conversations::new(2, std::time::Duration::from_secs(60));
+        let t0 = Instant::now();
+        assert_eq!(limit.admit("a", Some("c1"), t0), Ok(()));
+        assert_eq!(limit.admit("a", Some("c2"), t0), Ok(()));
+        assert_eq!(limit.admit("a", Some("c3"), t0), Err(2), "a third conversation is refused");
+        assert_eq!(limit.admit("a", Some("c1"), t0), Ok(()), "its own conversations go on");
+        assert_eq!(limit.admit("b", Some("c3"), t0), Ok(()), "another client has its own limit");
+        assert_eq!(limit.admit("a", None, t0), Ok(()), "a message without a conversation opens none");
+        let later = t0 + std::time::Duration::from_secs(61);
+        assert_eq!(limit.admit("a", Some("c3"), later), Ok(()), "idle conversations free their place");
+    }
     use std::time::Duration;
 
     #[test]

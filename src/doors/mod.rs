@@ -30,6 +30,8 @@ pub struct Front {
     pub ws_dead: Duration,
     /// Per-client rate limit.
     pub clients: limit::PerClient,
+    /// Per-client limit of live conversations.
+    pub conversations: limit::Conversations,
     /// Rate and burst of a new WebSocket's own bucket.
     pub connection_rate: (f64, f64),
     /// Whether the broker is connected, when an AMQP side is configured.

@@ -194,7 +194,7 @@ async fn serve_socket<S>(
         let Ok(slot) = in_flight.clone().acquire_owned().await else { break None };
         // Messages are taken in the order they came, so that a conversation's turns keep it;
         // the answers they wait for are awaited side by side.
-        match submit(&front, &bytes, encoding, trace.clone()).await {
+        match submit(&front, &client, &bytes, encoding, trace.clone()).await {
             Submitted::Answered(answer) => {
                 for message in messages_of(answer) {
                     if outgoing.send(frame(&message, encoding)).await.is_err() {
@@ -222,12 +222,23 @@ async fn serve_socket<S>(
 }
 
 /// Takes one message a socket sent through the intake.
-async fn submit(front: &Front, bytes: &[u8], encoding: Encoding, trace: opentelemetry::Context) -> Submitted {
+async fn submit(
+    front: &Front,
+    client: &str,
+    bytes: &[u8],
+    encoding: Encoding,
+    trace: opentelemetry::Context,
+) -> Submitted {
     let refused = |message: Message| {
         Submitted::Answered(Answer::Refused { message, code: String::new(), transient: false })
     };
     match nlip::decode(bytes, encoding, &front.limits) {
-        Ok(envelope) => front.submit(envelope, Transport::WebSocket, "ws", trace).await,
+        Ok(envelope) => {
+            match front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
+                Err(limit) => refused(super::limit::too_many_conversations(limit)),
+                Ok(()) => front.submit(envelope, Transport::WebSocket, "ws", trace).await,
+            }
+        }
         Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
             // ECMA-432 §11: the CBOR decoding failure message, and the fallback hint.
             let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", e.message);
