@@ -21,6 +21,8 @@ const WARM_UP: usize = 500;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let times = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["http", url, rate, count] => {

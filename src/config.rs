@@ -281,7 +281,7 @@ pub struct AmqpConfig {
     /// quorum queues), past which it dead-letters the message itself: a safety net above
     /// `max_attempts`. Default 100.
     pub delivery_limit: u32,
-    /// The quorum queue agents answer to (the `reply_to` of everything silpgate forwards to
+    /// The (classic, durable) queue agents answer to (the `reply_to` of everything silpgate forwards to
     /// an AMQP agent). Each instance needs its own: in cluster mode the instance name is
     /// appended. Default `silpgate.replies`.
     pub reply_queue: String,

@@ -164,10 +164,12 @@ impl Amqp {
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;
-        // This instance's own reply queue is no part of the shared topology.
+        // This instance's own reply queue is no part of the shared topology. Classic, durable:
+        // an answer lives as long as the in-memory wait it ends, so it needs no replication,
+        // and a quorum queue would add a consensus write to every answer's round trip.
         let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
         let mut arguments = FieldTable::default();
-        arguments.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        arguments.insert("x-queue-type".into(), AMQPValue::LongString("classic".into()));
         declare.queue_declare(self.reply_queue().as_str().into(), options, arguments).await?;
         let _ = declare.close(200, "declared".into()).await;
         let consume = connection.create_channel().await?;
