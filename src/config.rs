@@ -208,6 +208,14 @@ pub struct HttpConfig {
     /// with `too_many_conversations` (HTTP 429) and nothing of it is stored. 0: no limit.
     /// Default 256.
     pub max_conversations_per_client: usize,
+    /// Ask for a bearer token on `GET /metrics` and `GET /cluster` too, as on `/nlip`.
+    /// Default false (scrapers and probes usually come from inside the network).
+    pub observability_tokens: bool,
+    /// Browser origins allowed to open a WebSocket (`Origin` header, e.g.
+    /// `https://app.example.com`). An upgrade carrying any other `Origin` is refused with 403,
+    /// so that a web page cannot drive a gateway on the visitor's machine; clients that send
+    /// no `Origin` (programs, not browsers) are not affected. Default: none.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -229,6 +237,8 @@ impl Default for HttpConfig {
             header_timeout_secs: 10,
             handshake_timeout_secs: 10,
             max_conversations_per_client: 256,
+            observability_tokens: false,
+            allowed_origins: Vec::new(),
         }
     }
 }

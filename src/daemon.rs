@@ -111,6 +111,8 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
         clients: crate::doors::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
+        observability_tokens: config.http.observability_tokens,
+        allowed_origins: config.http.allowed_origins.clone(),
         conversations: crate::doors::limit::Conversations::new(
             config.http.max_conversations_per_client,
             Duration::from_secs(config.sessions.idle_timeout_secs.max(1)),

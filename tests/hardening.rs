@@ -266,3 +266,54 @@ async fn one_client_cannot_open_more_than_its_share_of_conversations() {
     let (status, _) = post_in(addr, "mine-1").await;
     assert_eq!(status, 200, "the client's own conversations go on");
 }
+
+/// The status of a GET: read up to the end of the response head (an upgraded connection stays
+/// open), within a bound.
+async fn get(addr: SocketAddr, path: &str, headers: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.is_ok_and(|n| n == 1) {
+            head.push(byte[0]);
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer to GET {path} within 5 s");
+    String::from_utf8_lossy(&head).split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn metrics_ask_for_a_token_when_told_to() {
+    let open = start("tokens = [\"s3cret\"]\n").await;
+    assert_eq!(get(open, "/metrics", "").await, 200, "scrapers need no token by default");
+    let closed = start("tokens = [\"s3cret\"]\nobservability_tokens = true\n").await;
+    assert_eq!(get(closed, "/metrics", "").await, 401);
+    assert_eq!(get(closed, "/cluster", "").await, 401);
+    assert_eq!(get(closed, "/metrics", "Authorization: Bearer s3cret\r\n").await, 200);
+}
+
+#[tokio::test]
+async fn a_web_page_of_another_origin_cannot_open_a_socket() {
+    let addr = start("allowed_origins = [\"https://app.example.com\"]\n").await;
+    let upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    assert_eq!(get(addr, "/nlip/ws/text", upgrade).await, 101, "a program sends no Origin");
+    let page = format!("{upgrade}Origin: https://evil.example\r\n");
+    assert_eq!(get(addr, "/nlip/ws/text", &page).await, 403, "a page of another origin is refused");
+    let app = format!("{upgrade}Origin: https://app.example.com\r\n");
+    assert_eq!(get(addr, "/nlip/ws/text", &app).await, 101, "an allowed origin is served");
+}
+
+#[test]
+fn the_store_directory_is_the_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("private").join("store");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let store = silpgate::store::SledStore::open(&dir, None).expect("the store opens");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the store directory is {mode:o}");
+    drop(store);
+}

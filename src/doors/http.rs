@@ -51,7 +51,14 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
 }
 
 /// What this instance serves of the cluster (`silpgate cluster status` reads it).
-async fn cluster(State(front): State<Arc<Front>>) -> Response {
+async fn cluster(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(denied) = observability_denied(&front, &headers, peer) {
+        return denied;
+    }
     match &front.cluster {
         Some(cluster) => {
             ([(header::CONTENT_TYPE, "application/json")], cluster.status().to_string()).into_response()
@@ -66,9 +73,24 @@ async fn cluster(State(front): State<Arc<Front>>) -> Response {
 }
 
 /// Prometheus text exposition of every metric.
-async fn metrics() -> Response {
+async fn metrics(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(denied) = observability_denied(&front, &headers, peer) {
+        return denied;
+    }
     let text = crate::metrics::get().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The refusal of `/metrics` or `/cluster` without a token, when they ask for one.
+fn observability_denied(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Option<Response> {
+    if !front.observability_tokens {
+        return None;
+    }
+    authenticate(front, headers, peer).err().map(IntoResponse::into_response)
 }
 
 async fn not_found(request: Request) -> Response {

@@ -32,6 +32,10 @@ pub struct Front {
     pub clients: limit::PerClient,
     /// Per-client limit of live conversations.
     pub conversations: limit::Conversations,
+    /// `/metrics` and `/cluster` ask for a token too.
+    pub observability_tokens: bool,
+    /// Browser origins allowed to open a WebSocket.
+    pub allowed_origins: Vec<String>,
     /// Rate and burst of a new WebSocket's own bucket.
     pub connection_rate: (f64, f64),
     /// Whether the broker is connected, when an AMQP side is configured.

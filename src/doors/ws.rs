@@ -47,6 +47,9 @@ pub async fn upgrade_text(
 /// Answers the WebSocket handshake (RFC 6455 §4.2) and hands the upgraded connection to a
 /// socket task. Authentication happens here, before the upgrade.
 fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: SocketAddr) -> Response {
+    if let Some(refused) = foreign_origin(&front, request.headers()) {
+        return refused;
+    }
     let client = match authenticate(&front, request.headers(), peer) {
         Ok(identity) => super::client_key(identity, peer),
         Err(denied) => return denied.into_response(),
@@ -92,6 +95,26 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
         HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
     );
     response
+}
+
+/// The refusal of an upgrade from a browser page of an origin not allowed: a page must not be
+/// able to drive a gateway it reaches from the visitor's machine (programs send no `Origin`).
+fn foreign_origin(front: &Front, headers: &axum::http::HeaderMap) -> Option<Response> {
+    let origin = headers.get(header::ORIGIN)?;
+    let allowed =
+        origin.to_str().is_ok_and(|o| front.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
+    if allowed {
+        return None;
+    }
+    let message = reply::error_message(
+        "forbidden",
+        "WebSocket upgrades from this origin are not allowed (http.allowed_origins)",
+        &Location::None,
+    );
+    let mut response = Response::new(Body::from(nlip::to_json(&message)));
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Some(response)
 }
 
 fn close(code: CloseCode, reason: &str) -> Frame {

@@ -152,6 +152,14 @@ fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
     }
 }
 
+/// The store holds conversations and the compile.lock: its directory is the owner's alone,
+/// whatever the umask it was created under.
+fn owner_only(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| unavailable(format!("cannot make {} private: {e}", dir.display())))
+}
+
 impl SledStore {
     /// Opens (or creates) the store in `dir`. `key` makes the compile.lock chain keyed; it must
     /// be the key the store was created with (or none for an unkeyed store), and the chain's
@@ -165,6 +173,7 @@ impl SledStore {
     pub fn open(dir: &Path, key: Option<Vec<u8>>) -> Result<SledStore, StoreError> {
         let sealer = Sealer::new(key).map_err(|e| StoreError::Key(e.to_string()))?;
         let db = open_db(dir)?;
+        owner_only(dir)?;
         migrate::to_current(&db, &sealer)?;
         check_key(&db, &sealer)?;
         let store = SledStore::with(db, sealer, false);

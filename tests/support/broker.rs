@@ -386,6 +386,9 @@ impl Daemon {
     pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::{Read, Write};
         let Ok(mut s) = std::net::TcpStream::connect(&self.http) else { return (0, String::new()) };
+        // A daemon that accepts but never answers fails the caller's wait, not the test run.
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
         let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         let mut response = String::new();
         let _ = s.read_to_string(&mut response);
