@@ -7,61 +7,15 @@ mod support;
 
 use futures_util::{SinkExt, StreamExt};
 use lapin::BasicProperties;
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use serde_json::{Value, json};
-use silpgate::silp::{self, Frontend};
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use support::agents::{self, HttpAgent};
-use support::broker::{self, BROKER, Daemon, Names};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::broker::{self, Daemon, Names};
+use support::gateway::{self, LONG, declare, ir_request, order_in, post};
 use tokio_tungstenite::tungstenite::Message as Frame;
-
-/// Upper bound of every wait for the broker or the daemon.
-const LONG: Duration = Duration::from_secs(90);
-
-/// A silpgate configuration for `names`, with these agents and routes.
-fn config(names: &Names, store: &Path, reply_timeout_ms: u64, agents_and_routes: &str) -> String {
-    format!(
-        r#"[gateway]
-name = "silpgate-test"
-reply_timeout_ms = {reply_timeout_ms}
-[sessions]
-heartbeat = 9999
-[store]
-path = "{store}"
-[http]
-listen = "127.0.0.1:0"
-plain = true
-client_rate = 0.0
-connection_rate = 0.0
-[amqp]
-url = "{BROKER}"
-inbound = ["{inbound}"]
-inbound_exchange = "{inbound_x}"
-agents_exchange = "{agents}"
-dead_letter_exchange = "{dlx}"
-dead_letter_queue = "{dead}"
-reply_queue = "{answers}"
-retry_initial_ms = 100
-retry_max_ms = 2000
-max_attempts = 40
-reconnect_initial_ms = 100
-reconnect_max_ms = 1000
-{agents_and_routes}
-"#,
-        store = store.display(),
-        inbound = names.inbound(),
-        inbound_x = names.inbound_exchange(),
-        agents = names.agents_exchange(),
-        dlx = names.dlx(),
-        dead = names.dead(),
-        answers = names.answers(),
-    )
-}
 
 /// The AMQP agent `planner` (reads SILP code) behind its own queue, reached from `source`.
 fn planner(names: &Names, source: &str, extra_route: &str) -> String {
@@ -91,63 +45,19 @@ source = "{source}"
     )
 }
 
-/// A request carrying SILP as the IR: `cancel(order<i>)` in conversation `conv`.
-fn ir_request(i: usize, conv: &str) -> Value {
-    let ir = silp::decode(&format!("cancel(order{i})"), Frontend::Code, &silp::DecodeOptions::default())
-        .expect("valid SILP")
-        .ir
-        .to_value();
-    json!({"format":"structured","subformat":"silp-ir","content": ir,
-           "submessages":[{"format":"token","subformat":"conversation","content": conv}]})
-}
-
 /// Which request an IR answer belongs to: the `i` of its `order<i>`.
 fn order_of(answer: &Value) -> Option<usize> {
     assert_eq!(answer["subformat"], "silp-ir", "the asker reads the IR: {answer}");
-    let text = answer["content"].to_string();
-    let at = text.find("order")? + "order".len();
-    text[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    order_in(&answer["content"].to_string())
 }
 
-async fn start(config_text: &str, dir: &Path) -> Daemon {
-    let daemon = Daemon::start(config_text, dir);
-    tokio::task::spawn_blocking(move || {
-        daemon.wait_ready(Duration::from_secs(30));
-        daemon
-    })
-    .await
-    .unwrap()
-}
-
-/// One request on a fresh connection: status and body, bounded.
-async fn post(addr: &str, path: &str, body: &[u8]) -> (u16, Value) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(LONG, stream.read_to_end(&mut raw))
-        .await
-        .expect("an HTTP answer within the bound")
-        .unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null);
-    (status, body)
+/// This file's silpgate: on the broker, answers awaited up to `reply_timeout_ms`.
+fn config(names: &Names, store: &Path, reply_timeout_ms: u64, agents_and_routes: &str) -> String {
+    gateway::config(names, store, true, reply_timeout_ms, agents_and_routes)
 }
 
 fn error_code(message: &Value) -> &str {
     message["submessages"][0]["content"]["code"].as_str().unwrap_or_default()
-}
-
-async fn declare(channel: &lapin::Channel, queue: &str) {
-    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-    let mut arguments = FieldTable::default();
-    arguments.insert("x-queue-type".into(), lapin::types::AMQPValue::LongString("quorum".into()));
-    channel.queue_declare(queue.into(), options, arguments).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +66,9 @@ async fn websocket_clients_reach_an_amqp_agent_and_each_socket_gets_its_own_answ
     const EACH: usize = 50;
     let names = Names::new("ws-amqp");
     let dir = broker::temp_dir("bridges-ws");
-    let daemon = start(&config(&names, &dir.join("store"), 30_000, &planner(&names, "ws", "")), &dir).await;
+    let daemon =
+        gateway::start(&config(&names, &dir.join("store"), 30_000, &planner(&names, "ws", "")), &dir, true)
+            .await;
     let (_connection, channel) = broker::channel().await;
     let agent = agents::amqp_agent(channel.clone(), &names.sink(), agents::echo_code()).await;
 
@@ -197,7 +109,9 @@ async fn an_amqp_sender_speaking_ir_gets_the_agents_code_answer_as_ir_at_its_rep
     let names = Names::new("amqp-amqp");
     let dir = broker::temp_dir("bridges-amqp");
     let store = dir.join("store");
-    let daemon = start(&config(&names, &store, 30_000, &planner(&names, &names.inbound(), "")), &dir).await;
+    let daemon =
+        gateway::start(&config(&names, &store, 30_000, &planner(&names, &names.inbound(), "")), &dir, true)
+            .await;
     let (_connection, channel) = broker::channel().await;
     declare(&channel, &names.replies()).await;
     let agent = agents::amqp_agent(channel.clone(), &names.sink(), agents::echo_code()).await;
@@ -285,7 +199,8 @@ mode = "transcode"
 source = "http"
 "#
     );
-    let daemon = start(&config(&names, &dir.join("store"), 30_000, &agents_and_routes), &dir).await;
+    let daemon =
+        gateway::start(&config(&names, &dir.join("store"), 30_000, &agents_and_routes), &dir, true).await;
     let request = json!({"format":"text","subformat":"english","content":"hello over the gateway",
         "submessages":[{"format":"token","subformat":"conversation","content":"py-1"}]});
     let (status, answer) = post(&daemon.http, "/nlip", request.to_string().as_bytes()).await;
@@ -344,8 +259,12 @@ async fn an_http_agent_that_fails_three_times_gets_the_message_once_accepted_and
             .await;
     let names = Names::new("amqp-http-503");
     let dir = broker::temp_dir("bridges-503");
-    let daemon =
-        start(&config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, &agent)), &dir).await;
+    let daemon = gateway::start(
+        &config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, &agent)),
+        &dir,
+        true,
+    )
+    .await;
     let (_connection, channel) = broker::channel().await;
     declare(&channel, &names.replies()).await;
     let properties = code_request(0).with_reply_to(names.replies().into());
@@ -378,7 +297,8 @@ async fn an_http_agent_down_for_20_seconds_mid_stream_loses_nothing_and_counts_e
     let names = Names::new("amqp-http-down");
     let dir = broker::temp_dir("bridges-down");
     let store = dir.join("store");
-    let daemon = start(&config(&names, &store, 30_000, &http_agent_route(&names, &agent)), &dir).await;
+    let daemon =
+        gateway::start(&config(&names, &store, 30_000, &http_agent_route(&names, &agent)), &dir, true).await;
     let (_connection, channel) = broker::channel().await;
     declare(&channel, &names.replies()).await;
     let messages = (0..N)
@@ -432,7 +352,7 @@ async fn an_agent_that_never_answers_times_out_and_its_late_answer_is_dead_lette
     let names = Names::new("timeout");
     let dir = broker::temp_dir("bridges-timeout");
     let routes = format!("{}{}", planner(&names, "http", ""), route_to_planner("ws", ""));
-    let daemon = start(&config(&names, &dir.join("store"), 1_000, &routes), &dir).await;
+    let daemon = gateway::start(&config(&names, &dir.join("store"), 1_000, &routes), &dir, true).await;
     let (_connection, channel) = broker::channel().await;
 
     let (status, answer) =
@@ -467,11 +387,8 @@ async fn an_agent_that_never_answers_times_out_and_its_late_answer_is_dead_lette
 async fn a_route_that_awaits_nothing_answers_202_once_the_broker_confirmed() {
     let names = Names::new("await-none");
     let dir = broker::temp_dir("bridges-await");
-    let daemon = start(
-        &config(&names, &dir.join("store"), 30_000, &planner(&names, "http", "await = \"none\"")),
-        &dir,
-    )
-    .await;
+    let config = config(&names, &dir.join("store"), 30_000, &planner(&names, "http", "await = \"none\""));
+    let daemon = gateway::start(&config, &dir, true).await;
     let (_connection, channel) = broker::channel().await;
     let (status, answer) =
         post(&daemon.http, "/nlip", ir_request(3, "fire-conv").to_string().as_bytes()).await;

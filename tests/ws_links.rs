@@ -7,11 +7,8 @@ mod support;
 
 use futures_util::{SinkExt, StreamExt};
 use lapin::BasicProperties;
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use serde_json::{Value, json};
 use silpgate::nlip::{self, Encoding, Limits, Message};
-use silpgate::silp::{self, Frontend};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,61 +16,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::agents;
-use support::broker::{self, BROKER, Daemon, Names};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::broker::{self, Names};
+use support::gateway::{self, LONG, declare, ir_request, order_in, post, start};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as Frame;
 
-/// Upper bound of every wait for the broker, the daemon or a test server.
-const LONG: Duration = Duration::from_secs(90);
-
-/// A silpgate configuration: the listener, the store, optionally the AMQP side for `names`,
-/// and these agents, streams and routes.
+/// This file's silpgate, optionally on the broker, answers awaited up to 30 s.
 fn config(names: &Names, store: &Path, amqp: bool, rest: &str) -> String {
-    let amqp = if amqp {
-        format!(
-            r#"[amqp]
-url = "{BROKER}"
-inbound = ["{inbound}"]
-inbound_exchange = "{inbound_x}"
-agents_exchange = "{agents}"
-dead_letter_exchange = "{dlx}"
-dead_letter_queue = "{dead}"
-reply_queue = "{answers}"
-retry_initial_ms = 100
-retry_max_ms = 1000
-max_attempts = 100
-reconnect_initial_ms = 100
-reconnect_max_ms = 1000
-"#,
-            inbound = names.inbound(),
-            inbound_x = names.inbound_exchange(),
-            agents = names.agents_exchange(),
-            dlx = names.dlx(),
-            dead = names.dead(),
-            answers = names.answers(),
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        r#"[gateway]
-name = "silpgate-test"
-reply_timeout_ms = 30000
-[sessions]
-heartbeat = 9999
-[store]
-path = "{store}"
-[http]
-listen = "127.0.0.1:0"
-plain = true
-client_rate = 0.0
-connection_rate = 0.0
-{amqp}
-{rest}
-"#,
-        store = store.display(),
-    )
+    gateway::config(names, store, amqp, 30_000, rest)
 }
 
 /// A WebSocket agent `name` at `addr`, reached from `source`, fed SILP code.
@@ -93,61 +43,6 @@ mode = "{mode}"
 source = "{source}"
 "#
     )
-}
-
-/// A request carrying SILP as the IR: `cancel(order<i>)` in conversation `conv`.
-fn ir_request(i: usize, conv: &str) -> Value {
-    let ir = silp::decode(&format!("cancel(order{i})"), Frontend::Code, &silp::DecodeOptions::default())
-        .expect("valid SILP")
-        .ir
-        .to_value();
-    json!({"format":"structured","subformat":"silp-ir","content": ir,
-           "submessages":[{"format":"token","subformat":"conversation","content": conv}]})
-}
-
-/// The `i` of the `order<i>` a text names.
-fn order_in(text: &str) -> Option<usize> {
-    let at = text.find("order")? + "order".len();
-    text[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-}
-
-async fn start(config_text: &str, dir: &Path, ready: bool) -> Daemon {
-    let daemon = Daemon::start(config_text, dir);
-    tokio::task::spawn_blocking(move || {
-        if ready {
-            daemon.wait_ready(Duration::from_secs(30));
-        }
-        daemon
-    })
-    .await
-    .unwrap()
-}
-
-/// One POST on a fresh connection: status and body, bounded.
-async fn post(addr: &str, body: &[u8]) -> (u16, Value) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
-    let head = format!(
-        "POST /nlip HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(LONG, stream.read_to_end(&mut raw))
-        .await
-        .expect("an HTTP answer within the bound")
-        .unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null);
-    (status, body)
-}
-
-async fn declare(channel: &lapin::Channel, queue: &str) {
-    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-    let mut arguments = FieldTable::default();
-    arguments.insert("x-queue-type".into(), lapin::types::AMQPValue::LongString("quorum".into()));
-    channel.queue_declare(queue.into(), options, arguments).await.unwrap();
 }
 
 /// The NLIP message in a data frame.
@@ -347,7 +242,7 @@ async fn http_and_websocket_clients_reach_websocket_agents_with_many_requests_in
         let addr = daemon.http.clone();
         tokio::spawn(async move {
             let request = ir_request(i, &format!("http-conv-{}", i % CONVERSATIONS));
-            let (status, answer) = post(&addr, request.to_string().as_bytes()).await;
+            let (status, answer) = post(&addr, "/nlip", request.to_string().as_bytes()).await;
             assert_eq!(status, 200, "request {i}: {answer}");
             assert_eq!(answer["subformat"], "silp-ir", "the asker reads the IR: {answer}");
             let got = order_in(&answer["content"].to_string());

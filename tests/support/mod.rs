@@ -2,4 +2,5 @@
 
 pub mod agents;
 pub mod broker;
+pub mod gateway;
 pub mod process;
