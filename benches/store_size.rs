@@ -1,5 +1,5 @@
-//! Disk and memory used by 1,000,000 compile.lock records and 1,000,000 ledger entries (plus the
-//! 1,296 sessions the id space allows), against the live data they hold.
+//! Disk and memory used by 1,000,000 compile.lock records and 1,000,000 ledger entries (plus
+//! 1,296 sessions), against the live data they hold.
 //! `cargo bench --bench store_size`; figures in docs/performance.md.
 
 use silpgate::gateway::session::{SessionPolicy, count_turn};

@@ -336,7 +336,7 @@ impl AmqpConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// Number of partitions P, 1..=1296 (each partition owns 1296/P session ids). Every
+    /// Number of partitions P, 1..=1296. Every
     /// instance of a cluster must use the same P. Default 16.
     pub partitions: u16,
     /// The consistent-hash exchange in front of the partition queues; it hashes the header

@@ -598,3 +598,24 @@ async fn metrics_are_served_as_prometheus_text_and_count_what_happened() {
     assert!(value("silpgate_message_seconds_count{transport=\"http\"}") >= 2.0);
     assert!(text.contains("# TYPE silpgate_in_flight gauge"));
 }
+
+/// Far more live conversations than there are two-character session ids (1,296): a session id
+/// is scoped by its conversation, so none is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_live_conversations_are_all_served() {
+    const CONVERSATIONS: usize = 5_000;
+    let addr = start("max_conversations_per_client = 0\nclient_rate = 0.0\n").await;
+    let sent = futures_util::stream::iter(0..CONVERSATIONS)
+        .map(|i| async move {
+            let body = json!({"format":"structured","subformat":"silp-code","content":format!("cancel(o{i})"),"label":"decode",
+                "submessages":[{"format":"token","subformat":"conversation","content":format!("live-{i}")}]});
+            let r = post_json(addr, &body).await;
+            (r.status, r.json()["content"]["meta"]["session_id"].as_str().map(str::len))
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let refused: Vec<_> = sent.iter().filter(|(status, _)| *status != 200).collect();
+    assert!(refused.is_empty(), "{} of {CONVERSATIONS} refused, e.g. {:?}", refused.len(), refused.first());
+    assert!(sent.iter().all(|(_, id)| *id == Some(2)), "every answer names a two-character session id");
+}

@@ -181,7 +181,7 @@ fn decode_answers_the_sender_with_the_ir_and_the_session_id() {
     let out = out_json(&o, 0);
     assert_eq!(out["subformat"], "silp-ir");
     assert_eq!(out["content"]["constraints"][0], json!({"type":"disk","value":"90%","operator":">"}));
-    assert_eq!(out["content"]["meta"]["session_id"], "aa");
+    assert_eq!(out["content"]["meta"]["session_id"], silpgate::gateway::session::id_for("c-1").as_str());
     assert_eq!(out["content"]["meta"]["req_id"].as_str().map(str::len), Some(8));
     assert_eq!(
         out["submessages"][0],
@@ -367,7 +367,10 @@ fn a_conversation_keeps_its_session_renews_every_n_turns_and_expires() {
         let o = g.handle(message(turn));
         assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
         let last = out_json(&o, o.outbound.len() - 1);
-        assert_eq!(last["content"]["meta"]["session_id"], "aa");
+        assert_eq!(
+            last["content"]["meta"]["session_id"],
+            silpgate::gateway::session::id_for("conv-A").as_str()
+        );
         if o.outbound.len() == 2 {
             let notice = out_json(&o, 0);
             assert_eq!(notice["messagetype"], "control");
@@ -391,7 +394,12 @@ fn a_conversation_keeps_its_session_renews_every_n_turns_and_expires() {
         "ingress",
         0,
     );
-    assert_eq!(out_json(&g.handle(other), 0)["content"]["meta"]["session_id"], "ab");
+    let other_id = out_json(&g.handle(other), 0)["content"]["meta"]["session_id"].clone();
+    assert_eq!(
+        other_id,
+        silpgate::gateway::session::id_for("conv-B").as_str(),
+        "the id comes from the token"
+    );
 }
 
 #[test]
@@ -504,9 +512,6 @@ struct Unavailable;
 
 impl Store for Unavailable {
     fn session_by_token(&self, _: &str) -> Result<Option<SessionRecord>, StoreError> {
-        Err(StoreError::Unavailable("disk gone".into()))
-    }
-    fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
         Err(StoreError::Unavailable("disk gone".into()))
     }
     fn profile(&self, _: &str) -> Result<Option<AgentProfile>, StoreError> {

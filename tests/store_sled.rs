@@ -71,7 +71,7 @@ fn every_record_kind_survives_a_reopen() {
     }
     let store = SledStore::open(&dir, None).unwrap();
     let session = store.session_by_token("conv-1").unwrap().unwrap();
-    assert_eq!((session.id.as_str(), session.turns), ("aa", 1));
+    assert_eq!((session.id, session.turns), (silpgate::gateway::session::id_for("conv-1"), 1));
     assert_eq!(store.profile("planner").unwrap().unwrap().frontends, vec![Frontend::Json, Frontend::Natural]);
     assert_eq!(store.frozen("sha256:aa", Frontend::Code).unwrap().as_deref(), Some("cancel(x)"));
     assert_eq!(store.ledger("m-1").unwrap(), Some(LedgerState::Pending { turn: None }));
@@ -105,40 +105,53 @@ fn the_first_compile_is_frozen_and_drift_is_reported() {
 fn a_commit_is_all_or_nothing() {
     let store = SledStore::open(&temp_dir("atomic"), None).unwrap();
     let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
-    let (_, a) = count_turn(&store, "conv-a", 1, &policy).unwrap();
-    store.commit(&Changes { sessions: vec![a.clone()], ..Changes::default() }, 1).unwrap();
-    // A second conversation claiming the same id, together with a lock record and a ledger entry.
-    let thief = silpgate::gateway::store::SessionRecord { token: "conv-b".into(), ..a };
+    let (_, first) = count_turn(&store, "conv-a", 1, &policy).unwrap();
+    let (_, stale) = count_turn(&store, "conv-a", 1, &policy).unwrap();
+    store
+        .commit(
+            &Changes { sessions: vec![first], turns_seen: vec![("conv-a".into(), 0)], ..Changes::default() },
+            1,
+        )
+        .unwrap();
+    // A turn planned on the state before, together with a lock record and a ledger entry.
     let changes = Changes {
-        sessions: vec![thief],
+        sessions: vec![stale],
+        turns_seen: vec![("conv-a".into(), 0)],
         freezes: vec![freeze("cc", Frontend::Code, "x()")],
         ledger: vec![("m-9".into(), LedgerState::Pending { turn: None })],
         ..Changes::default()
     };
     assert!(matches!(store.commit(&changes, 2), Err(StoreError::Conflict(_))));
-    assert_eq!(store.session_by_token("conv-b").unwrap(), None);
+    assert_eq!(
+        store.session_by_token("conv-a").unwrap().unwrap().turns,
+        1,
+        "the refused turn is not counted"
+    );
     assert_eq!(store.frozen("sha256:cc", Frontend::Code).unwrap(), None);
     assert_eq!(store.ledger("m-9").unwrap(), None);
     assert_eq!(store.verify_lock(), Ok(0));
 }
 
 #[test]
-fn session_ids_are_never_shared_and_expiry_frees_them() {
+fn live_sessions_are_not_capped_and_idle_ones_expire_then_are_forgotten() {
     let store = SledStore::open(&temp_dir("pressure"), None).unwrap();
     let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: 1_000, partition: None };
-    let turn = |token: &str, now: u64| -> Result<String, GatewayError> {
+    let turn = |token: &str, now: u64| -> Result<(String, u64), GatewayError> {
         let (turn, record) = count_turn(&store, token, now, &policy)?;
-        store.commit(&Changes { sessions: vec![record], ..Changes::default() }, now)?;
-        Ok(turn.id)
+        let seen = vec![(record.token.clone(), record.turns - 1)];
+        store.commit(&Changes { sessions: vec![record], turns_seen: seen, ..Changes::default() }, now)?;
+        Ok((turn.id, turn.turn))
     };
-    let mut ids = std::collections::HashSet::new();
-    for i in 0..1296 {
-        assert!(ids.insert(turn(&format!("c{i}"), 0).unwrap()), "id handed out twice");
+    // More live conversations than there are two-character ids: none is refused.
+    const N: usize = 3_000;
+    for i in 0..N {
+        let (id, first) = turn(&format!("c{i}"), 0).unwrap();
+        assert_eq!((id.len(), first), (2, 1));
     }
-    assert!(matches!(turn("one-too-many", 0), Err(GatewayError::SessionsExhausted)));
+    assert_eq!(store.sessions().unwrap().len(), N);
 
     // Half the conversations stay active; the other half go idle, expire, then are forgotten.
-    for i in (0..1296).step_by(2) {
+    for i in (0..N).step_by(2) {
         turn(&format!("c{i}"), 900).unwrap();
     }
     let retention = Retention {
@@ -148,32 +161,15 @@ fn session_ids_are_never_shared_and_expiry_frees_them() {
         tombstone_ms: 500,
     };
     let swept = store.sweep(1_500, &retention).unwrap();
-    assert_eq!(swept.sessions_expired, 648);
-    assert!(matches!(turn("c1", 1_600), Err(GatewayError::SessionExpired { .. })));
-    assert!(
-        matches!(turn("newcomer", 1_600), Err(GatewayError::SessionsExhausted)),
-        "tombstones still hold their ids"
-    );
-    for i in (0..1296).step_by(2) {
+    assert_eq!(swept.sessions_expired, N / 2);
+    assert!(matches!(turn("c1", 1_600), Err(GatewayError::SessionExpired { .. })), "a tombstone answers");
+    for i in (0..N).step_by(2) {
         turn(&format!("c{i}"), 1_800).unwrap();
     }
     let swept = store.sweep(2_600, &retention).unwrap();
-    assert_eq!(swept.sessions_forgotten, 648);
-
-    let mut live: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    for s in store.sessions().unwrap().into_iter().filter(|s| !s.expired) {
-        assert!(
-            live.insert(s.id.clone(), s.token.clone()).is_none(),
-            "two live conversations share {}",
-            s.id
-        );
-    }
-    for i in 0..648 {
-        let id = turn(&format!("new{i}"), 2_600).unwrap();
-        assert!(!live.contains_key(&id), "{id} handed to a new conversation while live");
-        live.insert(id, format!("new{i}"));
-    }
-    assert_eq!(live.len(), 1296);
+    assert_eq!(swept.sessions_forgotten, N / 2);
+    assert_eq!(turn("c1", 2_600).unwrap().1, 1, "a forgotten conversation starts a new session");
+    assert_eq!(turn("c0", 2_600).unwrap().1, 4, "a live one keeps counting");
 }
 
 #[test]
@@ -538,4 +534,31 @@ fn profiles_learnt_from_ping_are_swept_when_idle() {
     assert_eq!(store.profile("idle").unwrap(), None);
     assert_eq!(store.profile("active").unwrap(), Some(profile(900)));
     assert_eq!(store.profile_count().unwrap(), 1);
+}
+
+#[test]
+fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
+    let dir = temp_dir("v4");
+    {
+        // A layout-5 store written, then turned back into layout 4: version 4 and the
+        // `sid:<id>` allocation index of that layout.
+        let store = SledStore::open(&dir, None).unwrap();
+        let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
+        let (_, session) = count_turn(&store, "conv-old", 10, &policy).unwrap();
+        store.commit(&Changes { sessions: vec![session], ..Changes::default() }, 10).unwrap();
+        store.flush().unwrap();
+    }
+    {
+        let db = sled::open(&dir).unwrap();
+        db.insert("meta:schema_version", "4").unwrap();
+        db.insert("sid:aa", "conv-old").unwrap();
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(&dir, None).expect("a layout-4 store opens, migrated");
+    let session = store.session_by_token("conv-old").unwrap().expect("its sessions are kept");
+    assert_eq!(session.turns, 1);
+    drop(store);
+    let db = sled::open(&dir).unwrap();
+    assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
+    assert_eq!(db.scan_prefix("sid:").count(), 0, "the allocation index is gone");
 }

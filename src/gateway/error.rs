@@ -40,8 +40,6 @@ pub enum GatewayError {
     NoRoute,
     #[error("session {id} of this conversation has expired; start a new conversation")]
     SessionExpired { id: String },
-    #[error("all session ids are in use; try again when sessions expire")]
-    SessionsExhausted,
     #[error("//ping: {0}")]
     Ping(String),
     #[error(transparent)]
@@ -58,8 +56,7 @@ impl GatewayError {
             | GatewayError::NoRoute
             | GatewayError::SessionExpired { .. }
             | GatewayError::Ping(_) => Disposition::Poison,
-            GatewayError::SessionsExhausted
-            | GatewayError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
+            GatewayError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
                 Disposition::Transient
             }
             GatewayError::Store(StoreError::Corrupt(_) | StoreError::Key(_)) => Disposition::Fatal,
@@ -84,7 +81,7 @@ impl GatewayError {
             GatewayError::Invalid { .. } => "decode_failed",
             GatewayError::NoRoute => "no_route",
             GatewayError::SessionExpired { .. } => "session_expired",
-            GatewayError::SessionsExhausted | GatewayError::Store(_) => "unavailable",
+            GatewayError::Store(_) => "unavailable",
             GatewayError::Ping(_) => "invalid_ping",
         }
     }

@@ -2,15 +2,15 @@
 //! every message is a turn; every N turns (the heartbeat) the session renews, and the next
 //! message carries a renewal notice; a session idle for too long expires.
 //!
-//! Ids are two characters from `a-z0-9` (1,296 ids), handed out lowest first. An expired
-//! session keeps its id as a tombstone, so that its conversation answers `session_expired`,
-//! until the store sweeps it; then the id is free again. When every id is held, a new
-//! conversation is refused as transient (`unavailable`) until one frees up.
+//! Ids are two characters from `a-z0-9`, as the draft asks, and their scope is the conversation
+//! (SILP draft -02: `session_id` is a correlation convenience within an external uniqueness
+//! scope; the NLIP conversation token, which travels with every message, is that scope). An id
+//! is derived from the token, so it needs no allocation and no index, two conversations may
+//! share one, and the number of live conversations is bounded only by memory and disk. An
+//! expired session stays as a tombstone, so that its conversation answers `session_expired`,
+//! until the store sweeps it.
 //!
-//! In a cluster, a conversation belongs to one of P partitions, and its session id comes from
-//! that partition's slice of the id space (ids whose position is the partition modulo P): a
-//! partition's sessions move between instances whole, and never collide with the sessions of
-//! the partitions an instance already holds.
+//! In a cluster, a session remembers its conversation's partition, whose changelog carries it.
 
 use super::error::GatewayError;
 use super::store::{Millis, SessionRecord, Store};
@@ -75,13 +75,14 @@ pub fn count_turn(
         }
         Some(record) => record,
         None => SessionRecord {
-            id: free_id(store, policy.partition)?,
+            id: id_for(token),
             token: token.to_owned(),
             turns: 0,
             heartbeat: policy.heartbeat,
             last_activity: now,
             renewal_due: false,
             expired: false,
+            partition: policy.partition.map(|p| p.index),
         },
     };
     record.turns += 1;
@@ -93,15 +94,15 @@ pub fn count_turn(
     Ok((turn, record))
 }
 
-fn free_id(store: &dyn Store, partition: Option<Partition>) -> Result<String, GatewayError> {
-    let used = store.session_ids_in_use()?;
-    ALPHABET
-        .iter()
-        .flat_map(|a| ALPHABET.iter().map(move |b| [*a, *b]))
-        .map(|pair| String::from_utf8(pair.to_vec()).expect("ASCII"))
-        .filter(|id| partition.is_none_or(|p| p.holds(id)))
-        .find(|id| !used.contains(id))
-        .ok_or(GatewayError::SessionsExhausted)
+/// The session id of a conversation: two characters of `a-z0-9` taken from the SHA-256 of its
+/// token, the same on every instance and after every restart.
+pub fn id_for(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(token.as_bytes());
+    let position =
+        usize::from(u16::from_be_bytes([digest[0], digest[1]])) % (ALPHABET.len() * ALPHABET.len());
+    let pair = [ALPHABET[position / ALPHABET.len()], ALPHABET[position % ALPHABET.len()]];
+    String::from_utf8(pair.to_vec()).expect("ASCII")
 }
 
 #[cfg(test)]
@@ -127,12 +128,12 @@ mod tests {
     fn a_conversation_keeps_one_id_and_renews_every_n_turns() {
         let store = MemoryStore::new();
         let turns: Vec<Turn> = (0..11).map(|i| turn(&store, "conv-1", i, &POLICY).unwrap()).collect();
-        assert!(turns.iter().all(|t| t.id == "aa"));
+        assert!(turns.iter().all(|t| t.id == id_for("conv-1")));
         assert_eq!(turns.iter().map(|t| t.turn).collect::<Vec<_>>(), (1..=11).collect::<Vec<_>>());
         // Renewed after turns 5 and 10: turns 6 and 11 carry the notice.
         let renewed: Vec<u64> = turns.iter().filter(|t| t.renewed).map(|t| t.turn).collect();
         assert_eq!(renewed, [6, 11]);
-        assert_eq!(turn(&store, "conv-2", 20, &POLICY).unwrap().id, "ab");
+        assert_eq!(turn(&store, "conv-2", 20, &POLICY).unwrap().id, id_for("conv-2"));
     }
 
     #[test]
@@ -171,13 +172,14 @@ mod tests {
     }
 
     #[test]
-    fn when_every_id_is_taken_new_conversations_are_refused() {
+    fn conversations_are_not_capped_by_the_id_space() {
         let store = MemoryStore::new();
-        for i in 0..1296 {
-            turn(&store, &format!("t{i}"), 0, &POLICY).unwrap();
+        // Far more conversations than there are two-character ids: none is refused.
+        for i in 0..5_000 {
+            let t = turn(&store, &format!("t{i}"), 0, &POLICY).unwrap();
+            assert_eq!(t.id, id_for(&format!("t{i}")), "a conversation's id comes from its token");
+            assert_eq!(t.id.len(), 2);
         }
-        let err = turn(&store, "one-too-many", 0, &POLICY).unwrap_err();
-        assert!(matches!(err, GatewayError::SessionsExhausted));
-        assert_eq!(err.disposition(), crate::gateway::Disposition::Transient);
+        assert_eq!(turn(&store, "t42", 1, &POLICY).unwrap().turn, 2, "each conversation keeps its own turns");
     }
 }

@@ -29,6 +29,9 @@ pub struct SessionRecord {
     pub renewal_due: bool,
     /// Expired sessions stay as tombstones (answering `session_expired`) until swept.
     pub expired: bool,
+    /// In a cluster: the partition the conversation belongs to, whose changelog carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u16>,
 }
 
 /// Where an agent's accepted frontends came from.
@@ -118,7 +121,6 @@ pub enum StoreError {
 pub trait Store: Send + Sync {
     fn session_by_token(&self, token: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// Ids held by live sessions and tombstones.
-    fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError>;
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError>;
     /// Number of stored agent profiles (each learnt from a `//ping`).
     fn profile_count(&self) -> Result<usize, StoreError>;
@@ -127,8 +129,9 @@ pub trait Store: Send + Sync {
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError>;
 
     /// Applies every change of one message atomically, and returns, for each freeze in order,
-    /// what the compile.lock now holds (the first freeze of an entry wins). A session id already
-    /// held by another conversation is a [`StoreError::Conflict`].
+    /// what the compile.lock now holds (the first freeze of an entry wins). A session whose
+    /// turns moved since the change was planned ([`Changes::turns_seen`]) is a
+    /// [`StoreError::Conflict`].
     fn commit(&self, changes: &Changes, now: Millis) -> Result<Vec<Frozen>, StoreError>;
 
     /// Makes every committed change durable. A message is acknowledged only after this.
@@ -182,10 +185,6 @@ impl Store for MemoryStore {
         self.with(|m| m.sessions.get(token).cloned())
     }
 
-    fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
-        self.with(|m| m.sessions.values().map(|s| s.id.clone()).collect())
-    }
-
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
         self.with(|m| m.profiles.get(agent).cloned())
     }
@@ -209,14 +208,6 @@ impl Store for MemoryStore {
                 if now != *seen {
                     return Err(StoreError::Conflict(format!(
                         "the session of {token} moved from turn {seen} to {now}"
-                    )));
-                }
-            }
-            for s in &changes.sessions {
-                if let Some(other) = m.sessions.values().find(|o| o.id == s.id && o.token != s.token) {
-                    return Err(StoreError::Conflict(format!(
-                        "session id {} is held by another conversation ({})",
-                        s.id, other.token
                     )));
                 }
             }

@@ -1,9 +1,12 @@
-//! The store's layout version and the migration from the previous one.
+//! The store's layout version and the migrations from the previous ones.
 //!
 //! Layout 3 kept the compile.lock head unsealed and no key fingerprint; layout 4 seals the
 //! head with the chain's key and stores a fingerprint of the key. A layout-3 store is migrated
 //! when it is opened with its key: its whole chain (and index) is verified first, so that a
 //! chain already altered, or a wrong key, is refused instead of being sealed as good.
+//! Layout 5 derives session ids from conversation tokens instead of allocating them from one
+//! id space: the `sid:<id>` allocation index of layouts 3 and 4 is dropped (sessions keep
+//! their ids).
 
 use super::{HEAD_KEY, KEY_FINGERPRINT, SledStore, corrupt, unavailable};
 use crate::gateway::store::StoreError;
@@ -11,9 +14,12 @@ use crate::store::chain::{self, Sealer};
 use serde::Deserialize;
 
 /// The layout version written into the store; a store with another version is refused.
-pub const SCHEMA_VERSION: &str = "4";
-/// The layout migrated from.
-const PREVIOUS: &str = "3";
+pub const SCHEMA_VERSION: &str = "5";
+/// The layouts migrated from.
+const LAYOUT_3: &str = "3";
+const LAYOUT_4: &str = "4";
+/// Layouts 3 and 4: session id -> conversation token, the allocation index.
+const SESSION_ID: &[u8] = b"sid:";
 
 const SCHEMA_KEY: &[u8] = b"meta:schema_version";
 
@@ -41,16 +47,20 @@ pub(super) fn to_current(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreErro
     match version(db)?.as_deref() {
         Some(SCHEMA_VERSION) => Ok(()),
         None if db.is_empty() => initialise(db, sealer),
-        Some(PREVIOUS) => from_3(db, sealer),
+        Some(LAYOUT_3) => {
+            from_3(db, sealer)?;
+            from_4(db)
+        }
+        Some(LAYOUT_4) => from_4(db),
         found => Err(refuse(found)),
     }
 }
 
-/// A store that can be read as it is: the current layout, or layout 3 (whose sessions and
-/// records read the same).
+/// A store that can be read as it is: the current layout, or layouts 3 and 4 (whose sessions
+/// and records read the same).
 pub(super) fn check_readable(db: &sled::Db) -> Result<(), StoreError> {
     match version(db)?.as_deref() {
-        Some(SCHEMA_VERSION | PREVIOUS) => Ok(()),
+        Some(SCHEMA_VERSION | LAYOUT_4 | LAYOUT_3) => Ok(()),
         found => Err(refuse(found)),
     }
 }
@@ -84,6 +94,18 @@ fn from_3(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
     stamp(db, &sealed, sealer)
 }
 
+/// Layout 4 to 5: drops the session id index in one atomic step with the new version.
+fn from_4(db: &sled::Db) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    for key in db.scan_prefix(SESSION_ID).keys() {
+        batch.remove(key.map_err(unavailable)?);
+    }
+    batch.insert(SCHEMA_KEY, SCHEMA_VERSION);
+    db.apply_batch(batch).map_err(unavailable)?;
+    db.flush().map_err(unavailable)?;
+    Ok(())
+}
+
 fn cannot_migrate(sealer: &Sealer, e: &chain::ChainError) -> StoreError {
     let hint = if sealer.is_keyed() {
         "the key given is not this store's key, or the chain was altered"
@@ -91,6 +113,6 @@ fn cannot_migrate(sealer: &Sealer, e: &chain::ChainError) -> StoreError {
         "the store is keyed (open it with its key), or the chain was altered"
     };
     StoreError::Key(format!(
-        "cannot migrate the store from schema version {PREVIOUS}: compile.lock {e}; {hint}"
+        "cannot migrate the store from schema version {LAYOUT_3}: compile.lock {e}; {hint}"
     ))
 }

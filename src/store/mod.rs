@@ -17,8 +17,7 @@
 //! under another key or none (which would break its chain for every key).
 //!
 //! Keys: `meta:schema_version`, `meta:lock_head` (sealed), `meta:lock_key` (key fingerprint),
-//! `session:<token>`, `sid:<id>` (-> token),
-//! `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
+//! `session:<token>`, `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
 //! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`; in a cluster also
 //! `cluster:applied:<partition, 2 bytes BE>` and `cluster:lock_applied` (stream offsets, see
 //! [`replica`]).
@@ -91,7 +90,6 @@ struct LedgerEntry {
 const HEAD_KEY: &[u8] = b"meta:lock_head";
 const KEY_FINGERPRINT: &[u8] = b"meta:lock_key";
 const SESSION: &[u8] = b"session:";
-const SESSION_ID: &[u8] = b"sid:";
 const PROFILE: &[u8] = b"profile:";
 const LOCK: &[u8] = b"lock:";
 const LOCK_INDEX: &[u8] = b"lockx:";
@@ -349,7 +347,6 @@ impl SledStore {
     /// Writes a session and its id index into `batch`.
     fn put_session(batch: &mut sled::Batch, s: &SessionRecord) {
         batch.insert(key(SESSION, s.token.as_bytes()), encode(s));
-        batch.insert(key(SESSION_ID, s.id.as_bytes()), s.token.as_bytes());
     }
 
     /// Writes a ledger entry into `batch`, moving its time index.
@@ -417,7 +414,6 @@ impl SledStore {
                 && idle > retention.session_idle_ms.saturating_add(retention.tombstone_ms)
             {
                 batch.remove(key(SESSION, record.token.as_bytes()));
-                batch.remove(key(SESSION_ID, record.id.as_bytes()));
                 swept.sessions_forgotten += 1;
             }
         }
@@ -492,16 +488,6 @@ impl Store for SledStore {
             .transpose()
     }
 
-    fn session_ids_in_use(&self) -> Result<Vec<String>, StoreError> {
-        self.db
-            .scan_prefix(SESSION_ID)
-            .keys()
-            .map(|k| {
-                k.map_err(unavailable).map(|k| String::from_utf8_lossy(&k[SESSION_ID.len()..]).into_owned())
-            })
-            .collect()
-    }
-
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
         self.db
             .get(key(PROFILE, agent.as_bytes()))
@@ -540,14 +526,6 @@ impl Store for SledStore {
         let mut batch = sled::Batch::default();
         let mut writes = 0usize;
         for s in &changes.sessions {
-            if let Some(holder) = self.db.get(key(SESSION_ID, s.id.as_bytes())).map_err(unavailable)?
-                && holder.as_ref() != s.token.as_bytes()
-            {
-                return Err(StoreError::Conflict(format!(
-                    "session id {} is held by another conversation",
-                    s.id
-                )));
-            }
             Self::put_session(&mut batch, s);
             writes += 1;
         }

@@ -7,7 +7,7 @@
 //! changes this replica made itself, leaves the same state: replay never needs to know which
 //! records are already here.
 
-use super::{SESSION, SESSION_ID, SledStore, decode, encode, key, unavailable};
+use super::{SESSION, SledStore, encode, key, unavailable};
 use crate::gateway::session::Partition;
 use crate::gateway::store::{Freeze, LedgerState, Millis, SessionRecord, StoreError};
 use crate::silp::Frontend;
@@ -83,9 +83,13 @@ impl SledStore {
         read_offset(self.db.get(LOCK_APPLIED).map_err(unavailable)?)
     }
 
-    /// The sessions of one partition (those whose ids lie in its slice).
+    /// The sessions of one partition: those that name it (a session of the layout before
+    /// sessions named their partition: those whose id lies in the partition's slice, the rule
+    /// ids were handed out by then).
     pub fn partition_sessions(&self, partition: Partition) -> Result<Vec<SessionRecord>, StoreError> {
-        Ok(self.sessions()?.into_iter().filter(|s| partition.holds(&s.id)).collect())
+        let of_partition =
+            |s: &SessionRecord| s.partition.map_or_else(|| partition.holds(&s.id), |p| p == partition.index);
+        Ok(self.sessions()?.into_iter().filter(of_partition).collect())
     }
 
     /// Applies one changelog entry of `partition` and, when given, records `offset` as applied.
@@ -110,7 +114,6 @@ impl SledStore {
                 for stale in self.partition_sessions(partition)? {
                     if !sessions.iter().any(|s| s.token == stale.token) {
                         batch.remove(key(SESSION, stale.token.as_bytes()));
-                        batch.remove(key(SESSION_ID, stale.id.as_bytes()));
                     }
                 }
                 for session in sessions {
@@ -133,20 +136,9 @@ impl SledStore {
         Ok(())
     }
 
-    /// Writes `session` over whatever this replica holds for its token or its id: the
-    /// changelog is the truth, so a stale local holder of the id gives way.
+    /// Writes `session` over whatever this replica holds for its conversation: the changelog
+    /// is the truth.
     fn replace_session(&self, batch: &mut sled::Batch, session: &SessionRecord) -> Result<(), StoreError> {
-        if let Some(holder) = self.db.get(key(SESSION_ID, session.id.as_bytes())).map_err(unavailable)?
-            && holder.as_ref() != session.token.as_bytes()
-        {
-            batch.remove(key(SESSION, &holder));
-        }
-        if let Some(old) = self.db.get(key(SESSION, session.token.as_bytes())).map_err(unavailable)? {
-            let old: SessionRecord = decode(&old, "session")?;
-            if old.id != session.id {
-                batch.remove(key(SESSION_ID, old.id.as_bytes()));
-            }
-        }
         Self::put_session(batch, session);
         Ok(())
     }
@@ -196,30 +188,38 @@ mod tests {
             last_activity: 1,
             renewal_due: false,
             expired: false,
+            partition: None,
         }
+    }
+
+    /// A session that names its partition (the current layout).
+    fn session_of(partition: u16, id: &str, token: &str, turns: u64) -> SessionRecord {
+        SessionRecord { partition: Some(partition), ..session(id, token, turns) }
     }
 
     const P0: Partition = Partition { index: 0, count: 2 };
 
     #[test]
-    fn a_change_replaces_whatever_the_replica_held_for_the_token_or_the_id() {
+    fn a_change_replaces_what_the_replica_held_for_its_conversation() {
         let store = store("change");
-        // "aa" is position 0 (partition 0 of 2); a stale local holder of it gives way.
-        let stale = PartitionChange::Session { session: session("aa", "old", 3), message: None };
+        let stale = PartitionChange::Session { session: session_of(0, "aa", "conv", 3), message: None };
         store.apply_change(P0, &stale, Some(0), 1).unwrap();
+        // Another conversation with the same id is another session: ids are scoped by token.
+        let other = PartitionChange::Session { session: session_of(0, "aa", "other", 1), message: None };
+        store.apply_change(P0, &other, Some(1), 1).unwrap();
         let pending = LedgerState::Pending { turn: None };
         let change = PartitionChange::Session {
-            session: session("aa", "new", 7),
+            session: session_of(0, "aa", "conv", 7),
             message: Some(("m-1".into(), pending.clone())),
         };
-        store.apply_change(P0, &change, Some(1), 1).unwrap();
-        assert_eq!(store.session_by_token("old").unwrap(), None);
-        assert_eq!(store.session_by_token("new").unwrap().unwrap().turns, 7);
+        store.apply_change(P0, &change, Some(2), 1).unwrap();
+        assert_eq!(store.session_by_token("conv").unwrap().unwrap().turns, 7);
+        assert_eq!(store.session_by_token("other").unwrap().unwrap().turns, 1);
         assert_eq!(store.ledger("m-1").unwrap(), Some(pending));
-        assert_eq!(store.partition_offset(0).unwrap(), Some(1));
+        assert_eq!(store.partition_offset(0).unwrap(), Some(2));
         // Applying the same entry again changes nothing.
-        store.apply_change(P0, &change, Some(1), 1).unwrap();
-        assert_eq!(store.sessions().unwrap().len(), 1);
+        store.apply_change(P0, &change, Some(2), 1).unwrap();
+        assert_eq!(store.sessions().unwrap().len(), 2);
     }
 
     #[test]
@@ -232,11 +232,22 @@ mod tests {
         }
         let other = PartitionChange::Session { session: session("ab", "t1", 1), message: None };
         store.apply_change(p1, &other, None, 1).unwrap();
+        // Sessions that name their partition belong to it whatever their id.
+        let named = PartitionChange::Session { session: session_of(0, "ab", "t3", 1), message: None };
+        store.apply_change(P0, &named, None, 1).unwrap();
+        let elsewhere = PartitionChange::Session { session: session_of(1, "aa", "t4", 1), message: None };
+        store.apply_change(p1, &elsewhere, None, 1).unwrap();
         let snapshot = PartitionChange::Snapshot { sessions: vec![session("ac", "t2", 5)] };
         store.apply_change(P0, &snapshot, Some(9), 1).unwrap();
         assert_eq!(store.session_by_token("t0").unwrap(), None, "not in the snapshot: gone");
+        assert_eq!(
+            store.session_by_token("t3").unwrap(),
+            None,
+            "named partition 0, not in the snapshot: gone"
+        );
         assert_eq!(store.session_by_token("t2").unwrap().unwrap().turns, 5);
         assert!(store.session_by_token("t1").unwrap().is_some(), "partition 1 untouched");
+        assert!(store.session_by_token("t4").unwrap().is_some(), "partition 1 untouched, whatever its id");
         assert_eq!(store.partition_sessions(P0).unwrap().len(), 1);
     }
 
