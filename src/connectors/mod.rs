@@ -16,8 +16,7 @@ pub mod http;
 pub mod ws;
 
 use crate::config::Config;
-use crate::gateway::{Disposition, Origin};
-use crate::intake::AnswerError;
+use crate::gateway::{Disposition, GatewayError, Origin};
 use crate::nlip::{Encoding, Message};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
@@ -97,6 +96,42 @@ pub enum SetupError {
     TokenUnset { agent: String, variable: String },
     #[error("agent '{agent}': {detail}")]
     Client { agent: String, detail: String },
+}
+
+/// Why an agent's answer did not reach its asker.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// Nobody waits for it: the wait timed out, or was never started here.
+    #[error("no request waits for this answer (its wait timed out, or it was never asked here)")]
+    Orphan,
+    /// The asker left before the answer came.
+    #[error("the requester is gone")]
+    Gone,
+    /// The answer is not valid; the asker was told why.
+    #[error("the answer was refused: {0}")]
+    Invalid(GatewayError),
+    /// The asker's door or the store could not take it now.
+    #[error("{0}")]
+    Retry(String),
+}
+
+impl AnswerError {
+    /// The code an answer that goes nowhere is dead-lettered with.
+    pub fn code(&self) -> &str {
+        match self {
+            AnswerError::Orphan => "timeout",
+            AnswerError::Gone => "requester_gone",
+            AnswerError::Invalid(e) => e.code(),
+            AnswerError::Retry(_) => "unavailable",
+        }
+    }
+
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            AnswerError::Retry(_) => Disposition::Transient,
+            _ => Disposition::Poison,
+        }
+    }
 }
 
 /// Where answers go that agents send on their own time (WebSocket): the intake's

@@ -25,10 +25,10 @@
 //! TLS is always verified (the system's roots plus `ca_file`; ring); the bearer token of
 //! `token_env` and the `traceparent` of the connection's span travel on the upgrade request.
 
+use super::AnswerError;
 use super::{AnswerSink, AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::config::AgentConfig;
 use crate::gateway::{Origin, Transport};
-use crate::intake::AnswerError;
 use crate::nlip::{self, Encoding, Message};
 use crate::util::backoff::Backoff;
 use axum::http::HeaderValue;

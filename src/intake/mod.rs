@@ -15,6 +15,7 @@
 pub mod waiting;
 
 use crate::config::{AwaitMode, RepliesMode};
+pub use crate::connectors::AnswerError;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
 use crate::gateway::store::Freeze;
@@ -101,42 +102,6 @@ impl Failure {
 
     fn is_store_conflict(error: &GatewayError) -> bool {
         matches!(error, GatewayError::Store(crate::gateway::store::StoreError::Conflict(_)))
-    }
-}
-
-/// Why an agent's answer did not reach its asker.
-#[derive(Debug, thiserror::Error)]
-pub enum AnswerError {
-    /// Nobody waits for it: the wait timed out, or was never started here.
-    #[error("no request waits for this answer (its wait timed out, or it was never asked here)")]
-    Orphan,
-    /// The asker left before the answer came.
-    #[error("the requester is gone")]
-    Gone,
-    /// The answer is not valid; the asker was told why.
-    #[error("the answer was refused: {0}")]
-    Invalid(GatewayError),
-    /// The asker's door or the store could not take it now.
-    #[error("{0}")]
-    Retry(String),
-}
-
-impl AnswerError {
-    /// The code an answer that goes nowhere is dead-lettered with.
-    pub fn code(&self) -> &str {
-        match self {
-            AnswerError::Orphan => "timeout",
-            AnswerError::Gone => "requester_gone",
-            AnswerError::Invalid(e) => e.code(),
-            AnswerError::Retry(_) => "unavailable",
-        }
-    }
-
-    pub fn disposition(&self) -> Disposition {
-        match self {
-            AnswerError::Retry(_) => Disposition::Transient,
-            _ => Disposition::Poison,
-        }
     }
 }
 
