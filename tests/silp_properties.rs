@@ -285,6 +285,17 @@ proptest! {
     }
 
     #[test]
+    fn json_decoder_spans_never_split_a_character(s in "[{}\\[\\]\":,a-z0-9 é北😀\u{3000}\u{202E}\u{E0041}]{0,30}") {
+        if let Err(e) = silp::decode(&s, Frontend::Json, &DecodeOptions::default())
+            && let Some(span) = e.span.clone()
+        {
+            prop_assert!(span.start <= span.end && span.end <= s.len(), "span {:?} outside {:?}", span, s);
+            prop_assert!(s.is_char_boundary(span.start) && s.is_char_boundary(span.end), "span {:?} in {:?}", span, s);
+            let _ = e.render(&s);
+        }
+    }
+
+    #[test]
     fn json_decoder_and_schema_never_panic_on_arbitrary_json(v in arbitrary_json()) {
         let text = v.to_string();
         let _ = silp::decode(&text, Frontend::Json, &DecodeOptions::default());
