@@ -12,7 +12,7 @@
 
 use crate::nlip::{Content, Format};
 use crate::silp::ir::Ir;
-use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, schema};
+use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema};
 use crate::util::hash::sha256_hex;
 use serde_json::Value;
 
@@ -101,6 +101,12 @@ pub fn read(
                     "a silp-ir payload must be a JSON object",
                 ));
             }
+            // The IR has no text to strip before it is parsed: its keys and strings are
+            // sanitised instead, so that no form carries invisible characters past the sanitiser.
+            let mut notices = Vec::new();
+            let sanitized =
+                if options.sanitize { sanitize::strip_invisible_json(value, &mut notices)? } else { None };
+            let value = sanitized.as_ref().unwrap_or(value);
             let meta = value.get("meta");
             let explicit_out =
                 meta.and_then(|m| m.get("out")).and_then(Value::as_str).and_then(|o| o.parse().ok());
@@ -113,7 +119,7 @@ pub fn read(
                 assign_req_id(&mut value, req_id_len);
                 schema::parse_ir(&value)?
             };
-            Ok(ReadPayload { ir, notices: Vec::new(), explicit_out })
+            Ok(ReadPayload { ir, notices, explicit_out })
         }
         SilpForm::Code => {
             let Value::String(text) = value else {

@@ -149,11 +149,17 @@ fn assemble(
 pub fn parse_json(text: &str) -> Result<serde_json::Value, SilpError> {
     serde_json::from_str(text).map_err(|e| {
         let at = offset_of(text, e.line(), e.column());
-        SilpError::syntax(
-            at..(at + 1).min(text.len()).max(at),
-            format!("invalid JSON: {}", json_error_text(&e)),
-        )
+        SilpError::syntax(char_span(text, at), format!("invalid JSON: {}", json_error_text(&e)))
     })
+}
+
+/// The span of the character at byte `at` (empty at the end of `text`), never splitting it.
+pub(crate) fn char_span(text: &str, at: usize) -> std::ops::Range<usize> {
+    let mut start = at.min(text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    start..text[start..].chars().next().map_or(start, |c| start + c.len_utf8())
 }
 
 /// Byte offset of a 1-based line and column (as serde_json reports them, column in bytes).

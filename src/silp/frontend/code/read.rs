@@ -367,7 +367,7 @@ impl Parser<'_, '_> {
                 return Ok(Call { verb, arguments: Vec::new() });
             }
             return Err(SilpError::syntax(
-                start..self.word_end().max(self.pos + 1).min(self.src.len()),
+                start..self.word_end().max(self.char_end(self.pos)),
                 format!(
                     "cannot parse function call '{}': expected '(' after the function name",
                     self.word_preview(start)
@@ -488,7 +488,7 @@ impl Parser<'_, '_> {
         let action = self.verb()?;
         if !self.eat('(') {
             return Err(SilpError::syntax(
-                start..self.word_end().max(start + 1).min(self.src.len()),
+                start..self.word_end().max(self.char_end(start)),
                 format!(
                     "cannot parse alternative '{}': expected '(' after the function name",
                     self.word_preview(start)
@@ -552,7 +552,7 @@ impl Parser<'_, '_> {
         if self.pos == start {
             let found = self.peek().map_or("the end of the payload".to_owned(), |c| format!("'{c}'"));
             return Err(SilpError::syntax(
-                start..(start + 1).min(self.src.len()),
+                start..self.char_end(start),
                 format!("expected {what}, found {found}"),
             ));
         }
@@ -654,8 +654,13 @@ impl Parser<'_, '_> {
         self.preview(self.pos)
     }
 
+    /// The end of the character at `at` (`at` itself at the end): a span never splits a char.
+    fn char_end(&self, at: usize) -> usize {
+        self.src[at..].chars().next().map_or(at, |c| at + c.len_utf8())
+    }
+
     fn error_here(&self, message: &str) -> SilpError {
-        let end = self.src[self.pos..].chars().next().map_or(self.pos, |c| self.pos + c.len_utf8());
+        let end = self.char_end(self.pos);
         let found = self.peek().map_or("the end of the payload".to_owned(), |c| format!("'{c}'"));
         SilpError::syntax(self.pos..end, format!("{message}, found {found}"))
     }

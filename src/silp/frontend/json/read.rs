@@ -36,7 +36,7 @@ pub fn read(text: &str, notices: &mut Vec<Notice>) -> Result<Parsed, SilpError> 
             serde_json::error::Category::Data => SilpError::new(ErrorCode::DecodeFailed, message),
             _ => {
                 let at = crate::silp::offset_of(text, e.line(), e.column());
-                SilpError::syntax(at..(at + 1).min(text.len()).max(at), format!("invalid JSON: {message}"))
+                SilpError::syntax(crate::silp::char_span(text, at), format!("invalid JSON: {message}"))
             }
         }
     })
