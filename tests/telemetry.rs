@@ -24,15 +24,16 @@ impl Drop for Sink {
     }
 }
 
+/// Starts the OTLP receiver on a port it picks itself (a port picked here and released could be
+/// taken by someone else before the receiver binds it).
 fn start_sink(out: &std::path::Path) -> (Sink, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let python = std::env::var_os("SILPGATE_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python"));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/otlp_sink.py");
     let mut child = Command::new(&python)
         .arg(script)
-        .arg(port.to_string())
+        .arg("0")
         .arg(out)
         .stdout(Stdio::piped())
         .spawn()
@@ -41,7 +42,8 @@ fn start_sink(out: &std::path::Path) -> (Sink, u16) {
         });
     let mut first = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    assert_eq!(first.trim(), "listening", "the OTLP receiver starts");
+    let port = first.trim().strip_prefix("listening ").and_then(|p| p.parse().ok());
+    let port = port.unwrap_or_else(|| panic!("the OTLP receiver starts and says its port: {first:?}"));
     (Sink(child), port)
 }
 

@@ -3,7 +3,8 @@
 Decodes each ExportTraceServiceRequest and ExportMetricsServiceRequest with the official
 OpenTelemetry protos and appends one JSON object per span (service, name, trace and span ids,
 parent span id, attributes) or per metric data point ("metric", attributes, value) to a file.
-Usage: otlp_sink.py PORT OUT_FILE. Prints "listening" once it accepts requests.
+Usage: otlp_sink.py PORT OUT_FILE (PORT 0: any free port). Prints "listening PORT" once it
+accepts requests, with the port it is bound to.
 """
 
 import json
@@ -88,5 +89,5 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 server = ThreadingHTTPServer(("127.0.0.1", port), Receiver)
-print("listening", flush=True)
+print("listening", server.server_address[1], flush=True)
 server.serve_forever()
