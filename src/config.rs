@@ -216,6 +216,10 @@ pub struct HttpConfig {
     /// so that a web page cannot drive a gateway on the visitor's machine; clients that send
     /// no `Origin` (programs, not browsers) are not affected. Default: none.
     pub allowed_origins: Vec<String>,
+    /// Addresses of proxies in front of silpgate (TLS terminators, load balancers) whose
+    /// `X-Forwarded-For` header names the client, so that rate and conversation limits apply
+    /// per client instead of to the proxy. Default: none (the peer's address is the client's).
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for HttpConfig {
@@ -239,6 +243,7 @@ impl Default for HttpConfig {
             max_conversations_per_client: 256,
             observability_tokens: false,
             allowed_origins: Vec::new(),
+            trusted_proxies: Vec::new(),
         }
     }
 }

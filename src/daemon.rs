@@ -113,6 +113,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         clients: crate::doors::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
         observability_tokens: config.http.observability_tokens,
         allowed_origins: config.http.allowed_origins.clone(),
+        trusted_proxies: config.http.trusted_proxies.clone(),
         conversations: crate::doors::limit::Conversations::new(
             config.http.max_conversations_per_client,
             Duration::from_secs(config.sessions.idle_timeout_secs.max(1)),

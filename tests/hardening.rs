@@ -317,3 +317,31 @@ fn the_store_directory_is_the_owners_alone() {
     assert_eq!(mode, 0o700, "the store directory is {mode:o}");
     drop(store);
 }
+
+async fn post_from(addr: SocketAddr, forwarded_for: &str) -> u16 {
+    let body = r#"{"format":"text","subformat":"english","content":"hello"}"#;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /nlip HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nX-Forwarded-For: {forwarded_for}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let raw = closed_within(&mut stream, Duration::from_secs(5)).await.expect("an answer");
+    String::from_utf8_lossy(&raw).split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_has_its_own_limit_and_elsewhere_the_header_is_ignored() {
+    let limited = "client_rate = 0.0003\nclient_burst = 2\n";
+    let proxied = start(&format!("{limited}trusted_proxies = [\"127.0.0.1\"]\n")).await;
+    let a: Vec<u16> = futures_util::future::join_all((0..3).map(|_| post_from(proxied, "203.0.113.7"))).await;
+    assert_eq!(a.iter().filter(|&&s| s == 429).count(), 1, "client A: a burst of 2 ({a:?})");
+    assert_eq!(post_from(proxied, "198.51.100.9, 127.0.0.1").await, 200, "client B has its own bucket");
+    // Without trusted proxies the header is the client's own claim, and changes nothing.
+    let direct = start(limited).await;
+    let spoofed: Vec<u16> = futures_util::future::join_all(
+        ["192.0.2.1", "192.0.2.2", "192.0.2.3"].map(|ip| post_from(direct, ip)),
+    )
+    .await;
+    assert_eq!(spoofed.iter().filter(|&&s| s == 429).count(), 1, "one address, one bucket: {spoofed:?}");
+}

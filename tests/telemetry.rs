@@ -31,15 +31,10 @@ fn start_sink(out: &std::path::Path) -> (Sink, u16) {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python"));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/otlp_sink.py");
-    let mut child = Command::new(&python)
-        .arg(script)
-        .arg("0")
-        .arg(out)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {} ({e}); tests/run.sh installs opentelemetry-proto", python.display())
-        });
+    let mut child =
+        Command::new(&python).arg(script).arg("0").arg(out).stdout(Stdio::piped()).spawn().unwrap_or_else(
+            |e| panic!("cannot run {} ({e}); tests/run.sh installs opentelemetry-proto", python.display()),
+        );
     let mut first = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
     let port = first.trim().strip_prefix("listening ").and_then(|p| p.parse().ok());

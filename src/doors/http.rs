@@ -164,7 +164,10 @@ impl IntoResponse for Denied {
 pub fn authenticate(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Result<Identity, Denied> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     front.auth.check(authorization).map_err(|refusal| {
-        match front.clients.admit(&super::client_key(Identity::Anonymous, peer)) {
+        match front
+            .clients
+            .admit(&super::client_key(Identity::Anonymous, front.client_address(headers, peer)))
+        {
             Err(retry_after) => Denied::RateLimited(retry_after),
             Ok(()) => Denied::Unauthenticated(refusal),
         }
@@ -191,7 +194,7 @@ async fn post_nlip(
         Ok(identity) => identity,
         Err(denied) => return denied.into_response(),
     };
-    let client = super::client_key(identity, peer);
+    let client = super::client_key(identity, front.client_address(&headers, peer));
     if let Err(retry_after) = front.clients.admit(&client) {
         return rate_limited_response(retry_after);
     }

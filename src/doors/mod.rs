@@ -36,6 +36,8 @@ pub struct Front {
     pub observability_tokens: bool,
     /// Browser origins allowed to open a WebSocket.
     pub allowed_origins: Vec<String>,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Rate and burst of a new WebSocket's own bucket.
     pub connection_rate: (f64, f64),
     /// Whether the broker is connected, when an AMQP side is configured.
@@ -50,12 +52,33 @@ pub fn rate_limited(what: &str, retry_after: u64) -> Message {
     reply::error_message("rate_limited", &message, &Location::None)
 }
 
-/// Who a request comes from, for the per-client limit: the accepted token's identity when
+/// Who a request comes from, for the per-client limits: the accepted token's identity when
 /// tokens are configured, else its address.
-pub fn client_key(identity: auth::Identity, peer: std::net::SocketAddr) -> String {
+pub fn client_key(identity: auth::Identity, address: std::net::IpAddr) -> String {
     match identity {
         auth::Identity::Token(position) => format!("token:{position}"),
-        auth::Identity::Anonymous => format!("addr:{}", peer.ip()),
+        auth::Identity::Anonymous => format!("addr:{address}"),
+    }
+}
+
+impl Front {
+    /// The address a request comes from: the peer's, or, when the peer is a trusted proxy (a
+    /// TLS terminator or load balancer in `http.trusted_proxies`), the last address in its
+    /// `X-Forwarded-For` that is not itself a trusted proxy. Without that, every client behind
+    /// the proxy would share one address and one rate limit.
+    pub fn client_address(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: std::net::SocketAddr,
+    ) -> std::net::IpAddr {
+        let peer = peer.ip();
+        if !self.trusted_proxies.contains(&peer) {
+            return peer;
+        }
+        let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok());
+        let hops: Vec<std::net::IpAddr> =
+            forwarded.flat_map(|v| v.split(',')).filter_map(|hop| hop.trim().parse().ok()).collect();
+        hops.into_iter().rev().find(|hop| !self.trusted_proxies.contains(hop)).unwrap_or(peer)
     }
 }
 

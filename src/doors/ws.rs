@@ -51,7 +51,7 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
         return refused;
     }
     let client = match authenticate(&front, request.headers(), peer) {
-        Ok(identity) => super::client_key(identity, peer),
+        Ok(identity) => super::client_key(identity, front.client_address(request.headers(), peer)),
         Err(denied) => return denied.into_response(),
     };
     let headers = request.headers();
