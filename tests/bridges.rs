@@ -437,3 +437,54 @@ async fn the_readme_quick_start_answers_a_text_message_through_the_example_agent
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["content"], "hello (answered by echo_agent)", "{answer}");
 }
+
+/// An HTTP agent that refuses a message with a 4xx and an NLIP error: the message is poison,
+/// dead-lettered with the agent's own error code, and the sender hears the agent's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_agent_that_refuses_a_message_has_it_dead_lettered_with_its_code() {
+    let agent = HttpAgent::start(Arc::new(|_, _| {
+        let refusal = silpgate::nlip::reply::error_message(
+            "unsupported_frontend",
+            "this agent reads natural language only",
+            &silpgate::nlip::reply::Location::None,
+        );
+        (422, Some(refusal))
+    }))
+    .await;
+    let names = Names::new("amqp-http-422");
+    let dir = broker::temp_dir("bridges-422");
+    let daemon = gateway::start(
+        &config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, &agent)),
+        &dir,
+        true,
+    )
+    .await;
+    let (_connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let properties = code_request(0).with_reply_to(names.replies().into());
+    broker::publish_all(
+        &channel,
+        &names.inbound_exchange(),
+        vec![(names.inbound(), broker::envelope(0, 0, None), properties)],
+    )
+    .await;
+    let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
+    assert_eq!(dead.len(), 1, "the refused message is dead-lettered");
+    assert_eq!(
+        dead[0].headers.get("x-silpgate-error-code").map(String::as_str),
+        Some("unsupported_frontend")
+    );
+    let told = broker::collect(&channel, &names.replies(), LONG, |got| !got.is_empty()).await;
+    let late = broker::collect(&channel, &names.replies(), Duration::from_millis(300), |_| false).await;
+    assert_eq!(told.len() + late.len(), 1, "one answer: the agent's own error");
+    let answer: Value = serde_json::from_slice(&told[0].body).unwrap();
+    assert_eq!(answer["submessages"][0]["content"]["code"], "unsupported_frontend", "{answer}");
+    assert_eq!(
+        answer["submessages"][0]["content"]["message"], "this agent reads natural language only",
+        "{answer}"
+    );
+    assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), 1, "a refusal is not retried");
+    broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once dead-lettered").await;
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}

@@ -264,14 +264,20 @@ impl Intake {
                 Err(error) => {
                     let result = error.disposition().as_str();
                     metrics.agent_deliveries.with_label_values(&labels(result)).inc_by(ids.len() as u64);
-                    let waiter = awaited.and_then(|id| self.waiting.take(&id));
-                    if let (DeliveryError::Refused { answer: Some(answer), .. }, Some(waiter)) =
-                        (&error, waiter)
-                    {
-                        // The agent said why in NLIP: the asker hears it in its own words.
-                        let _ = waiter.path.send(Message::clone(answer)).await;
+                    // Nothing will answer this request now.
+                    if let Some(id) = awaited {
+                        self.waiting.take(&id);
                     }
-                    return Err(refusal(error.into()));
+                    let said = match &error {
+                        DeliveryError::Refused { answer: Some(answer), .. } => Some(Message::clone(answer)),
+                        _ => None,
+                    };
+                    let mut refused = refusal(error.into());
+                    if let Some(answer) = said {
+                        // The agent said why in NLIP: the sender hears it in the agent's words.
+                        refused.replies = vec![answer];
+                    }
+                    return Err(refused);
                 }
             }
         }
