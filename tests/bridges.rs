@@ -409,7 +409,7 @@ async fn a_route_that_awaits_nothing_answers_202_once_the_broker_confirmed() {
 async fn the_readme_quick_start_answers_a_text_message_through_the_example_agent() {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_silpgate"));
     let example = bin.parent().unwrap().join("examples/echo_agent");
-    assert!(example.exists(), "{} is built by `cargo test --all-targets` (tests/run.sh)", example.display());
+    assert!(example.exists(), "{} is built by `cargo build --examples` (tests/run.sh)", example.display());
     let dir = broker::temp_dir("bridges-readme");
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/silpgate.toml");
     // The defaults, on a free port and a scratch store, as environment overrides.

@@ -36,5 +36,7 @@ rabbitmq-plugins enable -q rabbitmq_consistent_hash_exchange >/dev/null
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+# The example agent runs as a program in the README quick-start test.
+cargo build --locked --examples
 cargo test --locked --all-targets
 cargo test --locked --doc
