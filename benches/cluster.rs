@@ -242,8 +242,19 @@ impl Cluster {
         for (child, _) in &mut self.instances {
             let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         }
-        for (child, _) in &mut self.instances {
-            let _ = child.wait();
+        // An instance still running a minute after SIGTERM is reported and killed: the
+        // benchmark must end (a shutdown hang is for the cluster tests to catch, with its cause).
+        for (child, name) in &mut self.instances {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while child.try_wait().ok().flatten().is_none() {
+                if Instant::now() > deadline {
+                    eprintln!("warning: instance {name} did not exit within 60 s of SIGTERM; killed");
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         let channel = self.connection.create_channel().await.unwrap();
         let p = &self.prefix;
