@@ -43,6 +43,12 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use worker::{Job, Pipeline};
 
+/// How long a stopping connection waits for the broker's part of a goodbye (a cancel, a close)
+/// and for its own helpers to finish: nothing is acknowledged after the workers stop, and the
+/// broker requeues what is left when the connection goes, so a goodbye never needs to wait
+/// longer, and a broker that does not answer must not keep the process from exiting.
+const BROKER_GOODBYE: Duration = Duration::from_secs(5);
+
 /// Messages waiting per worker; with the prefetch count this bounds what is held in memory.
 const WORKER_QUEUE: usize = 16;
 
@@ -129,7 +135,11 @@ impl Amqp {
                     }
                     crate::metrics::get().broker_connected.set(0);
                     // Closing requeues every delivery not acknowledged.
-                    let _ = connection.close(200, "silpgate closing".into()).await;
+                    let _ = tokio::time::timeout(
+                        BROKER_GOODBYE,
+                        connection.close(200, "silpgate closing".into()),
+                    )
+                    .await;
                     ended
                 }
                 Err(e) => Ended::Lost(e),
@@ -365,7 +375,8 @@ impl Amqp {
         if matches!(ended, Ended::Shutdown) {
             let own = if self.cluster.is_none() { &tags[..] } else { &tags[..1] };
             for tag in own {
-                let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
+                let cancel = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
+                let _ = tokio::time::timeout(BROKER_GOODBYE, cancel).await;
             }
         }
         drop(senders);
@@ -387,11 +398,11 @@ impl Amqp {
         answers.abort_all();
         self.link.send_replace(None);
         if let Some(side) = cluster_side {
-            side.stop().await;
+            let _ = tokio::time::timeout(BROKER_GOODBYE, side.stop()).await;
         }
         // The marks writer ends once the last worker has dropped its sender.
         drop(pipeline);
-        let _ = marks_writer.await;
+        let _ = tokio::time::timeout(BROKER_GOODBYE, marks_writer).await;
         if let Err(e) = self.store.flush_async().await {
             warn!(error = %e, "Flushing the store failed.");
         }
