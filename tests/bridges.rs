@@ -206,14 +206,13 @@ source = "http"
     let (status, answer) = post(&daemon.http, "/nlip", request.to_string().as_bytes()).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["content"], "hello over the gateway", "the agent's answer: {answer}");
-    let parsed = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import sys; from nlip_sdk.nlip import NLIP_Message; m = NLIP_Message.model_validate_json(sys.argv[1]); print(m.content)",
-        ])
-        .arg(answer.to_string())
-        .output()
-        .expect("the SDK runs");
+    let mut sdk = std::process::Command::new(&python);
+    sdk.args([
+        "-c",
+        "import sys; from nlip_sdk.nlip import NLIP_Message; m = NLIP_Message.model_validate_json(sys.argv[1]); print(m.content)",
+    ])
+    .arg(answer.to_string());
+    let parsed = tokio::task::spawn_blocking(move || support::process::run_bounded(sdk, LONG)).await.unwrap();
     assert!(
         parsed.status.success(),
         "the SDK refused the answer: {}",
@@ -244,6 +243,21 @@ source = "{inbound}"
     )
 }
 
+/// silpgate in front of `agent`, and one SILP request sent to it over AMQP with a reply
+/// address: the test's names, the daemon, and the test's broker channel.
+async fn one_request_to(agent: &HttpAgent, test: &str) -> (Names, Daemon, lapin::Connection, lapin::Channel) {
+    let names = Names::new(test);
+    let dir = broker::temp_dir(&format!("bridges-{test}"));
+    let config = config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, agent));
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let properties = code_request(0).with_reply_to(names.replies().into());
+    let request = vec![(names.inbound(), broker::envelope(0, 0, None), properties)];
+    broker::publish_all(&channel, &names.inbound_exchange(), request).await;
+    (names, daemon, connection, channel)
+}
+
 fn code_request(i: usize) -> BasicProperties {
     BasicProperties::default()
         .with_content_type("application/json".into())
@@ -257,23 +271,7 @@ async fn an_http_agent_that_fails_three_times_gets_the_message_once_accepted_and
     let agent =
         HttpAgent::start(Arc::new(move |n, request| if n < 3 { (503, None) } else { (200, echo(request)) }))
             .await;
-    let names = Names::new("amqp-http-503");
-    let dir = broker::temp_dir("bridges-503");
-    let daemon = gateway::start(
-        &config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, &agent)),
-        &dir,
-        true,
-    )
-    .await;
-    let (_connection, channel) = broker::channel().await;
-    declare(&channel, &names.replies()).await;
-    let properties = code_request(0).with_reply_to(names.replies().into());
-    broker::publish_all(
-        &channel,
-        &names.inbound_exchange(),
-        vec![(names.inbound(), broker::envelope(0, 0, None), properties)],
-    )
-    .await;
+    let (names, daemon, _connection, channel) = one_request_to(&agent, "amqp-http-503").await;
     let answers = broker::collect(&channel, &names.replies(), LONG, |got| !got.is_empty()).await;
     assert_eq!(answers.len(), 1, "the answer reaches the sender once the agent accepted");
     let answer: Value = serde_json::from_slice(&answers[0].body).unwrap();
@@ -451,23 +449,7 @@ async fn an_http_agent_that_refuses_a_message_has_it_dead_lettered_with_its_code
         (422, Some(refusal))
     }))
     .await;
-    let names = Names::new("amqp-http-422");
-    let dir = broker::temp_dir("bridges-422");
-    let daemon = gateway::start(
-        &config(&names, &dir.join("store"), 30_000, &http_agent_route(&names, &agent)),
-        &dir,
-        true,
-    )
-    .await;
-    let (_connection, channel) = broker::channel().await;
-    declare(&channel, &names.replies()).await;
-    let properties = code_request(0).with_reply_to(names.replies().into());
-    broker::publish_all(
-        &channel,
-        &names.inbound_exchange(),
-        vec![(names.inbound(), broker::envelope(0, 0, None), properties)],
-    )
-    .await;
+    let (names, daemon, _connection, channel) = one_request_to(&agent, "amqp-http-422").await;
     let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
     assert_eq!(dead.len(), 1, "the refused message is dead-lettered");
     assert_eq!(

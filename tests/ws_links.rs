@@ -496,15 +496,11 @@ fn line(out: &str, agent: &str) -> String {
 async fn agents_check(config_text: &str, dir: &Path) -> (std::process::ExitStatus, String) {
     let path = dir.join("check.toml");
     std::fs::write(&path, config_text).unwrap();
-    let command = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
-            .args(["agents", "check", "--config"])
-            .arg(&path)
-            .env("SILPGATE_WS_TEST_TOKEN", "s3cret")
-            .output()
-            .expect("silpgate runs")
-    });
-    let out = tokio::time::timeout(LONG, command).await.expect("agents check ends within the bound").unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(["agents", "check", "--config"]).arg(&path).env("SILPGATE_WS_TEST_TOKEN", "s3cret");
+    // Bounded: a check that hangs is killed and fails the test instead of hanging the run.
+    let out =
+        tokio::task::spawn_blocking(move || support::process::run_bounded(command, LONG)).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     (out.status, stdout)

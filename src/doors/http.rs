@@ -30,10 +30,31 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/nlip/ws/text", get(super::ws::upgrade_text))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/cluster", get(cluster))
+        .merge(observability(front.clone()))
         .fallback(not_found)
         .with_state(front)
+}
+
+/// `/metrics` and `/cluster`, behind one check: a token when `http.observability_tokens` asks.
+fn observability(front: Arc<Front>) -> Router<Arc<Front>> {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/cluster", get(cluster))
+        .route_layer(axum::middleware::from_fn_with_state(front, observability_guard))
+}
+
+async fn observability_guard(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if front.observability_tokens
+        && let Err(denied) = authenticate(&front, request.headers(), peer)
+    {
+        return denied.into_response();
+    }
+    next.run(request).await
 }
 
 async fn readyz(State(front): State<Arc<Front>>) -> Response {
@@ -51,14 +72,7 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
 }
 
 /// What this instance serves of the cluster (`silpgate cluster status` reads it).
-async fn cluster(
-    State(front): State<Arc<Front>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(denied) = observability_denied(&front, &headers, peer) {
-        return denied;
-    }
+async fn cluster(State(front): State<Arc<Front>>) -> Response {
     match &front.cluster {
         Some(cluster) => {
             ([(header::CONTENT_TYPE, "application/json")], cluster.status().to_string()).into_response()
@@ -73,24 +87,9 @@ async fn cluster(
 }
 
 /// Prometheus text exposition of every metric.
-async fn metrics(
-    State(front): State<Arc<Front>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(denied) = observability_denied(&front, &headers, peer) {
-        return denied;
-    }
+async fn metrics() -> Response {
     let text = crate::metrics::get().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-/// The refusal of `/metrics` or `/cluster` without a token, when they ask for one.
-fn observability_denied(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Option<Response> {
-    if !front.observability_tokens {
-        return None;
-    }
-    authenticate(front, headers, peer).err().map(IntoResponse::into_response)
 }
 
 async fn not_found(request: Request) -> Response {
