@@ -248,16 +248,31 @@ impl Default for HttpConfig {
     }
 }
 
+/// The broker silpgate connects to when none is configured.
+pub const DEFAULT_BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
 /// Where silpgate meets RabbitMQ, and how it delivers. docs/protocol.md describes the
 /// topology these names build.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AmqpConfig {
-    /// Broker URI. Default `amqp://guest:guest@127.0.0.1:5672/%2f` (a local broker).
-    pub url: String,
-    /// Environment variable holding the broker URI, which carries a password; when set and
-    /// present it replaces `url`.
+    /// Broker URI, for one broker address. Default `amqp://guest:guest@127.0.0.1:5672/%2f` (a
+    /// local broker). Set this or `urls`, not both.
+    pub url: Option<String>,
+    /// Broker URIs, one per node of a RabbitMQ cluster (or load balancer): silpgate connects to
+    /// one of them, starting at a random one, and on a lost connection goes on to the next at
+    /// once; it backs off only once every address has failed.
+    pub urls: Vec<String>,
+    /// Environment variable holding the broker URI, or several separated by commas, which
+    /// carry passwords; when set and present it replaces `url` and `urls`.
     pub url_env: Option<String>,
+    /// Members of each quorum queue silpgate declares (`x-quorum-initial-group-size`). Default:
+    /// the broker's own (every cluster node, up to its limit). Changing it for an existing
+    /// queue makes its declaration fail: RabbitMQ does not resize a queue by redeclaring it.
+    pub quorum_initial_group_size: Option<u32>,
+    /// Replicas of each stream cluster mode declares (`x-initial-cluster-size`). Default: the
+    /// broker's own.
+    pub stream_initial_cluster_size: Option<u32>,
     /// Inbound quorum queues, each bound to `inbound_exchange` with its own name as routing
     /// key. Routes match a queue's name as the message's `source`. Default `["silpgate.in"]`.
     pub inbound: Vec<String>,
@@ -296,17 +311,41 @@ pub struct AmqpConfig {
     /// quorum queues), past which it dead-letters the message itself: a safety net above
     /// `max_attempts`. Default 100.
     pub delivery_limit: u32,
-    /// The (classic, durable) queue agents answer to (the `reply_to` of everything silpgate forwards to
+    /// The (durable) queue agents answer to (the `reply_to` of everything silpgate forwards to
     /// an AMQP agent). Each instance needs its own: in cluster mode the instance name is
     /// appended. Default `silpgate.replies`.
     pub reply_queue: String,
+    /// `quorum` (default): the reply queue survives the loss of a broker node. `classic`: an
+    /// answer's round trip is about a millisecond shorter (no consensus write), but while the
+    /// queue's node is down this instance cannot connect at all; for a single broker node.
+    pub reply_queue_type: ReplyQueueType,
+}
+
+/// The queue type of an instance's reply queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplyQueueType {
+    Quorum,
+    Classic,
+}
+
+impl ReplyQueueType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplyQueueType::Quorum => "quorum",
+            ReplyQueueType::Classic => "classic",
+        }
+    }
 }
 
 impl Default for AmqpConfig {
     fn default() -> Self {
         AmqpConfig {
-            url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            url: None,
+            urls: Vec::new(),
             url_env: None,
+            quorum_initial_group_size: None,
+            stream_initial_cluster_size: None,
             inbound: vec!["silpgate.in".into()],
             inbound_exchange: "silpgate.in".into(),
             agents_exchange: "silpgate.agents".into(),
@@ -323,14 +362,27 @@ impl Default for AmqpConfig {
             drain_secs: 30,
             delivery_limit: 100,
             reply_queue: "silpgate.replies".into(),
+            reply_queue_type: ReplyQueueType::Quorum,
         }
     }
 }
 
 impl AmqpConfig {
-    /// The broker URI: from `url_env` when that variable is set, else `url`.
-    pub fn uri(&self) -> String {
-        self.url_env.as_deref().and_then(|name| std::env::var(name).ok()).unwrap_or_else(|| self.url.clone())
+    /// The broker URIs, and the key they come from (for errors that must not show them):
+    /// the variable `url_env` names when it is set, else `urls`, else `url`, else the local
+    /// broker.
+    pub fn addresses(&self) -> (Vec<String>, String) {
+        if let Some(name) = &self.url_env
+            && let Ok(value) = std::env::var(name)
+        {
+            let uris = value.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect();
+            return (uris, format!("the variable {name} (amqp.url_env)"));
+        }
+        if !self.urls.is_empty() {
+            return (self.urls.clone(), "amqp.urls".to_owned());
+        }
+        let url = self.url.clone().unwrap_or_else(|| DEFAULT_BROKER.to_owned());
+        (vec![url], "amqp.url".to_owned())
     }
 }
 
@@ -786,12 +838,27 @@ impl Config {
                 return Err(ConfigError::Invalid(format!("stream '{}' is configured twice", stream.name)));
             }
         }
-        if let Some(amqp) = &self.amqp
-            && (amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0)
-        {
-            return Err(ConfigError::Invalid(
-                "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
-            ));
+        if let Some(amqp) = &self.amqp {
+            if amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0 {
+                return Err(ConfigError::Invalid(
+                    "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
+                ));
+            }
+            if amqp.url.is_some() && !amqp.urls.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "amqp: set url (one broker address) or urls (an address list), not both".into(),
+                ));
+            }
+            if amqp.quorum_initial_group_size == Some(0) || amqp.stream_initial_cluster_size == Some(0) {
+                return Err(ConfigError::Invalid(
+                    "amqp: quorum_initial_group_size and stream_initial_cluster_size must be at least 1"
+                        .into(),
+                ));
+            }
+            if amqp.url_env.is_none() {
+                let (uris, key) = amqp.addresses();
+                crate::broker::addresses::Addresses::parse(&uris, &key).map_err(ConfigError::Invalid)?;
+            }
         }
         if let Some(cluster) = &self.cluster {
             if self.amqp.is_none() {
@@ -981,10 +1048,46 @@ mod tests {
         .unwrap();
         assert_eq!(config.http.listen, "0.0.0.0:8787");
         let amqp = config.amqp.unwrap();
-        assert_eq!(amqp.url, "amqp://user:secret@broker:5672/%2f");
+        assert_eq!(amqp.url.as_deref(), Some("amqp://user:secret@broker:5672/%2f"));
         assert_eq!(amqp.prefetch, 500);
         assert_eq!(config.http.tokens, ["a", "b"]);
         assert_eq!(config.telemetry.otlp_endpoint.as_deref(), Some("http://collector:4318/v1/traces"));
+    }
+
+    #[test]
+    fn the_broker_is_one_url_or_an_address_list_never_both() {
+        let list = Config::parse(
+            "[amqp]\nurls = [\"amqp://guest:guest@127.0.0.1:5672/%2f\", \"amqp://guest:guest@127.0.0.1:5673/%2f\"]\n",
+        )
+        .unwrap();
+        let (uris, key) = list.amqp.unwrap().addresses();
+        assert_eq!((uris.len(), key.as_str()), (2, "amqp.urls"));
+        let default = Config::parse("[amqp]\n").unwrap().amqp.unwrap().addresses();
+        assert_eq!(default, (vec![DEFAULT_BROKER.to_owned()], "amqp.url".to_owned()));
+        let both = Config::parse(
+            "[amqp]\nurl = \"amqp://guest:guest@a:5672/%2f\"\nurls = [\"amqp://guest:guest@b:5672/%2f\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(both.contains("url") && both.contains("not both"), "{both}");
+        let bad =
+            Config::parse("[amqp]\nurls = [\"amqp://guest:guest@a:5672/%2f\", \"nope://x:hunter2@b\"]\n")
+                .unwrap_err()
+                .to_string();
+        assert!(bad.contains("amqp.urls[1]") && !bad.contains("hunter2"), "{bad}");
+    }
+
+    #[test]
+    fn the_address_list_may_come_from_the_environment_separated_by_commas() {
+        let config =
+            Config::parse_with_env("[amqp]\nurl_env = \"SILPGATE_TEST_BROKERS_A\"\n", env(&[])).unwrap();
+        // SAFETY: no other test reads or writes this variable.
+        unsafe {
+            std::env::set_var("SILPGATE_TEST_BROKERS_A", "amqp://u:p@a:5672/%2f, amqp://u:p@b:5673/%2f")
+        };
+        let (uris, key) = config.amqp.unwrap().addresses();
+        assert_eq!(uris, ["amqp://u:p@a:5672/%2f", "amqp://u:p@b:5673/%2f"]);
+        assert!(key.contains("SILPGATE_TEST_BROKERS_A"), "{key}");
     }
 
     #[test]

@@ -105,7 +105,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         Amqp::new(config.clone(), amqp, store.clone(), cluster.clone(), intake.clone(), (link, broker))
     });
     let front = Arc::new(Front {
-        broker: amqp.as_ref().map(Amqp::readiness),
+        broker: amqp.as_ref().map(Amqp::health),
         cluster,
         auth,
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),

@@ -7,7 +7,8 @@
 use crate::gateway::Note;
 use crate::silp::Notice;
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 use std::sync::OnceLock;
 
@@ -55,6 +56,10 @@ pub struct Metrics {
     pub natural_bytes: IntCounterVec,
     /// 1 while the broker is connected and consumed from.
     pub broker_connected: IntGauge,
+    /// 1 for the broker node connected to (`host:port`).
+    pub broker_node: IntGaugeVec,
+    /// 1 while silpgate holds because the broker cannot commit quorum-queue writes.
+    pub broker_holding: IntGauge,
     /// Broker connections lost.
     pub broker_reconnects: IntCounter,
     /// Cluster: partitions this instance serves now.
@@ -169,6 +174,16 @@ impl Metrics {
             ),
             broker_connected: IntGauge::new("silpgate_broker_connected", "1 while the broker is connected")
                 .expect("valid metric"),
+            broker_node: IntGaugeVec::new(
+                Opts::new("silpgate_broker_node", "1 for the broker node this instance is connected to"),
+                &["node"],
+            )
+            .expect("valid metric"),
+            broker_holding: IntGauge::new(
+                "silpgate_broker_holding",
+                "1 while the broker's quorum queues cannot commit writes and silpgate holds",
+            )
+            .expect("valid metric"),
             broker_reconnects: IntCounter::new(
                 "silpgate_broker_connection_losses_total",
                 "Broker connections lost",
@@ -218,6 +233,8 @@ impl Metrics {
         register(Box::new(m.surface_bytes.clone()));
         register(Box::new(m.natural_bytes.clone()));
         register(Box::new(m.broker_connected.clone()));
+        register(Box::new(m.broker_node.clone()));
+        register(Box::new(m.broker_holding.clone()));
         register(Box::new(m.broker_reconnects.clone()));
         register(Box::new(m.partitions_owned.clone()));
         register(Box::new(m.partition_takeovers.clone()));

@@ -76,8 +76,12 @@ fn text(s: &str) -> Argument {
     Argument::Text(s.to_owned())
 }
 
-fn quorum(name: &str) -> Queue {
-    Queue { name: name.to_owned(), arguments: Arguments::from([("x-queue-type", text("quorum"))]) }
+fn quorum(name: &str, amqp: &AmqpConfig) -> Queue {
+    let mut arguments = Arguments::from([("x-queue-type", text("quorum"))]);
+    if let Some(size) = amqp.quorum_initial_group_size {
+        arguments.insert("x-quorum-initial-group-size", Argument::Int(size.into()));
+    }
+    Queue { name: name.to_owned(), arguments }
 }
 
 impl Topology {
@@ -89,7 +93,7 @@ impl Topology {
         // The broker's own dead-lettering is the safety net behind silpgate's: a message that
         // keeps failing its delivery (e.g. crashes every consumer) ends in the DLX too.
         let inbound = |name: &str| {
-            let mut queue = quorum(name);
+            let mut queue = quorum(name, amqp);
             queue.arguments.insert("x-dead-letter-exchange", text(&amqp.dead_letter_exchange));
             queue.arguments.insert("x-delivery-limit", Argument::Int(amqp.delivery_limit.into()));
             if cluster.is_some() {
@@ -106,7 +110,7 @@ impl Topology {
             exchange(&amqp.agents_exchange, "direct"),
             exchange(&amqp.dead_letter_exchange, "fanout"),
         ];
-        let mut queues = vec![quorum(&amqp.dead_letter_queue)];
+        let mut queues = vec![quorum(&amqp.dead_letter_queue, amqp)];
         let mut bindings =
             vec![(amqp.dead_letter_queue.clone(), amqp.dead_letter_exchange.clone(), String::new())];
         for queue in &amqp.inbound {
@@ -119,12 +123,15 @@ impl Topology {
                 kind: "x-consistent-hash",
                 arguments: Arguments::from([("hash-header", text(CONVERSATION_HEADER))]),
             });
-            let stream = |name: String, max_bytes: u64| Queue {
-                name,
-                arguments: Arguments::from([
+            let stream = |name: String, max_bytes: u64| {
+                let mut arguments = Arguments::from([
                     ("x-queue-type", text("stream")),
                     ("x-max-length-bytes", Argument::Int(max_bytes.try_into().unwrap_or(i64::MAX))),
-                ]),
+                ]);
+                if let Some(size) = amqp.stream_initial_cluster_size {
+                    arguments.insert("x-initial-cluster-size", Argument::Int(size.into()));
+                }
+                Queue { name, arguments }
             };
             for index in 0..cluster.partitions {
                 let queue = cluster.partition_queue(index);
@@ -134,15 +141,24 @@ impl Topology {
                 queues.push(stream(cluster.changelog_stream(index), cluster.changelog_max_bytes));
             }
             queues.push(stream(cluster.lock_stream.clone(), cluster.changelog_max_bytes));
-            queues.push(quorum(&cluster.members_queue()));
+            queues.push(quorum(&cluster.members_queue(), amqp));
         }
         for agent in agents {
             if let Some(queue) = &agent.queue {
-                queues.push(quorum(queue));
+                queues.push(quorum(queue, amqp));
                 bindings.push((queue.clone(), amqp.agents_exchange.clone(), agent.routing_key().to_owned()));
             }
         }
         Topology { exchanges, queues, bindings }
+    }
+
+    /// The names of the quorum queues, for a warning about their majority.
+    pub fn quorum_queues(&self) -> Vec<String> {
+        self.queues
+            .iter()
+            .filter(|q| matches!(q.arguments.get("x-queue-type"), Some(Argument::Text(t)) if t == "quorum"))
+            .map(|q| q.name.clone())
+            .collect()
     }
 
     /// Declares every exchange, queue and binding.

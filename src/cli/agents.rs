@@ -11,6 +11,7 @@
 //! One line per agent; exit 1 when any agent is unreachable.
 
 use super::EXIT_INVALID;
+use crate::broker::addresses::Addresses;
 use crate::config::{AgentConfig, Config};
 use crate::connectors::DeliveryError;
 use crate::connectors::http::HttpAgent;
@@ -122,12 +123,25 @@ fn negotiated(answer: Option<&Message>) -> String {
 
 async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
     let amqp = config.amqp.as_ref().ok_or("it is reached over AMQP and no [amqp] section is configured")?;
-    let uri = amqp.uri();
-    let connecting = Connection::connect(&uri, ConnectionProperties::default());
-    let connection = tokio::time::timeout(timeout, connecting)
-        .await
-        .map_err(|_| format!("the broker did not answer within {} ms", timeout.as_millis()))?
-        .map_err(|e| format!("broker: {e}"))?;
+    let (uris, key) = amqp.addresses();
+    let addresses = Addresses::parse(&uris, &key)?;
+    // Any node of the list will do: the first that answers is asked.
+    let mut failures = Vec::new();
+    let mut reached = None;
+    for (_, address) in addresses.round() {
+        let connecting = Connection::connect_uri(address.uri.clone(), ConnectionProperties::default());
+        match tokio::time::timeout(timeout, connecting).await {
+            Ok(Ok(connection)) => {
+                reached = Some(connection);
+                break;
+            }
+            Ok(Err(e)) => failures.push(format!("broker {}: {e}", address.node)),
+            Err(_) => {
+                failures.push(format!("broker {}: no answer within {} ms", address.node, timeout.as_millis()))
+            }
+        }
+    }
+    let connection = reached.ok_or_else(|| failures.join("; "))?;
     let channel = connection.create_channel().await.map_err(|e| format!("broker: {e}"))?;
     let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
     let found = match &agent.queue {

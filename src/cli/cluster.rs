@@ -93,9 +93,10 @@ fn render(status: &Value) -> String {
     let number = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
     let owned = status["owned"].as_array().map_or(0, Vec::len);
     let mut out = format!(
-        "instance {}: owns {owned} of {} partitions\n{:<10} {:<28} {:>6} {:>9} {:>10} {:>15}\n",
+        "instance {}: owns {owned} of {} partitions; broker node {}\n{:<10} {:<28} {:>6} {:>9} {:>10} {:>15}\n",
         status["instance"].as_str().unwrap_or("?"),
         number(&status["partitions_total"]),
+        status["broker"].as_str().unwrap_or("none (not connected)"),
         "partition",
         "queue",
         "owned",

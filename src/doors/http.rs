@@ -8,6 +8,7 @@
 
 use super::auth::{Identity, Refusal};
 use super::{Answer, Front};
+use crate::broker::health::Readiness;
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -63,11 +64,17 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
     if let Err(e) = front.gateway().store().ledger("readiness-probe") {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response();
     }
-    match &front.broker {
-        Some(up) if !up.load(std::sync::atomic::Ordering::SeqCst) => {
+    let Some(broker) = &front.broker else {
+        return (StatusCode::OK, "ready\n").into_response();
+    };
+    match broker.readiness() {
+        Readiness::Ready(node) => (StatusCode::OK, format!("ready (broker {node})\n")).into_response(),
+        Readiness::NotConnected => {
             (StatusCode::SERVICE_UNAVAILABLE, "not ready: the broker is not connected\n").into_response()
         }
-        _ => (StatusCode::OK, "ready\n").into_response(),
+        Readiness::Holding(why) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: holding: {why}\n")).into_response()
+        }
     }
 }
 
@@ -75,7 +82,10 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
 async fn cluster(State(front): State<Arc<Front>>) -> Response {
     match &front.cluster {
         Some(cluster) => {
-            ([(header::CONTENT_TYPE, "application/json")], cluster.status().to_string()).into_response()
+            let mut status = cluster.status();
+            let broker = front.broker.as_ref().and_then(|b| b.node()).map(|node| node.to_string());
+            status["broker"] = broker.map_or(serde_json::Value::Null, serde_json::Value::String);
+            ([(header::CONTENT_TYPE, "application/json")], status.to_string()).into_response()
         }
         None => error_response(
             StatusCode::NOT_FOUND,

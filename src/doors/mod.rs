@@ -41,7 +41,7 @@ pub struct Front {
     /// Rate and burst of a new WebSocket's own bucket.
     pub connection_rate: (f64, f64),
     /// Whether the broker is connected, when an AMQP side is configured.
-    pub broker: Option<Arc<std::sync::atomic::AtomicBool>>,
+    pub broker: Option<Arc<crate::broker::health::BrokerHealth>>,
     /// The cluster side, in cluster mode (`GET /cluster`).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }

@@ -2,5 +2,6 @@
 
 pub mod agents;
 pub mod broker;
+pub mod broker_cluster;
 pub mod gateway;
 pub mod process;

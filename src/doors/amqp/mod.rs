@@ -21,12 +21,14 @@
 pub mod marks;
 pub mod worker;
 
+use crate::broker::addresses::{Addresses, Node};
 use crate::broker::ending::{Ending, Endings};
-use crate::broker::{properties, publish, topology};
+use crate::broker::health::BrokerHealth;
+use crate::broker::{majority, properties, publish, topology};
 use crate::cluster::Cluster;
 use crate::cluster::connection::{ClusterSide, Parked, REBALANCE_TICK};
 use crate::cluster::ownership::{self, Deliveries};
-use crate::config::{AmqpConfig, Config};
+use crate::config::{AmqpConfig, Config, ReplyQueueType};
 use crate::connectors::amqp::{BrokerLink, Link};
 use crate::gateway::store::Store;
 use crate::intake::Intake;
@@ -37,9 +39,9 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use worker::{Job, Pipeline};
 
@@ -52,11 +54,22 @@ const BROKER_GOODBYE: Duration = Duration::from_secs(5);
 /// Messages waiting per worker; with the prefetch count this bounds what is held in memory.
 const WORKER_QUEUE: usize = 16;
 
+/// How long one broker node may take to accept a connection before the next one is tried: a
+/// node that is down refuses at once, one that is unreachable would otherwise hold the
+/// connection attempt for the system's TCP timeout (minutes).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection that lasted less than this before it was lost does not earn an immediate
+/// reconnection: a node that accepts and then drops every connection must not be hammered.
+const STEADY: Duration = Duration::from_secs(5);
+
 /// Why the AMQP side stopped for good.
 #[derive(Debug, thiserror::Error)]
 pub enum AmqpError {
     #[error("the store is damaged ({0}); stopped consuming so that nothing more is acknowledged")]
     StoreDamaged(String),
+    #[error("{0}")]
+    BadAddress(String),
 }
 
 /// The AMQP service: what it needs, and whether it is connected.
@@ -69,8 +82,25 @@ pub struct Amqp {
     /// Tells agents' connectors and answers' return paths about the connection.
     link: watch::Sender<Option<Link>>,
     link_rx: BrokerLink,
-    /// True while connected and consuming; `/readyz` reports it.
-    ready: Arc<AtomicBool>,
+    /// The node connected to and whether silpgate holds; `/readyz` reports it.
+    health: Arc<BrokerHealth>,
+}
+
+/// A connection made: the channels it serves through, and the node it reached.
+struct Connected {
+    connection: Connection,
+    consume: Channel,
+    publish: Channel,
+    node: Node,
+}
+
+/// A task that lives as long as the connection it serves.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// How one connection ended.
@@ -92,8 +122,8 @@ impl Amqp {
         link: (watch::Sender<Option<Link>>, BrokerLink),
     ) -> Self {
         let (link, link_rx) = link;
-        let ready = Arc::new(AtomicBool::new(false));
-        Amqp { config, amqp: Arc::new(amqp), store, cluster, intake, link, link_rx, ready }
+        let health = Arc::new(BrokerHealth::default());
+        Amqp { config, amqp: Arc::new(amqp), store, cluster, intake, link, link_rx, health }
     }
 
     /// The queue agents answer this instance on: one per instance.
@@ -101,17 +131,21 @@ impl Amqp {
         reply_queue(&self.amqp, self.cluster.as_ref().map(|c| &c.config))
     }
 
-    /// The readiness flag, for `/readyz`.
-    pub fn readiness(&self) -> Arc<AtomicBool> {
-        self.ready.clone()
+    /// The broker side's health, for `/readyz` and `/cluster`.
+    pub fn health(&self) -> Arc<BrokerHealth> {
+        self.health.clone()
     }
 
     /// Runs until `shutdown` turns true (then drains and returns `Ok`), reconnecting whenever
-    /// the broker goes away.
+    /// the broker goes away: at once to the next address after a working connection is lost,
+    /// with backoff once every address of a round has failed.
     ///
     /// # Errors
-    /// [`AmqpError::StoreDamaged`] when a message hit a damaged store.
+    /// [`AmqpError::StoreDamaged`] when a message hit a damaged store;
+    /// [`AmqpError::BadAddress`] when a broker address (from the environment) is not a URI.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AmqpError> {
+        let (uris, key) = self.amqp.addresses();
+        let mut addresses = Addresses::parse(&uris, &key).map_err(AmqpError::BadAddress)?;
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
             Duration::from_millis(self.amqp.reconnect_max_ms),
@@ -121,26 +155,35 @@ impl Amqp {
             if stopping {
                 break;
             }
-            let ended = match self.connect().await {
-                Ok((connection, consume, publish)) => {
-                    let broker = worker::Broker::from_uri(&self.amqp.uri());
-                    info!(%broker, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
+            let ended = match self.connect(&mut addresses).await {
+                Ok(Connected { connection, consume, publish, node }) => {
+                    info!(broker = %node, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
                     backoff.reset();
-                    self.ready.store(true, Ordering::SeqCst);
-                    crate::metrics::get().broker_connected.set(1);
-                    let ended = self.consume(&connection, &consume, publish, shutdown.clone()).await;
-                    self.ready.store(false, Ordering::SeqCst);
+                    let since = std::time::Instant::now();
+                    self.health.connected(&node);
+                    let ended = self.consume(&connection, &consume, publish, &node, shutdown.clone()).await;
+                    self.health.disconnected();
                     if let Some(cluster) = &self.cluster {
                         cluster.release_all();
                     }
-                    crate::metrics::get().broker_connected.set(0);
                     // Closing requeues every delivery not acknowledged.
                     let _ = tokio::time::timeout(
                         BROKER_GOODBYE,
                         connection.close(200, "silpgate closing".into()),
                     )
                     .await;
-                    ended
+                    match ended {
+                        Ended::Lost(reason) if since.elapsed() >= STEADY && addresses.len() > 1 => {
+                            crate::metrics::get().broker_reconnects.inc();
+                            warn!(broker = %node, error = %reason, "Broker connection lost; trying the next node at once.");
+                            continue;
+                        }
+                        Ended::Lost(reason) => {
+                            crate::metrics::get().broker_reconnects.inc();
+                            Ended::Lost(format!("{node}: {reason}"))
+                        }
+                        ended => ended,
+                    }
                 }
                 Err(e) => Ended::Lost(e),
             };
@@ -148,10 +191,8 @@ impl Amqp {
                 Ended::Shutdown => break,
                 Ended::Fatal(why) => return Err(AmqpError::StoreDamaged(why)),
                 Ended::Lost(reason) => {
-                    crate::metrics::get().broker_reconnects.inc();
                     let delay = backoff.next_delay();
-                    let broker = worker::Broker::from_uri(&self.amqp.uri());
-                    warn!(%broker, error = %reason, retry_in_ms = delay.as_millis() as u64, "Broker connection lost.");
+                    warn!(brokers = ?addresses.nodes(), error = %reason, retry_in_ms = delay.as_millis() as u64, "No broker connection; retrying.");
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = stopped(&mut shutdown) => break,
@@ -162,11 +203,30 @@ impl Amqp {
         Ok(())
     }
 
-    /// Connects, declares the topology, and opens a consuming and a confirm-mode channel. The
-    /// error is text fit for the log: it never holds the URI.
-    async fn connect(&self) -> Result<(Connection, Channel, Channel), String> {
-        let uri = worker::parse_uri(&self.amqp.uri())?;
-        self.open(uri).await.map_err(|e| e.to_string())
+    /// Tries each address of one round in turn. The error is text fit for the log: it names
+    /// nodes as `host:port` and never holds a URI.
+    async fn connect(&self, addresses: &mut Addresses) -> Result<Connected, String> {
+        let mut failures = Vec::with_capacity(addresses.len());
+        let mut reached = None;
+        for (index, address) in addresses.round() {
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.open(address.uri.clone())).await {
+                Ok(Ok((connection, consume, publish))) => {
+                    reached =
+                        Some((index, Connected { connection, consume, publish, node: address.node.clone() }));
+                    break;
+                }
+                Ok(Err(e)) => failures.push(format!("{}: {e}", address.node)),
+                Err(_) => {
+                    failures.push(format!("{}: no connection within {CONNECT_TIMEOUT:?}", address.node))
+                }
+            }
+            if let Some(failure) = failures.last() {
+                warn!(error = %failure, "Cannot connect to a broker node.");
+            }
+        }
+        let (index, connected) = reached.ok_or_else(|| failures.join("; "))?;
+        addresses.connected(index);
+        Ok(connected)
     }
 
     async fn open(&self, uri: lapin::uri::AMQPUri) -> lapin::Result<(Connection, Channel, Channel)> {
@@ -174,12 +234,18 @@ impl Amqp {
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;
-        // This instance's own reply queue is no part of the shared topology. Classic, durable:
-        // an answer lives as long as the in-memory wait it ends, so it needs no replication,
-        // and a quorum queue would add a consensus write to every answer's round trip.
+        // This instance's own reply queue is no part of the shared topology. A quorum queue by
+        // default: a classic queue lives on one node, and while that node is down it can be
+        // neither declared nor consumed, which would keep this instance off every other node.
         let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
         let mut arguments = FieldTable::default();
-        arguments.insert("x-queue-type".into(), AMQPValue::LongString("classic".into()));
+        let kind = self.amqp.reply_queue_type.as_str();
+        arguments.insert("x-queue-type".into(), AMQPValue::LongString(kind.into()));
+        if let (ReplyQueueType::Quorum, Some(size)) =
+            (self.amqp.reply_queue_type, self.amqp.quorum_initial_group_size)
+        {
+            arguments.insert("x-quorum-initial-group-size".into(), AMQPValue::LongLongInt(size.into()));
+        }
         declare.queue_declare(self.reply_queue().as_str().into(), options, arguments).await?;
         let _ = declare.close(200, "declared".into()).await;
         let consume = connection.create_channel().await?;
@@ -196,8 +262,24 @@ impl Amqp {
         connection: &Connection,
         channel: &Channel,
         publish: Channel,
+        broker: &Node,
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
+        let cluster_config = self.cluster.as_ref().map(|c| &c.config);
+        let quorum_queues =
+            topology::Topology::from_config(&self.amqp, cluster_config, &self.config.agents).quorum_queues();
+        let _probe = match majority::watch(
+            connection,
+            majority::probe_queue(&self.reply_queue()),
+            self.amqp.quorum_initial_group_size,
+            quorum_queues,
+            self.health.clone(),
+        )
+        .await
+        {
+            Ok(probe) => AbortOnDrop(probe),
+            Err(e) => return Ended::Lost(e.to_string()),
+        };
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
         let (endings, mut ending) = Endings::new();
         let publisher = publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
@@ -215,6 +297,7 @@ impl Amqp {
             limits: self.config.nlip.limits(),
             publisher,
             shutdown: shutdown.clone(),
+            health: self.health.clone(),
             endings,
             marks,
             cluster: self.cluster.clone(),
@@ -250,12 +333,11 @@ impl Amqp {
             }
             None => None,
         };
-        let broker = worker::Broker::from_uri(&self.amqp.uri());
 
         // Hands a delivery to the worker of its conversation.
         let dispatch = async |senders: &[mpsc::Sender<Job>], parked: Parked, partition| {
             let Parked { queue, envelope, delivery } = parked;
-            let span = worker::delivery_span(&queue, &envelope, &delivery, &broker);
+            let span = worker::delivery_span(&queue, &envelope, &delivery, broker);
             let decoded = tracing::info_span!(parent: &span, "nlip decode")
                 .in_scope(|| pipeline.decode(&delivery.data, &envelope));
             let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());

@@ -9,7 +9,9 @@
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
 use super::stopped;
+use crate::broker::addresses::Node;
 use crate::broker::ending::Endings;
+use crate::broker::health::BrokerHealth;
 use crate::broker::properties::{self, Envelope};
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::cluster::Cluster;
@@ -31,12 +33,7 @@ use tracing::{Instrument, debug, error, info_span, warn};
 
 /// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
 /// conventions, with silpgate's own fields left to fill in as the message goes.
-pub fn delivery_span(
-    queue: &str,
-    envelope: &Envelope,
-    delivery: &Delivery,
-    broker: &Broker,
-) -> tracing::Span {
+pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery, broker: &Node) -> tracing::Span {
     let span = telemetry::message_span!(
         "amqp process",
         otel.name = %format!("process {queue}"),
@@ -88,37 +85,6 @@ fn publish_span_name(destinations: &[&str]) -> String {
         name.push_str(&format!(" (+{})", destinations.len() - 1));
     }
     name
-}
-
-/// Where the broker is, for span attributes (never the URI: it carries the password).
-#[derive(Debug, Clone, Default)]
-pub struct Broker {
-    pub host: String,
-    pub port: u16,
-}
-
-impl Broker {
-    pub fn from_uri(uri: &str) -> Broker {
-        parse_uri(uri).map(|u| Broker { host: u.authority.host, port: u.authority.port }).unwrap_or_default()
-    }
-}
-
-/// Logs and spans name the broker as `host:port`, never by its URI.
-impl std::fmt::Display for Broker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
-/// Parses the broker URI. The parser's own error quotes the URI, password included, so it is
-/// replaced by one that says what is wrong without the value.
-///
-/// # Errors
-/// A message naming the configuration key, never the URI.
-pub fn parse_uri(uri: &str) -> Result<lapin::uri::AMQPUri, String> {
-    uri.parse::<lapin::uri::AMQPUri>().map_err(|_| {
-        "amqp.url (or the variable amqp.url_env names) is not an AMQP URI of the form amqp://user:password@host:port/vhost (the value is not shown)".to_owned()
-    })
 }
 
 /// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
@@ -177,6 +143,8 @@ pub struct Pipeline {
     pub publisher: Publisher,
     /// Set when silpgate is shutting down: stop retrying, leave the message to the broker.
     pub shutdown: watch::Receiver<bool>,
+    /// While the broker cannot commit quorum-queue writes, no attempt is made and none counts.
+    pub health: Arc<BrokerHealth>,
     /// Where workers say why the connection must end (reconnect, or stop on a damaged store).
     pub endings: Endings,
     /// Ledger marks of messages whose publishes are confirmed.
@@ -219,11 +187,18 @@ impl Pipeline {
         );
         let mut attempts = job.envelope.earlier_deliveries;
         loop {
+            if !self.held_until_released().await {
+                return; // Shutting down: the broker redelivers what was not acknowledged.
+            }
             let failure = match self.attempt(&job).await {
                 Ok(()) => return self.ack(&job).await,
                 Err(failure) => failure,
             };
-            attempts += 1;
+            // An attempt that failed because the broker lost its majority says nothing about
+            // the message: it must not spend the message's attempts.
+            if !(self.health.is_holding() && failure.disposition() == Disposition::Transient) {
+                attempts += 1;
+            }
             let message_id = job.envelope.message_id.as_deref().unwrap_or("-");
             job.span.record("error.type", failure.code());
             job.span.record("silpgate.disposition", failure.disposition().as_str());
@@ -268,6 +243,18 @@ impl Pipeline {
                 () = tokio::time::sleep(backoff.next_delay()) => {}
                 () = stopped(&mut shutdown) => return,
             }
+        }
+    }
+
+    /// Waits while the broker side holds. False when silpgate shuts down meanwhile.
+    async fn held_until_released(&self) -> bool {
+        if !self.health.is_holding() {
+            return true;
+        }
+        let mut shutdown = self.shutdown.clone();
+        tokio::select! {
+            () = self.health.released() => true,
+            () = stopped(&mut shutdown) => false,
         }
     }
 

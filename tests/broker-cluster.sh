@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# A three-node RabbitMQ cluster on this machine, for the multi-node tests: the local broker
+# (rabbit@localhost on 5672) and two extra nodes, rabbit2@localhost on 5673 and
+# rabbit3@localhost on 5674, joined to it.
+#
+#   tests/broker-cluster.sh up           start the extra nodes and join them (idempotent)
+#   tests/broker-cluster.sh down         stop the extra nodes and make the local node forget them
+#   tests/broker-cluster.sh stop N       stop node N (2 or 3) gracefully
+#   tests/broker-cluster.sh start N      start node N again (it rejoins the cluster)
+#   tests/broker-cluster.sh kill N       SIGKILL node N (a crash)
+#   tests/broker-cluster.sh pid N        print node N's OS pid
+#
+# Each extra node needs its own listener, distribution port and directories: the local
+# broker's config file pins 5672, so a node port alone is not enough.
+set -euo pipefail
+
+root=${SILPGATE_BROKER_CLUSTER_DIR:-/tmp/silpgate-broker-cluster}
+plugins='[rabbitmq_consistent_hash_exchange].'
+
+node_name() { echo "rabbit$1@localhost"; }
+
+node_env() {
+  local n=$1 dir="$root/rabbit$1"
+  export RABBITMQ_NODENAME
+  RABBITMQ_NODENAME=$(node_name "$n")
+  export RABBITMQ_CONFIG_FILE="$dir/rabbitmq"
+  export RABBITMQ_DIST_PORT=$((25680 + n))
+  export RABBITMQ_MNESIA_BASE="$dir/mnesia"
+  export RABBITMQ_MNESIA_DIR="$dir/mnesia/node"
+  export RABBITMQ_LOG_BASE="$dir/log"
+  export RABBITMQ_PID_FILE="$dir/node.pid"
+  export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins"
+  export RABBITMQ_FEATURE_FLAGS_FILE="$dir/feature_flags"
+  export RABBITMQ_PLUGINS_EXPAND_DIR="$dir/plugins-expand"
+  export RABBITMQ_QUORUM_DIR="$dir/mnesia/node/quorum"
+  export RABBITMQ_STREAM_DIR="$dir/mnesia/node/stream"
+}
+
+# Starts node N from its directory (created on first use) and waits until it runs.
+start_node() {
+  local n=$1 dir="$root/rabbit$1"
+  mkdir -p "$dir/mnesia" "$dir/log" "$dir/plugins-expand"
+  printf 'listeners.tcp.local = 127.0.0.1:%s\n' $((5671 + n)) >"$dir/rabbitmq.conf"
+  echo "$plugins" >"$dir/enabled_plugins"
+  chown -R rabbitmq:rabbitmq "$dir"
+  ( node_env "$n"; rabbitmq-server -detached )
+  # A detached node registers with epmd only after a while; until then it cannot be asked.
+  for _ in $(seq 120); do
+    running "$n" && return 0
+    sleep 0.5
+  done
+  echo "broker-cluster: rabbit$n did not start (log: $dir/log)" >&2
+  exit 1
+}
+
+joined() { rabbitmqctl -q cluster_status --formatter json | grep -q "\"$(node_name "$1")\""; }
+running() { rabbitmqctl -q -n "$(node_name "$1")" await_startup --timeout 2 >/dev/null 2>&1; }
+
+up() {
+  rabbitmqctl -q await_startup --timeout 10 >/dev/null \
+    || { echo "broker-cluster: the local broker rabbit@localhost is not running" >&2; exit 1; }
+  mkdir -p "$root"
+  for n in 2 3; do
+    running "$n" || start_node "$n"
+    if ! joined "$n"; then
+      local node
+      node=$(node_name "$n")
+      rabbitmqctl -q -n "$node" stop_app
+      rabbitmqctl -q -n "$node" reset
+      rabbitmqctl -q -n "$node" join_cluster rabbit@localhost
+      rabbitmqctl -q -n "$node" start_app
+    fi
+  done
+  rabbitmqctl -q cluster_status
+}
+
+down() {
+  # Each node's quorum-queue replicas are removed while the others still form a majority;
+  # forgetting a node afterwards only drops it from the cluster's membership.
+  for n in 3 2; do
+    if running "$n"; then
+      rabbitmq-queues -q shrink "$(node_name "$n")" >/dev/null 2>&1 || true
+    fi
+  done
+  for n in 3 2; do
+    local node
+    node=$(node_name "$n")
+    if running "$n"; then
+      rabbitmqctl -q -n "$node" stop >/dev/null 2>&1 || kill -9 "$(node_pid "$n")" 2>/dev/null || true
+    elif [ -f "$root/rabbit$n/node.pid" ]; then
+      kill -9 "$(cat "$root/rabbit$n/node.pid")" 2>/dev/null || true
+    fi
+    if joined "$n"; then
+      rabbitmqctl -q forget_cluster_node "$node" >/dev/null
+    fi
+  done
+  rm -rf "$root"
+}
+
+node_pid() { cat "$root/rabbit$1/node.pid"; }
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  stop) rabbitmqctl -q -n "$(node_name "$2")" stop ;;
+  start) start_node "$2" ;;
+  kill) kill -9 "$(node_pid "$2")" ;;
+  pid) node_pid "$2" ;;
+  *) echo "usage: $0 up|down|stop N|start N|kill N|pid N" >&2; exit 2 ;;
+esac

