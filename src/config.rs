@@ -266,6 +266,10 @@ pub struct AmqpConfig {
     /// Environment variable holding the broker URI, or several separated by commas, which
     /// carry passwords; when set and present it replaces `url` and `urls`.
     pub url_env: Option<String>,
+    /// Environment variable holding the broker password: when set and present, every address
+    /// uses it, so that `urls` can name the nodes in plain configuration and keep the secret
+    /// out of it.
+    pub password_env: Option<String>,
     /// Members of each quorum queue silpgate declares (`x-quorum-initial-group-size`). Default:
     /// the broker's own (every cluster node, up to its limit). Changing it for an existing
     /// queue makes its declaration fail: RabbitMQ does not resize a queue by redeclaring it.
@@ -344,6 +348,7 @@ impl Default for AmqpConfig {
             url: None,
             urls: Vec::new(),
             url_env: None,
+            password_env: None,
             quorum_initial_group_size: None,
             stream_initial_cluster_size: None,
             inbound: vec!["silpgate.in".into()],
@@ -383,6 +388,19 @@ impl AmqpConfig {
         }
         let url = self.url.clone().unwrap_or_else(|| DEFAULT_BROKER.to_owned());
         (vec![url], "amqp.url".to_owned())
+    }
+
+    /// The broker addresses, parsed, with the password from `password_env` when it is set.
+    ///
+    /// # Errors
+    /// An address that is not an AMQP URI (named by its key, never shown).
+    pub fn broker_addresses(&self) -> Result<crate::broker::addresses::Addresses, String> {
+        let (uris, key) = self.addresses();
+        let mut addresses = crate::broker::addresses::Addresses::parse(&uris, &key)?;
+        if let Some(password) = self.password_env.as_deref().and_then(|name| std::env::var(name).ok()) {
+            addresses.set_password(&password);
+        }
+        Ok(addresses)
     }
 }
 
@@ -856,8 +874,7 @@ impl Config {
                 ));
             }
             if amqp.url_env.is_none() {
-                let (uris, key) = amqp.addresses();
-                crate::broker::addresses::Addresses::parse(&uris, &key).map_err(ConfigError::Invalid)?;
+                amqp.broker_addresses().map_err(ConfigError::Invalid)?;
             }
         }
         if let Some(cluster) = &self.cluster {
@@ -1075,6 +1092,20 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(bad.contains("amqp.urls[1]") && !bad.contains("hunter2"), "{bad}");
+    }
+
+    #[test]
+    fn a_password_from_the_environment_goes_to_every_address() {
+        let config = Config::parse(
+            "[amqp]\nurls = [\"amqp://silpgate@a:5672/%2f\", \"amqp://silpgate@b:5672/%2f\"]\npassword_env = \"SILPGATE_TEST_BROKER_PASSWORD_A\"\n",
+        )
+        .unwrap();
+        // SAFETY: no other test reads or writes this variable.
+        unsafe { std::env::set_var("SILPGATE_TEST_BROKER_PASSWORD_A", "s3cret") };
+        let addresses = config.amqp.unwrap().broker_addresses().unwrap();
+        let passwords: Vec<String> =
+            addresses.round().map(|(_, a)| a.uri.authority.userinfo.password.clone()).collect();
+        assert_eq!(passwords, ["s3cret", "s3cret"]);
     }
 
     #[test]

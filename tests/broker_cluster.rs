@@ -80,12 +80,12 @@ async fn assert_delivered_in_order(names: &Names, count: usize) {
             assert!(previous < i, "conversation {}: m-{i} arrived after m-{previous}", i % CONVERSATIONS);
         }
     }
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
-/// Stops the daemon and asserts every conversation counted each of its messages once.
-fn assert_applied_once(daemon: Daemon, store: &Path, count: usize) {
+/// Stops the daemon and asserts every conversation counted each of its messages once; then
+/// deletes the test's queues.
+async fn assert_applied_once(daemon: Daemon, names: &Names, store: &Path, count: usize) {
     let (status, _) = daemon.terminate(Duration::from_secs(60));
     assert!(status.success(), "silpgate exits 0 on SIGTERM: {status}");
     let turns = broker::session_turns(store);
@@ -93,6 +93,9 @@ fn assert_applied_once(daemon: Daemon, store: &Path, count: usize) {
         let expected = (0..count).filter(|i| i % CONVERSATIONS == c).count() as u64;
         assert_eq!(turns.get(&format!("conv-{c}")), Some(&expected), "turns of conv-{c}");
     }
+    let (connection, channel) = broker::channel().await;
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
 }
 
 async fn within(limit: Duration, test: impl std::future::Future<Output = ()>) {
@@ -138,7 +141,102 @@ async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5
         assert!(moved < Duration::from_secs(5), "consuming again from another node took {moved:?}");
         producer.await.expect("the producer finishes");
         assert_delivered_in_order(&names, COUNT).await;
-        assert_applied_once(daemon, &store, COUNT);
+        assert_applied_once(daemon, &names, &store, COUNT).await;
+    })
+    .await;
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_three_nodes_gone_for_20_s_make_it_hold_not_ready_then_resume_losing_nothing() {
+    let _serial = SERIAL.lock().await;
+    let cluster = BrokerCluster::up();
+    within(Duration::from_secs(420), async {
+        const COUNT: usize = 1000;
+        let names = Names::new("bc-majority");
+        let dir = broker::temp_dir("bc-majority");
+        let store = dir.join("store");
+        // On node 1, the one that stays: what silpgate sees is the majority's loss, not its node's.
+        let daemon = Daemon::start(&config(&names, &store, &[1]), &dir);
+        daemon.wait_ready(Duration::from_secs(60));
+        let confirmed = Arc::new(AtomicUsize::new(0));
+        let producer = tokio::spawn(publish_paced(
+            vec![1],
+            names.inbound_exchange(),
+            messages(&names, COUNT),
+            100,
+            confirmed.clone(),
+        ));
+        wait_count(&confirmed, 300, Duration::from_secs(60), "published before the nodes stop").await;
+        let stopping = Instant::now();
+        cluster.stop(2);
+        cluster.stop(3);
+        let held = loop {
+            let (status, body) = daemon.get("/readyz");
+            if status == 503 && body.contains("holding") {
+                break stopping.elapsed();
+            }
+            assert!(stopping.elapsed() < Duration::from_secs(40), "no hold reported: {status} {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        eprintln!("two nodes stopped: holding (not ready) after {} ms", held.as_millis());
+        let log = daemon.log_text();
+        assert!(
+            log.contains("Holding") && log.contains(&names.inbound()),
+            "the hold is logged, naming the queues:\n{log}"
+        );
+        // Not ready for as long as the majority is gone (20 s from the stop).
+        while stopping.elapsed() < Duration::from_secs(20) {
+            assert_ne!(daemon.readyz(), 200, "ready while the majority is lost");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        cluster.start(2);
+        cluster.start(3);
+        daemon.wait_ready(Duration::from_secs(60));
+        eprintln!("majority back: ready again {} ms after the stop", stopping.elapsed().as_millis());
+        producer.await.expect("the producer finishes");
+        assert_delivered_in_order(&names, COUNT).await;
+        assert_applied_once(daemon, &names, &store, COUNT).await;
+    })
+    .await;
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_the_three_brokers_under_200_per_second_loses_nothing_and_keeps_order() {
+    let _serial = SERIAL.lock().await;
+    let cluster = BrokerCluster::up();
+    within(Duration::from_secs(600), async {
+        let names = Names::new("bc-rolling");
+        let dir = broker::temp_dir("bc-rolling");
+        let store = dir.join("store");
+        let daemon = Daemon::start(&config(&names, &store, &[1, 2, 3]), &dir);
+        daemon.wait_ready(Duration::from_secs(60));
+        // Published for as long as the restarts take (about a minute), then the rest.
+        let count = 16_000;
+        let confirmed = Arc::new(AtomicUsize::new(0));
+        let producer = tokio::spawn(publish_paced(
+            vec![1, 2, 3],
+            names.inbound_exchange(),
+            messages(&names, count),
+            200,
+            confirmed.clone(),
+        ));
+        wait_count(&confirmed, 400, Duration::from_secs(60), "published before the restarts").await;
+        for node in [2, 3, 1] {
+            cluster.stop(node);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            cluster.start(node);
+            eprintln!(
+                "node {node} restarted; {} published",
+                confirmed.load(std::sync::atomic::Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        daemon.wait_ready(Duration::from_secs(60));
+        producer.await.expect("the producer finishes");
+        assert_delivered_in_order(&names, count).await;
+        assert_applied_once(daemon, &names, &store, count).await;
     })
     .await;
     drop(cluster);

@@ -150,7 +150,7 @@ fn the_deployment_files_parse_and_agree_with_the_cluster_node_configuration() {
     let env: Vec<&str> =
         container["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
     for needed in [
-        config.amqp.as_ref().unwrap().url_env.as_deref(),
+        config.amqp.as_ref().unwrap().password_env.as_deref(),
         config.http.tokens_env.as_deref(),
         config.store.hmac_key_env.as_deref(),
     ] {

@@ -76,6 +76,13 @@ impl Addresses {
         })
     }
 
+    /// Every address authenticates with `password` (kept out of the configured URIs).
+    pub fn set_password(&mut self, password: &str) {
+        for address in &mut self.list {
+            address.uri.authority.userinfo.password = password.to_owned();
+        }
+    }
+
     /// A connection to `index` was made: when it is lost, the next round starts after it.
     pub fn connected(&mut self, index: usize) {
         self.next = (index + 1) % self.list.len();

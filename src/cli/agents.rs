@@ -11,7 +11,6 @@
 //! One line per agent; exit 1 when any agent is unreachable.
 
 use super::EXIT_INVALID;
-use crate::broker::addresses::Addresses;
 use crate::config::{AgentConfig, Config};
 use crate::connectors::DeliveryError;
 use crate::connectors::http::HttpAgent;
@@ -123,8 +122,7 @@ fn negotiated(answer: Option<&Message>) -> String {
 
 async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
     let amqp = config.amqp.as_ref().ok_or("it is reached over AMQP and no [amqp] section is configured")?;
-    let (uris, key) = amqp.addresses();
-    let addresses = Addresses::parse(&uris, &key)?;
+    let addresses = amqp.broker_addresses()?;
     // Any node of the list will do: the first that answers is asked.
     let mut failures = Vec::new();
     let mut reached = None;

@@ -74,6 +74,15 @@ impl BrokerCluster {
         }
     }
 
+    /// Restarts RabbitMQ on node `n` (its application; the Erlang VM stays): every connection
+    /// to it drops and its queue replicas go down and come back, as in a rolling upgrade.
+    pub fn restart(&self, n: u8) {
+        let node = if n == 1 { "rabbit@localhost".to_owned() } else { format!("rabbit{n}@localhost") };
+        super::broker::rabbitmqctl(&["-n", &node, "stop_app"]);
+        super::broker::rabbitmqctl(&["-n", &node, "start_app"]);
+        super::broker::rabbitmqctl(&["-n", &node, "await_startup"]);
+    }
+
     /// Starts node `n` again; it rejoins the cluster.
     pub fn start(&self, n: u8) {
         if n == 1 {

@@ -144,8 +144,7 @@ impl Amqp {
     /// [`AmqpError::StoreDamaged`] when a message hit a damaged store;
     /// [`AmqpError::BadAddress`] when a broker address (from the environment) is not a URI.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AmqpError> {
-        let (uris, key) = self.amqp.addresses();
-        let mut addresses = Addresses::parse(&uris, &key).map_err(AmqpError::BadAddress)?;
+        let mut addresses = self.amqp.broker_addresses().map_err(AmqpError::BadAddress)?;
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
             Duration::from_millis(self.amqp.reconnect_max_ms),
