@@ -284,9 +284,10 @@ impl Gateway {
                     };
                     // An agent without a tokenizer is weighed in the GPT-4o family's.
                     let tokenizer = receiver.tokenizer.unwrap_or(Tokenizer::O200kBase);
-                    let ir_hash = unit.ir.ir_hash();
                     let cheapest = fewest
                         .then(|| {
+                            // Hashed here only: the other choices must not pay for it.
+                            let ir_hash = unit.ir.ir_hash();
                             choose::fewest_tokens(accepted, r.allow_lossy, |f| {
                                 self.tokens
                                     .count(&ir_hash, f, tokenizer, || crate::silp::compile(&unit.ir, f))
