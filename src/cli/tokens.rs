@@ -19,7 +19,8 @@ pub struct TokensArgs {
     /// (code, json): the input is text in it, decoded to its IR, and that IR is measured too.
     #[arg(long, short, default_value = "all")]
     frontend: String,
-    /// Count the input exactly as it is, without parsing it.
+    /// Count the input exactly as it is, without parsing it (one final line ending aside, which
+    /// every `silp` command drops from a whole-file input).
     #[arg(long, conflicts_with = "frontend")]
     text: bool,
     /// Check that every whitelisted verb is one token; print those that are not.
