@@ -221,6 +221,12 @@ fn the_gateway_sends_the_frontend_with_the_fewest_tokens_and_says_why() {
         "the tokens note counts what was sent and the baseline"
     );
 
+    // The text sent goes through the compile.lock like any other: frozen the first time.
+    assert!(o.notes.iter().any(|n| matches!(n, Note::LockFrozen { frontend: Frontend::Code, .. })));
+    let again = send(&g, "ingress", "silp-ir", draft.clone());
+    assert!(!again.notes.iter().any(|n| matches!(n, Note::LockFrozen { .. })), "frozen once");
+    assert_eq!(again.outbound[0].envelope.content, o.outbound[0].envelope.content);
+
     let o = send(&g, "ingress", "silp-ir", heavily_quoted_ir().to_value());
     assert_eq!(choice(&o), (Frontend::Json, ChoiceReason::FewestTokens));
     let out: Value = serde_json::from_str(&nlip::to_json(&o.outbound[0].envelope)).unwrap();
