@@ -2,6 +2,7 @@
 //! errors. `config/silpgate.toml` is the annotated default.
 
 use crate::silp::Frontend;
+use crate::silp::tokens::Tokenizer;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -541,6 +542,14 @@ pub struct AgentConfig {
     /// Frontends the agent accepts, most preferred first.
     #[serde(deserialize_with = "frontends")]
     pub frontends: Vec<Frontend>,
+    /// The tokenizer of the agent's model (`o200k_base`, `cl100k_base`): payloads sent to it
+    /// are counted in its tokens. Default: none (bytes only), unless a `//ping` names one.
+    #[serde(default, deserialize_with = "optional_tokenizer")]
+    pub tokenizer: Option<Tokenizer>,
+    /// `fewest-tokens`: send the accepted frontend that costs the agent the fewest tokens,
+    /// unless the route sets a frontend. Default: none (the first accepted frontend).
+    #[serde(default, deserialize_with = "optional_frontend_rule")]
+    pub frontend: Option<FrontendRule>,
     /// Routing key of the agent on `amqp.agents_exchange`. Default: the agent's name.
     pub routing_key: Option<String>,
     /// A queue silpgate declares (quorum, durable) and binds for the agent, for deployments
@@ -695,9 +704,13 @@ pub struct RouteConfig {
     pub destination: String,
     /// What to do with SILP payloads on this route.
     pub mode: RouteMode,
-    /// Send this frontend, overriding the agent's profile and the IR's `meta.out`.
-    #[serde(default, deserialize_with = "optional_frontend")]
-    pub frontend: Option<Frontend>,
+    /// Send this frontend, overriding the agent's profile and the IR's `meta.out`; or
+    /// `fewest-tokens`, the accepted frontend that costs the agent the fewest tokens.
+    #[serde(default, deserialize_with = "optional_frontend_rule")]
+    pub frontend: Option<FrontendRule>,
+    /// Let `fewest-tokens` pick the lossy baselines (`natural`, `nl_json`) too. Default false.
+    #[serde(default)]
+    pub allow_lossy: bool,
     /// Whether an HTTP or WebSocket caller waits for the agent's answer (`reply`, the
     /// default) or only for the delivery to be confirmed (`none`: HTTP 202 with a control
     /// message naming the outbound message id).
@@ -742,6 +755,24 @@ pub struct RouteMatch {
     pub intent: Option<String>,
     /// The IR's `meta.next_agent`.
     pub next_agent: Option<String>,
+}
+
+/// A configured frontend: a fixed one, or the one with the fewest tokens for the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontendRule {
+    Fixed(Frontend),
+    FewestTokens,
+}
+
+impl std::str::FromStr for FrontendRule {
+    type Err = crate::silp::SilpError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "fewest-tokens" {
+            return Ok(FrontendRule::FewestTokens);
+        }
+        s.parse().map(FrontendRule::Fixed)
+    }
 }
 
 /// What a route does to SILP payloads.
@@ -842,6 +873,12 @@ impl Config {
             }
             if let Some(url) = &agent.url {
                 check_agent_url(&agent.name, url, agent.plain)?;
+            }
+            if let Some(FrontendRule::Fixed(f)) = agent.frontend {
+                return Err(ConfigError::Invalid(format!(
+                    "agent '{}': frontend = '{f}': an agent may only set frontend = 'fewest-tokens'; list the frontends it accepts in frontends",
+                    agent.name
+                )));
             }
             if agent.encoding.is_some() && !agent.is_websocket() {
                 return Err(ConfigError::Invalid(format!(
@@ -1027,8 +1064,16 @@ fn frontend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Frontend, D::Error
     name.parse().map_err(|e: crate::silp::SilpError| serde::de::Error::custom(e.message))
 }
 
-fn optional_frontend<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Frontend>, D::Error> {
-    frontend(d).map(Some)
+fn optional_frontend_rule<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<FrontendRule>, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map(Some).map_err(|e: crate::silp::SilpError| {
+        serde::de::Error::custom(format!("{}; or fewest-tokens", e.message))
+    })
+}
+
+fn optional_tokenizer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tokenizer>, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map(Some).map_err(serde::de::Error::custom)
 }
 
 fn frontends<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D::Error> {

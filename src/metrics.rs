@@ -54,6 +54,15 @@ pub struct Metrics {
     /// Bytes the same payloads take in the natural-language baseline, by frontend: what a
     /// frontend saves is this minus `surface_bytes`.
     pub natural_bytes: IntCounterVec,
+    /// Payload tokens written, in the receiving agent's tokenizer, by agent, frontend and
+    /// tokenizer (agents with a known tokenizer only).
+    pub surface_tokens: IntCounterVec,
+    /// Tokens the same payloads take in the natural-language baseline: what a frontend saves
+    /// an agent, in what it pays for, is this minus `surface_tokens`.
+    pub natural_tokens: IntCounterVec,
+    /// Tokens the sanitiser's changes removed from payloads, by the receiver's tokenizer
+    /// (draft §8.1: invisible characters and look-alikes change tokenization).
+    pub sanitizer_tokens: IntCounterVec,
     /// 1 while the broker is connected and consumed from.
     pub broker_connected: IntGauge,
     /// 1 for the broker node connected to (`host:port`).
@@ -172,6 +181,21 @@ impl Metrics {
                 "The same payloads' bytes in natural language",
                 &["frontend"],
             ),
+            surface_tokens: counter_vec(
+                "silpgate_payload_tokens_total",
+                "Payload tokens written, in the receiving agent's tokenizer",
+                &["agent", "frontend", "tokenizer"],
+            ),
+            natural_tokens: counter_vec(
+                "silpgate_payload_natural_tokens_total",
+                "The same payloads' tokens in natural language",
+                &["agent", "frontend", "tokenizer"],
+            ),
+            sanitizer_tokens: counter_vec(
+                "silpgate_sanitizer_tokens_removed_total",
+                "Tokens the sanitiser's changes removed, in the receiving agent's tokenizer",
+                &["tokenizer"],
+            ),
             broker_connected: IntGauge::new("silpgate_broker_connected", "1 while the broker is connected")
                 .expect("valid metric"),
             broker_node: IntGaugeVec::new(
@@ -232,6 +256,9 @@ impl Metrics {
         register(Box::new(m.bytes.clone()));
         register(Box::new(m.surface_bytes.clone()));
         register(Box::new(m.natural_bytes.clone()));
+        register(Box::new(m.surface_tokens.clone()));
+        register(Box::new(m.natural_tokens.clone()));
+        register(Box::new(m.sanitizer_tokens.clone()));
         register(Box::new(m.broker_connected.clone()));
         register(Box::new(m.broker_node.clone()));
         register(Box::new(m.broker_holding.clone()));
@@ -268,6 +295,16 @@ impl Metrics {
                 Note::Size { frontend, surface, natural } => {
                     self.surface_bytes.with_label_values(&[frontend.name()]).inc_by(*surface as u64);
                     self.natural_bytes.with_label_values(&[frontend.name()]).inc_by(*natural as u64);
+                }
+                Note::Tokens { agent, frontend, tokenizer, surface, natural } => {
+                    let labels = [agent.as_str(), frontend.name(), tokenizer.name()];
+                    self.surface_tokens.with_label_values(&labels).inc_by(*surface as u64);
+                    self.natural_tokens.with_label_values(&labels).inc_by(*natural as u64);
+                }
+                Note::SanitizedTokens { tokenizer, before, after, .. } => {
+                    // A change that added tokens (rare: a mapping to a longer spelling) counts 0.
+                    let removed = before.saturating_sub(*after) as u64;
+                    self.sanitizer_tokens.with_label_values(&[tokenizer.name()]).inc_by(removed);
                 }
                 _ => {}
             }

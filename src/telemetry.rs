@@ -250,7 +250,9 @@ pub fn record_notes(span: &tracing::Span, notes: &[Note]) {
             Note::LockDrift { .. }
             | Note::LockFrozen { .. }
             | Note::ProfileLearnt { .. }
-            | Note::Size { .. } => {}
+            | Note::Size { .. }
+            | Note::Tokens { .. }
+            | Note::SanitizedTokens { .. } => {}
         }
     }
 }

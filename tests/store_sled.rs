@@ -57,6 +57,7 @@ fn every_record_kind_survives_a_reopen() {
             frontends: vec![Frontend::Json, Frontend::Natural],
             source: ProfileSource::Ping,
             updated: 10,
+            tokenizer: Some(silpgate::silp::tokens::Tokenizer::Cl100kBase),
         };
         let changes = Changes {
             sessions: vec![session],
@@ -516,8 +517,12 @@ fn the_gateway_runs_on_the_sled_store_and_its_state_persists() {
 #[test]
 fn profiles_learnt_from_ping_are_swept_when_idle() {
     let store = SledStore::open(&temp_dir("profiles"), None).unwrap();
-    let profile =
-        |updated| AgentProfile { frontends: vec![Frontend::Json], source: ProfileSource::Ping, updated };
+    let profile = |updated| AgentProfile {
+        frontends: vec![Frontend::Json],
+        source: ProfileSource::Ping,
+        updated,
+        tokenizer: None,
+    };
     let changes = Changes {
         profiles: vec![("idle".into(), profile(0)), ("active".into(), profile(900))],
         ..Changes::default()

@@ -7,6 +7,7 @@ mod input;
 mod nlip;
 mod silp;
 mod store;
+mod tokens;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -56,21 +56,23 @@ pub enum SilpCommand {
         /// Input file; stdin when absent or '-'.
         file: Option<PathBuf>,
     },
+    /// Bytes and tokens of every frontend's output for an IR, or of a text as it is.
+    Tokens(super::tokens::TokensArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct Common {
     /// Frontend: code, json, natural or nl_json.
     #[arg(long, short)]
-    frontend: String,
+    pub(super) frontend: String,
     /// One JSON value per input line, one {"ok":..} or {"error":..} per output line.
     #[arg(long)]
-    lines: bool,
+    pub(super) lines: bool,
     /// Refuse inputs (or lines) larger than this many bytes.
     #[arg(long, default_value_t = 1 << 20)]
-    max_input_bytes: usize,
+    pub(super) max_input_bytes: usize,
     /// Input file; stdin when absent or '-'.
-    file: Option<PathBuf>,
+    pub(super) file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -139,6 +141,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
             println!("{}", serde_json::to_string(&report).expect("report serialises"));
             if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INVALID) }
         }
+        SilpCommand::Tokens(args) => super::tokens::run(args),
         SilpCommand::Hash { file } => {
             let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
             match silp::parse_json(&text).and_then(|v| schema::parse_ir(&v)) {
@@ -166,7 +169,7 @@ fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitC
 }
 
 /// What one input produced: the output, warnings for stderr, or an error.
-type Outcome = Result<(String, Vec<String>), SilpError>;
+pub(super) type Outcome = Result<(String, Vec<String>), SilpError>;
 
 fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Option<&SledStore>) -> Outcome {
     let value = silp::parse_json(text)?;
@@ -205,7 +208,11 @@ fn decode_one(text: &str, frontend: Frontend, options: &DecodeOptions) -> Outcom
 
 /// Runs `each` over the whole input or over every line, writing results as the command
 /// contract says.
-fn drive(common: &Common, each: impl Fn(&str) -> Outcome, ok_value: impl Fn(String) -> Value) -> ExitCode {
+pub(super) fn drive(
+    common: &Common,
+    each: impl Fn(&str) -> Outcome,
+    ok_value: impl Fn(String) -> Value,
+) -> ExitCode {
     let mut reader = match input::open(common.file.as_deref()) {
         Ok(r) => r,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! Which frontend a receiving agent gets: the first of the route's override, the agent's
 //! profile, the IR's explicit `meta.out` and the configured default, degraded along
-//! `code -> json -> natural` when the agent does not accept it.
+//! `code -> json -> natural` when the agent does not accept it; or, for `fewest-tokens`, the
+//! accepted frontend that costs the receiving model the fewest tokens.
 
 use super::envelope::ChoiceReason;
 use crate::silp::Frontend;
@@ -43,6 +44,26 @@ pub fn choose(
     Choice { frontend, reason, degraded_from: Some(wanted) }
 }
 
+/// The frontends `fewest-tokens` weighs, in the order that breaks a tie: lossless first.
+const BY_PREFERENCE: [Frontend; 4] = [Frontend::Code, Frontend::Json, Frontend::Natural, Frontend::NlJson];
+
+/// Among the frontends the agent accepts (`None`: any), the lossless ones and, when
+/// `allow_lossy`, the natural-language baselines, the one with the fewest `tokens`; a tie goes
+/// to the earlier of code, json, natural, nl_json. `None` when no candidate is accepted.
+pub fn fewest_tokens(
+    accepted: Option<&[Frontend]>,
+    allow_lossy: bool,
+    mut tokens: impl FnMut(Frontend) -> usize,
+) -> Option<Choice> {
+    BY_PREFERENCE
+        .into_iter()
+        .filter(|f| allow_lossy || f.is_lossless())
+        .filter(|f| accepted.is_none_or(|a| a.contains(f)))
+        .map(|f| (tokens(f), f))
+        .min_by_key(|(n, _)| *n)
+        .map(|(_, frontend)| Choice { frontend, reason: ChoiceReason::FewestTokens, degraded_from: None })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +93,24 @@ mod tests {
         assert_eq!((c.frontend, c.degraded_from), (Natural, Some(NlJson)));
         let c = choose(Some(Json), Some(&[Code]), None, Code);
         assert_eq!((c.frontend, c.degraded_from), (Natural, Some(Json)));
+    }
+
+    #[test]
+    fn fewest_tokens_weighs_only_what_the_agent_accepts_and_breaks_ties_lossless_first() {
+        let costs = |f: Frontend| match f {
+            Code => 9,
+            Json => 7,
+            Natural => 5,
+            NlJson => 7,
+        };
+        let pick =
+            |accepted: Option<&[Frontend]>, lossy| fewest_tokens(accepted, lossy, costs).map(|c| c.frontend);
+        assert_eq!(pick(None, false), Some(Json));
+        assert_eq!(pick(None, true), Some(Natural));
+        assert_eq!(pick(Some(&[Code, Natural]), false), Some(Code));
+        assert_eq!(pick(Some(&[Natural, NlJson]), false), None);
+        assert_eq!(pick(Some(&[NlJson, Json]), true), Some(Json), "a tie goes to the lossless frontend");
+        assert_eq!(fewest_tokens(None, false, |_| 3).map(|c| c.frontend), Some(Code));
+        assert_eq!(fewest_tokens(None, false, costs).unwrap().reason, ChoiceReason::FewestTokens);
     }
 }

@@ -4,6 +4,7 @@
 use super::error::{Disposition, GatewayError};
 use super::store::Millis;
 use crate::nlip::Message;
+use crate::silp::tokens::Tokenizer;
 use crate::silp::{Frontend, Notice};
 
 /// The transport a message arrived on.
@@ -93,6 +94,8 @@ pub enum ChoiceReason {
     AgentProfile,
     IrMetaOut,
     ConfiguredDefault,
+    /// `frontend = "fewest-tokens"`: the accepted frontend cheapest in the agent's tokenizer.
+    FewestTokens,
 }
 
 impl ChoiceReason {
@@ -102,6 +105,7 @@ impl ChoiceReason {
             ChoiceReason::AgentProfile => "agent_profile",
             ChoiceReason::IrMetaOut => "ir_meta_out",
             ChoiceReason::ConfiguredDefault => "configured_default",
+            ChoiceReason::FewestTokens => "fewest_tokens",
         }
     }
 }
@@ -126,6 +130,12 @@ pub enum Note {
     /// A payload written in a surface frontend: its length, and the length of the same IR in
     /// the natural-language baseline (what a frontend saves).
     Size { frontend: Frontend, surface: usize, natural: usize },
+    /// The same payload in the receiving agent's tokens: its count in `frontend`, and in the
+    /// natural-language baseline. Only for agents with a tokenizer (configured or pinged).
+    Tokens { agent: String, frontend: Frontend, tokenizer: Tokenizer, surface: usize, natural: usize },
+    /// The sanitiser changed the payload at `path`: its tokens in the agent's tokenizer before
+    /// and after the change (what invisible characters and look-alikes did to tokenization).
+    SanitizedTokens { path: String, tokenizer: Tokenizer, before: usize, after: usize },
     /// An agent's profile was learnt from a `//ping`.
     ProfileLearnt { agent: String, frontends: Vec<Frontend> },
 }

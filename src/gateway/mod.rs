@@ -19,9 +19,10 @@ pub use envelope::{ChoiceReason, Destination, Inbound, Note, Origin, Outbound, O
 pub use error::{Disposition, GatewayError};
 pub use store::{MemoryStore, Store};
 
-use crate::config::{Config, RouteMode};
+use crate::config::{Config, FrontendRule, RouteMode};
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{Content, Format, Message, NlipError, Submessage};
+use crate::silp::tokens::{TokenCache, Tokenizer};
 use crate::silp::validate::{self, ValidateOptions};
 use crate::silp::{DecodeOptions, Frontend, ReqIdMode, ir::Ir};
 use payload::{OutputForm, SilpForm};
@@ -35,6 +36,22 @@ pub struct Gateway {
     config: Arc<Config>,
     store: Arc<dyn Store>,
     decode_options: DecodeOptions,
+    /// Token counts by (IR hash, frontend, tokenizer), for `fewest-tokens` and the metrics.
+    tokens: TokenCache,
+}
+
+/// Token counts kept; past this the cache starts over (about 4 MiB at most).
+const TOKEN_CACHE_ENTRIES: usize = 1 << 16;
+
+/// What the gateway knows of a receiving agent.
+#[derive(Default)]
+struct Receiver {
+    /// Frontends it accepts, most preferred first (`None`: any).
+    accepted: Option<Vec<Frontend>>,
+    /// Its model's tokenizer, from its `//ping` or its configuration.
+    tokenizer: Option<Tokenizer>,
+    /// Its configuration asks for `fewest-tokens`.
+    fewest_tokens: bool,
 }
 
 /// What the core decided for one message.
@@ -62,6 +79,8 @@ struct Unit {
     path: String,
     ir: Ir,
     explicit_out: Option<Frontend>,
+    /// The payload's text before and after the sanitiser changed it.
+    sanitized: Option<(String, String)>,
 }
 
 impl Gateway {
@@ -71,7 +90,11 @@ impl Gateway {
             req_id: ReqIdMode::Hash { len: config.silp.req_id_len },
             max_input_bytes: config.silp.max_payload_bytes,
         };
-        Gateway { config, store, decode_options }
+        // Dictionaries load in tens of milliseconds: pay that at start, not on a payload.
+        for tokenizer in config.agents.iter().filter_map(|a| a.tokenizer) {
+            tokenizer.warm();
+        }
+        Gateway { config, store, decode_options, tokens: TokenCache::new(TOKEN_CACHE_ENTRIES) }
     }
 
     pub fn config(&self) -> &Config {
@@ -236,10 +259,11 @@ impl Gateway {
             outbound.push(Outbound { destination: destination.clone(), envelope: notice });
         }
 
-        let accepted = match &destination {
-            Destination::Agent(agent) => self.accepted_frontends(agent).map_err(nowhere)?,
-            Destination::Reply => None,
+        let receiver = match &destination {
+            Destination::Agent(agent) => self.receiver(agent).map_err(nowhere)?,
+            Destination::Reply => Receiver::default(),
         };
+        let accepted = receiver.accepted.as_deref();
         // Decide each payload's form and compile it; surface texts go through the compile.lock.
         let mut pending = Vec::with_capacity(units.len());
         for mut unit in units {
@@ -250,12 +274,34 @@ impl Gateway {
                 Route::Configured(r) if r.mode == RouteMode::Validate => continue,
                 Route::Configured(r) if r.mode == RouteMode::Decode => OutputForm::Ir,
                 Route::Configured(r) => {
-                    let choice = choose::choose(
-                        r.frontend,
-                        accepted.as_deref(),
-                        unit.explicit_out,
-                        self.config.gateway.default_frontend,
-                    );
+                    let fixed = match r.frontend {
+                        Some(FrontendRule::Fixed(f)) => Some(f),
+                        _ => None,
+                    };
+                    let fewest = match r.frontend {
+                        Some(rule) => rule == FrontendRule::FewestTokens,
+                        None => receiver.fewest_tokens,
+                    };
+                    // An agent without a tokenizer is weighed in the GPT-4o family's.
+                    let tokenizer = receiver.tokenizer.unwrap_or(Tokenizer::O200kBase);
+                    let cheapest = fewest
+                        .then(|| {
+                            // Hashed here only: the other choices must not pay for it.
+                            let ir_hash = unit.ir.ir_hash();
+                            choose::fewest_tokens(accepted, r.allow_lossy, |f| {
+                                self.tokens
+                                    .count(&ir_hash, f, tokenizer, || crate::silp::compile(&unit.ir, f))
+                            })
+                        })
+                        .flatten();
+                    let choice = cheapest.unwrap_or_else(|| {
+                        choose::choose(
+                            fixed,
+                            accepted,
+                            unit.explicit_out,
+                            self.config.gateway.default_frontend,
+                        )
+                    });
                     notes.push(Note::Frontend {
                         path: unit.path.clone(),
                         frontend: choice.frontend,
@@ -283,10 +329,35 @@ impl Gateway {
         let mut renders = Vec::with_capacity(pending.len());
         let mut first_frozen = Vec::new();
         for (unit, form) in pending {
+            if let (Some(tokenizer), Some((before, after))) = (receiver.tokenizer, &unit.sanitized) {
+                notes.push(Note::SanitizedTokens {
+                    path: unit.path.clone(),
+                    tokenizer,
+                    before: tokenizer.count(before),
+                    after: tokenizer.count(after),
+                });
+            }
             let text = match form {
                 OutputForm::Surface(frontend) => {
                     let (freeze, frozen) = frozen.next().expect("one frozen entry per surface payload");
                     Self::note_lock(&freeze, &frozen, notes);
+                    // Counted only for an agent whose tokenizer is known, and then mostly from
+                    // the cache: a frozen text is the compile of its IR hash (drift aside).
+                    if let (Some(tokenizer), Destination::Agent(agent)) = (receiver.tokenizer, &destination) {
+                        let surface =
+                            self.tokens.count(&freeze.ir_hash, frontend, tokenizer, || frozen.output.clone());
+                        let natural =
+                            self.tokens.count(&freeze.ir_hash, Frontend::Natural, tokenizer, || {
+                                crate::silp::compile(&unit.ir, Frontend::Natural)
+                            });
+                        notes.push(Note::Tokens {
+                            agent: agent.clone(),
+                            frontend,
+                            tokenizer,
+                            surface,
+                            natural,
+                        });
+                    }
                     if frozen.first {
                         first_frozen.push(freeze);
                     }
@@ -354,25 +425,31 @@ impl Gateway {
                 intent: read.ir.intent.to_string(),
                 req_id: read.ir.meta.req_id.to_string(),
             });
-            units.push(Unit { index, path, ir: read.ir, explicit_out: read.explicit_out });
+            units.push(Unit {
+                index,
+                path,
+                ir: read.ir,
+                explicit_out: read.explicit_out,
+                sanitized: read.sanitized,
+            });
         }
         Ok(units)
     }
 
-    /// An agent's accepted frontends: learnt by `//ping` if it has pinged, else from config.
-    /// `None` (no profile, or an empty list) means the agent takes any frontend.
-    fn accepted_frontends(&self, agent: &str) -> Result<Option<Vec<Frontend>>, GatewayError> {
-        let frontends = match self.store.profile(agent)? {
-            Some(profile) => profile.frontends,
-            None => self
-                .config
-                .agents
-                .iter()
-                .find(|a| a.name == agent)
-                .map(|a| a.frontends.clone())
-                .unwrap_or_default(),
+    /// What is known of an agent: its accepted frontends, learnt by `//ping` if it has pinged,
+    /// else from config (`None`, no profile or an empty list: it takes any frontend); its
+    /// tokenizer, the pinged one before the configured one; and its `fewest-tokens` setting.
+    fn receiver(&self, agent: &str) -> Result<Receiver, GatewayError> {
+        let configured = self.config.agents.iter().find(|a| a.name == agent);
+        let (frontends, pinged) = match self.store.profile(agent)? {
+            Some(profile) => (profile.frontends, profile.tokenizer),
+            None => (configured.map(|a| a.frontends.clone()).unwrap_or_default(), None),
         };
-        Ok((!frontends.is_empty()).then_some(frontends))
+        Ok(Receiver {
+            accepted: (!frontends.is_empty()).then_some(frontends),
+            tokenizer: pinged.or(configured.and_then(|a| a.tokenizer)),
+            fewest_tokens: configured.is_some_and(|a| a.frontend == Some(FrontendRule::FewestTokens)),
+        })
     }
 
     /// Notes what the compile.lock did: froze a new entry, or sent a frozen text that today's
@@ -388,6 +465,9 @@ impl Gateway {
 
     fn answer_ping(&self, inbound: &Inbound, notes: &mut Vec<Note>) -> Result<Vec<Outbound>, GatewayError> {
         let announced = negotiate::announcement(&inbound.envelope)?;
+        if let Some(tokenizer) = announced.tokenizer {
+            tokenizer.warm();
+        }
         let mut answer = negotiate::answer(&announced)?;
         let agent = announced.agent.clone().unwrap_or_else(|| inbound.origin.source.clone());
         self.may_store_profile(&agent, &inbound.origin.source)?;
@@ -395,6 +475,7 @@ impl Gateway {
             frontends: announced.frontends.clone(),
             source: ProfileSource::Ping,
             updated: inbound.received_at,
+            tokenizer: announced.tokenizer,
         };
         let changes = Changes { profiles: vec![(agent.clone(), profile)], ..Changes::default() };
         self.store.commit(&changes, inbound.received_at)?;

@@ -2,13 +2,14 @@
 //! docs/protocol.md).
 //!
 //! Request: a `control` message whose content is `//ping`, with a `structured`/`json`
-//! submessage `{"silp": "v1", "frontends": [..], "agent"?: ".."}` listing the sender's
-//! frontends, most preferred first. Answer: a `control` message whose content is
+//! submessage `{"silp": "v1", "frontends": [..], "agent"?: "..", "tokenizer"?: ".."}` listing
+//! the sender's frontends, most preferred first, and the tokenizer of its model. Answer: a `control` message whose content is
 //! `{"silp": "v1", "frontends": [..], "preferred": ".."}`: silpgate's frontends and the first of
 //! the sender's that silpgate also speaks.
 
 use super::error::GatewayError;
 use crate::nlip::{Content, Format, Message};
+use crate::silp::tokens::Tokenizer;
 use crate::silp::{Frontend, ir::SILP_VERSION};
 use serde_json::{Value, json};
 
@@ -33,6 +34,8 @@ pub struct Announcement {
     pub agent: Option<String>,
     /// The announced frontends silpgate knows, in the sender's order.
     pub frontends: Vec<Frontend>,
+    /// The tokenizer of the sender's model, when it named one.
+    pub tokenizer: Option<Tokenizer>,
 }
 
 /// Reads the announcement of a `//ping` request.
@@ -74,7 +77,16 @@ pub fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
         }
     }
     let agent = body.get("agent").and_then(Value::as_str).map(str::to_owned);
-    Ok(Announcement { agent, frontends })
+    // A named tokenizer silpgate cannot count with is refused rather than ignored: the agent
+    // would otherwise believe its payloads are chosen by its tokens.
+    let tokenizer = match body.get("tokenizer") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => {
+            Some(name.parse::<Tokenizer>().map_err(|e| GatewayError::Ping(format!("\"tokenizer\": {e}")))?)
+        }
+        Some(_) => return Err(GatewayError::Ping("\"tokenizer\" must be a tokenizer name".into())),
+    };
+    Ok(Announcement { agent, frontends, tokenizer })
 }
 
 /// Checks the name a profile is stored under: every ping stores one, so its size is bounded

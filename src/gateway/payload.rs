@@ -80,6 +80,9 @@ pub struct ReadPayload {
     pub notices: Vec<Notice>,
     /// The sender set `meta.out` explicitly (only an IR payload can).
     pub explicit_out: Option<Frontend>,
+    /// When the sanitiser changed the payload: its text before and after the change (for an
+    /// IR, its JSON), so that what the change did to tokenization can be counted.
+    pub sanitized: Option<(String, String)>,
 }
 
 /// Reads the payload `content` in `form`. `req_id_len` is used when an IR arrives without a
@@ -119,14 +122,16 @@ pub fn read(
                 assign_req_id(&mut value, req_id_len);
                 schema::parse_ir(&value)?
             };
-            Ok(ReadPayload { ir, notices, explicit_out })
+            let sanitized = sanitized.as_ref().map(|after| (content_text(content), after.to_string()));
+            Ok(ReadPayload { ir, notices, explicit_out, sanitized })
         }
         SilpForm::Code => {
             let Value::String(text) = value else {
                 return Err(SilpError::new(ErrorCode::InvalidSyntax, "a silp-code payload must be a string"));
             };
             let decoded = silp::decode(text, Frontend::Code, options)?;
-            Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None })
+            let sanitized = changed_text(text, &decoded.notices);
+            Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None, sanitized })
         }
         SilpForm::Json => {
             if !value.is_object() {
@@ -138,9 +143,32 @@ pub fn read(
             // Re-serialised raw, so the sanitiser sees every invisible character.
             let text = serde_json::to_string(value).expect("a JSON value serialises");
             let decoded = silp::decode(&text, Frontend::Json, options)?;
-            Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None })
+            let sanitized = changed_text(&text, &decoded.notices);
+            Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None, sanitized })
         }
     }
+}
+
+fn content_text(content: &Content) -> String {
+    match content {
+        Content::Json(value) => value.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// `text` before and after what the sanitiser's `notices` say it did: invisible characters
+/// stripped, look-alike identifiers replaced by their ASCII reading. `None` when it did nothing.
+fn changed_text(text: &str, notices: &[Notice]) -> Option<(String, String)> {
+    if notices.is_empty() {
+        return None;
+    }
+    let mut after = sanitize::strip_invisible(text, &mut Vec::new()).text.into_owned();
+    for notice in notices {
+        if let Notice::HomoglyphMapped { from, to, .. } = notice {
+            after = after.replacen(from.as_str(), to, 1);
+        }
+    }
+    Some((text.to_owned(), after))
 }
 
 /// Gives an IR without `meta.req_id` one: a prefix of the SHA-256 of its JSON text.

@@ -48,6 +48,9 @@ pub struct AgentProfile {
     pub frontends: Vec<Frontend>,
     pub source: ProfileSource,
     pub updated: Millis,
+    /// The tokenizer the agent announced, if any (records without one read as `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<crate::silp::tokens::Tokenizer>,
 }
 
 /// A compile to freeze in the compile.lock unless (IR hash, frontend) is frozen already.

@@ -16,6 +16,7 @@ pub mod ir;
 pub mod req_id;
 pub mod sanitize;
 pub mod schema;
+pub mod tokens;
 pub mod validate;
 pub mod whitelist;
 
