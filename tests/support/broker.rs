@@ -113,6 +113,7 @@ impl Names {
             queues.push(self.lock_stream());
             queues.push(format!("{}.p.members", self.prefix));
         }
+        queues.push(format!("{}.quorum-probe", self.answers()));
         for q in queues {
             let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
         }
