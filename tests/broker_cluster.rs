@@ -64,11 +64,16 @@ fn forwarded_id(r: &Received) -> Option<String> {
 /// every conversation's first arrivals are in publishing order.
 async fn assert_delivered_in_order(names: &Names, count: usize) {
     let (connection, channel) = broker::channel().await;
-    let distinct = |got: &[Received]| got.iter().filter_map(forwarded_id).collect::<HashSet<_>>().len();
-    let got =
-        broker::collect(&channel, &names.sink(), Duration::from_secs(180), |got| distinct(got) == count)
-            .await;
-    assert_eq!(distinct(&got), count, "every message reached the sink");
+    // Counted as they come: recounting everything read on every arrival would be quadratic.
+    let (mut arrived, mut counted) = (HashSet::new(), 0);
+    let got = broker::collect(&channel, &names.sink(), Duration::from_secs(180), |got| {
+        arrived.extend(got[counted..].iter().filter_map(forwarded_id));
+        counted = got.len();
+        arrived.len() == count
+    })
+    .await;
+    let distinct = got.iter().filter_map(forwarded_id).collect::<HashSet<_>>().len();
+    assert_eq!(distinct, count, "every message reached the sink");
     let mut seen = HashSet::new();
     let mut last: HashMap<usize, usize> = HashMap::new();
     for id in got.iter().filter_map(forwarded_id) {
