@@ -78,7 +78,7 @@ down() {
   # Each node's quorum-queue replicas are removed while the others still form a majority;
   # forgetting a node afterwards only drops it from the cluster's membership.
   for n in 3 2; do
-    if running "$n"; then
+    if joined "$n"; then
       rabbitmq-queues -q shrink "$(node_name "$n")" >/dev/null 2>&1 || true
     fi
   done

@@ -208,16 +208,21 @@ impl Amqp {
         let mut failures = Vec::with_capacity(addresses.len());
         let mut reached = None;
         for (index, address) in addresses.round() {
-            match tokio::time::timeout(CONNECT_TIMEOUT, self.open(address.uri.clone())).await {
-                Ok(Ok((connection, consume, publish))) => {
+            // Only the connection itself is bounded: declaring a cluster's topology on a busy
+            // broker may take longer, and is no sign of a dead node.
+            let connecting = Connection::connect_uri(address.uri.clone(), ConnectionProperties::default());
+            let opened = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+                Ok(Ok(connection)) => self.open(connection).await.map_err(|e| e.to_string()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
+            };
+            match opened {
+                Ok((connection, consume, publish)) => {
                     reached =
                         Some((index, Connected { connection, consume, publish, node: address.node.clone() }));
                     break;
                 }
-                Ok(Err(e)) => failures.push(format!("{}: {e}", address.node)),
-                Err(_) => {
-                    failures.push(format!("{}: no connection within {CONNECT_TIMEOUT:?}", address.node))
-                }
+                Err(e) => failures.push(format!("{}: {e}", address.node)),
             }
             if let Some(failure) = failures.last() {
                 warn!(error = %failure, "Cannot connect to a broker node.");
@@ -228,8 +233,9 @@ impl Amqp {
         Ok(connected)
     }
 
-    async fn open(&self, uri: lapin::uri::AMQPUri) -> lapin::Result<(Connection, Channel, Channel)> {
-        let connection = Connection::connect_uri(uri, ConnectionProperties::default()).await?;
+    /// Declares the topology on a new connection and opens a consuming and a confirm-mode
+    /// channel.
+    async fn open(&self, connection: Connection) -> lapin::Result<(Connection, Channel, Channel)> {
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;
