@@ -107,31 +107,60 @@ async fn within(limit: Duration, test: impl std::future::Future<Output = ()>) {
     tokio::time::timeout(limit, test).await.unwrap_or_else(|_| panic!("the test took longer than {limit:?}"));
 }
 
+/// One test's run: silpgate on the broker nodes `nodes`, and a producer publishing `count`
+/// envelopes at `per_second` through `producer_nodes` in the background.
+struct Run {
+    names: Names,
+    store: std::path::PathBuf,
+    daemon: Daemon,
+    confirmed: Arc<AtomicUsize>,
+    producer: tokio::task::JoinHandle<()>,
+}
+
+impl Run {
+    fn start(test: &str, nodes: &[u8], producer_nodes: &[u8], count: usize, per_second: u32) -> Run {
+        let names = Names::new(test);
+        let dir = broker::temp_dir(test);
+        let store = dir.join("store");
+        let daemon = Daemon::start(&config(&names, &store, nodes), &dir);
+        daemon.wait_ready(Duration::from_secs(60));
+        let confirmed = Arc::new(AtomicUsize::new(0));
+        let producer = tokio::spawn(publish_paced(
+            producer_nodes.to_vec(),
+            names.inbound_exchange(),
+            messages(&names, count),
+            per_second,
+            confirmed.clone(),
+        ));
+        Run { names, store, daemon, confirmed, producer }
+    }
+
+    /// Waits until `at_least` envelopes are confirmed by the broker.
+    async fn published(&self, at_least: usize, what: &str) {
+        wait_count(&self.confirmed, at_least, Duration::from_secs(60), what).await;
+    }
+
+    /// Once the producer is done: every envelope delivered in order and applied once.
+    async fn assert_settled(self, count: usize) {
+        self.producer.await.expect("the producer finishes");
+        assert_delivered_in_order(&self.names, count).await;
+        assert_applied_once(self.daemon, &self.names, &self.store, count).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5_s() {
     let _serial = SERIAL.lock().await;
     let cluster = BrokerCluster::up();
     within(Duration::from_secs(420), async {
         const COUNT: usize = 2000;
-        let names = Names::new("bc-kill");
-        let dir = broker::temp_dir("bc-kill");
-        let store = dir.join("store");
-        let daemon = Daemon::start(&config(&names, &store, &[2, 3]), &dir);
-        daemon.wait_ready(Duration::from_secs(60));
-        let on = connected_node(&daemon).expect("connected to node 2 or 3");
-        let confirmed = Arc::new(AtomicUsize::new(0));
-        let producer = tokio::spawn(publish_paced(
-            vec![1],
-            names.inbound_exchange(),
-            messages(&names, COUNT),
-            400,
-            confirmed.clone(),
-        ));
-        wait_count(&confirmed, 800, Duration::from_secs(60), "published before the kill").await;
+        let run = Run::start("bc-kill", &[2, 3], &[1], COUNT, 400);
+        let on = connected_node(&run.daemon).expect("connected to node 2 or 3");
+        run.published(800, "published before the kill").await;
         cluster.kill(on);
         let killed = Instant::now();
         let moved = loop {
-            if let Some(node) = connected_node(&daemon)
+            if let Some(node) = connected_node(&run.daemon)
                 && node != on
             {
                 break killed.elapsed();
@@ -144,9 +173,9 @@ async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5
         };
         eprintln!("node {on} killed: silpgate consuming from another node after {} ms", moved.as_millis());
         assert!(moved < Duration::from_secs(5), "consuming again from another node took {moved:?}");
-        producer.await.expect("the producer finishes");
-        assert_delivered_in_order(&names, COUNT).await;
-        assert_applied_once(daemon, &names, &store, COUNT).await;
+        run.assert_settled(COUNT).await;
+        // Back to three nodes, so that the cluster is taken down cleanly.
+        cluster.start(on);
     })
     .await;
     drop(cluster);
@@ -158,26 +187,14 @@ async fn two_of_three_nodes_gone_for_20_s_make_it_hold_not_ready_then_resume_los
     let cluster = BrokerCluster::up();
     within(Duration::from_secs(420), async {
         const COUNT: usize = 1000;
-        let names = Names::new("bc-majority");
-        let dir = broker::temp_dir("bc-majority");
-        let store = dir.join("store");
         // On node 1, the one that stays: what silpgate sees is the majority's loss, not its node's.
-        let daemon = Daemon::start(&config(&names, &store, &[1]), &dir);
-        daemon.wait_ready(Duration::from_secs(60));
-        let confirmed = Arc::new(AtomicUsize::new(0));
-        let producer = tokio::spawn(publish_paced(
-            vec![1],
-            names.inbound_exchange(),
-            messages(&names, COUNT),
-            100,
-            confirmed.clone(),
-        ));
-        wait_count(&confirmed, 300, Duration::from_secs(60), "published before the nodes stop").await;
+        let run = Run::start("bc-majority", &[1], &[1], COUNT, 100);
+        run.published(300, "published before the nodes stop").await;
         let stopping = Instant::now();
         cluster.stop(2);
         cluster.stop(3);
         let held = loop {
-            let (status, body) = daemon.get("/readyz");
+            let (status, body) = run.daemon.get("/readyz");
             if status == 503 && body.contains("holding") {
                 break stopping.elapsed();
             }
@@ -185,23 +202,21 @@ async fn two_of_three_nodes_gone_for_20_s_make_it_hold_not_ready_then_resume_los
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         eprintln!("two nodes stopped: holding (not ready) after {} ms", held.as_millis());
-        let log = daemon.log_text();
+        let log = run.daemon.log_text();
         assert!(
-            log.contains("Holding") && log.contains(&names.inbound()),
+            log.contains("Holding") && log.contains(&run.names.inbound()),
             "the hold is logged, naming the queues:\n{log}"
         );
         // Not ready for as long as the majority is gone (20 s from the stop).
         while stopping.elapsed() < Duration::from_secs(20) {
-            assert_ne!(daemon.readyz(), 200, "ready while the majority is lost");
+            assert_ne!(run.daemon.readyz(), 200, "ready while the majority is lost");
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         cluster.start(2);
         cluster.start(3);
-        daemon.wait_ready(Duration::from_secs(60));
+        run.daemon.wait_ready(Duration::from_secs(60));
         eprintln!("majority back: ready again {} ms after the stop", stopping.elapsed().as_millis());
-        producer.await.expect("the producer finishes");
-        assert_delivered_in_order(&names, COUNT).await;
-        assert_applied_once(daemon, &names, &store, COUNT).await;
+        run.assert_settled(COUNT).await;
     })
     .await;
     drop(cluster);
@@ -212,38 +227,23 @@ async fn a_rolling_restart_of_the_three_brokers_under_200_per_second_loses_nothi
     let _serial = SERIAL.lock().await;
     let cluster = BrokerCluster::up();
     within(Duration::from_secs(600), async {
-        let names = Names::new("bc-rolling");
-        let dir = broker::temp_dir("bc-rolling");
-        let store = dir.join("store");
-        let daemon = Daemon::start(&config(&names, &store, &[1, 2, 3]), &dir);
-        daemon.wait_ready(Duration::from_secs(60));
-        // Published for as long as the restarts take (about 20 s), then the rest.
-        let count = 6_000;
-        let confirmed = Arc::new(AtomicUsize::new(0));
-        let producer = tokio::spawn(publish_paced(
-            vec![1, 2, 3],
-            names.inbound_exchange(),
-            messages(&names, count),
-            200,
-            confirmed.clone(),
-        ));
-        wait_count(&confirmed, 400, Duration::from_secs(60), "published before the restarts").await;
+        // Published for as long as the restarts take (about 25 s), then the rest.
+        const COUNT: usize = 6_000;
+        let run = Run::start("bc-rolling", &[1, 2, 3], &[1, 2, 3], COUNT, 200);
+        run.published(400, "published before the restarts").await;
         let started = Instant::now();
         for node in [2, 3, 1] {
             cluster.restart(node);
             eprintln!(
                 "node {node} restarted at {} ms; {} published",
                 started.elapsed().as_millis(),
-                confirmed.load(std::sync::atomic::Ordering::SeqCst)
+                run.confirmed.load(std::sync::atomic::Ordering::SeqCst)
             );
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        daemon.wait_ready(Duration::from_secs(60));
-        producer.await.expect("the producer finishes");
-        eprintln!("all published at {} ms", started.elapsed().as_millis());
-        assert_delivered_in_order(&names, count).await;
+        run.daemon.wait_ready(Duration::from_secs(60));
+        run.assert_settled(COUNT).await;
         eprintln!("all delivered at {} ms", started.elapsed().as_millis());
-        assert_applied_once(daemon, &names, &store, count).await;
     })
     .await;
     drop(cluster);
