@@ -43,7 +43,12 @@ start_node() {
   printf 'listeners.tcp.local = 127.0.0.1:%s\n' $((5671 + n)) >"$dir/rabbitmq.conf"
   echo "$plugins" >"$dir/enabled_plugins"
   chown -R rabbitmq:rabbitmq "$dir"
-  ( node_env "$n"; rabbitmq-server -detached )
+  if alive "$n"; then
+    # Its VM outlived a stopped application (an interrupted run): start the application.
+    rabbitmqctl -q -n "$(node_name "$n")" start_app
+  else
+    ( node_env "$n"; rabbitmq-server -detached )
+  fi
   # A detached node registers with epmd only after a while; until then it cannot be asked.
   for _ in $(seq 120); do
     running "$n" && return 0
@@ -54,7 +59,10 @@ start_node() {
 }
 
 joined() { rabbitmqctl -q cluster_status --formatter json | grep -q "\"$(node_name "$1")\""; }
+# The node's RabbitMQ application runs.
 running() { rabbitmqctl -q -n "$(node_name "$1")" await_startup --timeout 2 >/dev/null 2>&1; }
+# The node's Erlang VM answers (its application may be stopped).
+alive() { rabbitmq-diagnostics -q -n "$(node_name "$1")" ping -t 3 >/dev/null 2>&1; }
 
 up() {
   rabbitmqctl -q await_startup --timeout 10 >/dev/null \
@@ -85,7 +93,7 @@ down() {
   for n in 3 2; do
     local node
     node=$(node_name "$n")
-    if running "$n"; then
+    if alive "$n"; then
       rabbitmqctl -q -n "$node" stop >/dev/null 2>&1 || kill -9 "$(node_pid "$n")" 2>/dev/null || true
     elif [ -f "$root/rabbit$n/node.pid" ]; then
       kill -9 "$(cat "$root/rabbit$n/node.pid")" 2>/dev/null || true
