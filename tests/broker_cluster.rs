@@ -61,8 +61,9 @@ fn forwarded_id(r: &Received) -> Option<String> {
 }
 
 /// Reads the sink (from node 1) until all `count` messages arrived; asserts each arrived and
-/// every conversation's first arrivals are in publishing order.
-async fn assert_delivered_in_order(names: &Names, count: usize) {
+/// every conversation's first arrivals are in publishing order, except that a message numbered
+/// below `reorder_below` may come late (0: none may).
+async fn assert_delivered_in_order(names: &Names, count: usize, reorder_below: usize) {
     let (connection, channel) = broker::channel().await;
     // Counted as they come: recounting everything read on every arrival would be quadratic.
     let (mut arrived, mut counted) = (HashSet::new(), 0);
@@ -81,9 +82,22 @@ async fn assert_delivered_in_order(names: &Names, count: usize) {
             continue;
         }
         let i: usize = id[2..].parse().expect("m-<i>");
-        if let Some(previous) = last.insert(i % CONVERSATIONS, i) {
-            assert!(previous < i, "conversation {}: m-{i} arrived after m-{previous}", i % CONVERSATIONS);
+        let previous = last.get(&(i % CONVERSATIONS)).copied();
+        if let Some(previous) = previous
+            && previous > i
+        {
+            assert!(
+                i < reorder_below,
+                "conversation {}: m-{i} arrived after m-{previous}",
+                i % CONVERSATIONS
+            );
+            eprintln!(
+                "conversation {}: m-{i} (in flight at the crash) arrived after m-{previous}",
+                i % CONVERSATIONS
+            );
+            continue;
         }
+        last.insert(i % CONVERSATIONS, i);
     }
     let _ = connection.close(200, "done".into()).await;
 }
@@ -140,10 +154,11 @@ impl Run {
         wait_count(&self.confirmed, at_least, Duration::from_secs(60), what).await;
     }
 
-    /// Once the producer is done: every envelope delivered in order and applied once.
-    async fn assert_settled(self, count: usize) {
+    /// Once the producer is done: every envelope delivered in order (but for messages numbered
+    /// below `reorder_below`) and applied once.
+    async fn assert_settled(self, count: usize, reorder_below: usize) {
         self.producer.await.expect("the producer finishes");
-        assert_delivered_in_order(&self.names, count).await;
+        assert_delivered_in_order(&self.names, count, reorder_below).await;
         assert_applied_once(self.daemon, &self.names, &self.store, count).await;
     }
 }
@@ -158,6 +173,12 @@ async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5
         let on = connected_node(&run.daemon).expect("connected to node 2 or 3");
         run.published(800, "published before the kill").await;
         cluster.kill(on);
+        // A queue whose leader died returns the dead consumer's unacknowledged messages only once
+        // its new leader has handled the node's loss, which can be after silpgate consumes again
+        // from another node: those messages (published before the kill, at most the prefetch)
+        // may then reach the agent after later ones of their conversation. Nothing published
+        // after the kill may.
+        let in_flight_below = run.confirmed.load(std::sync::atomic::Ordering::SeqCst) + 20;
         let killed = Instant::now();
         let moved = loop {
             if let Some(node) = connected_node(&run.daemon)
@@ -173,7 +194,7 @@ async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5
         };
         eprintln!("node {on} killed: silpgate consuming from another node after {} ms", moved.as_millis());
         assert!(moved < Duration::from_secs(5), "consuming again from another node took {moved:?}");
-        run.assert_settled(COUNT).await;
+        run.assert_settled(COUNT, in_flight_below).await;
         // Back to three nodes, so that the cluster is taken down cleanly.
         cluster.start(on);
     })
@@ -216,7 +237,7 @@ async fn two_of_three_nodes_gone_for_20_s_make_it_hold_not_ready_then_resume_los
         cluster.start(3);
         run.daemon.wait_ready(Duration::from_secs(60));
         eprintln!("majority back: ready again {} ms after the stop", stopping.elapsed().as_millis());
-        run.assert_settled(COUNT).await;
+        run.assert_settled(COUNT, 0).await;
     })
     .await;
     drop(cluster);
@@ -242,7 +263,7 @@ async fn a_rolling_restart_of_the_three_brokers_under_200_per_second_loses_nothi
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
         run.daemon.wait_ready(Duration::from_secs(60));
-        run.assert_settled(COUNT).await;
+        run.assert_settled(COUNT, 0).await;
         eprintln!("all delivered at {} ms", started.elapsed().as_millis());
     })
     .await;
