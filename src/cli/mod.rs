@@ -4,6 +4,7 @@
 mod agents;
 mod cluster;
 mod input;
+mod lines;
 mod nlip;
 mod silp;
 mod store;

@@ -1,14 +1,13 @@
 //! `silpgate silp ...`: the codec on the command line, for people and for other tools.
 
-use super::input::{self, InputError};
+use super::lines::{Common, Outcome, drive, read_document};
 use super::{EXIT_INVALID, EXIT_USAGE};
 use crate::gateway::store::{Changes, Freeze, Store};
 use crate::silp::validate::{self, ValidateOptions};
 use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, ReqIdMode, SilpError, schema};
 use crate::store::SledStore;
-use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{Value, json};
-use std::io::{self, Write};
+use clap::{Subcommand, ValueEnum};
+use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,21 +57,6 @@ pub enum SilpCommand {
     },
     /// Bytes and tokens of every frontend's output for an IR, or of a text as it is.
     Tokens(super::tokens::TokensArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct Common {
-    /// Frontend: code, json, natural or nl_json.
-    #[arg(long, short)]
-    pub(super) frontend: String,
-    /// One JSON value per input line, one {"ok":..} or {"error":..} per output line.
-    #[arg(long)]
-    pub(super) lines: bool,
-    /// Refuse inputs (or lines) larger than this many bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub(super) max_input_bytes: usize,
-    /// Input file; stdin when absent or '-'.
-    pub(super) file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -168,9 +152,6 @@ fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitC
     }
 }
 
-/// What one input produced: the output, warnings for stderr, or an error.
-pub(super) type Outcome = Result<(String, Vec<String>), SilpError>;
-
 fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Option<&SledStore>) -> Outcome {
     let value = silp::parse_json(text)?;
     let ir = schema::parse_ir(&value)?;
@@ -204,99 +185,4 @@ fn decode_one(text: &str, frontend: Frontend, options: &DecodeOptions) -> Outcom
     let decoded = silp::decode(text, frontend, options)?;
     let notices = decoded.notices.iter().map(ToString::to_string).collect();
     Ok((decoded.ir.to_compact_json(), notices))
-}
-
-/// Runs `each` over the whole input or over every line, writing results as the command
-/// contract says.
-pub(super) fn drive(
-    common: &Common,
-    each: impl Fn(&str) -> Outcome,
-    ok_value: impl Fn(String) -> Value,
-) -> ExitCode {
-    let mut reader = match input::open(common.file.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot open input: {e}");
-            return ExitCode::from(EXIT_INVALID);
-        }
-    };
-    if !common.lines {
-        let text = match input::read_all(&mut *reader, common.max_input_bytes) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_INVALID);
-            }
-        };
-        let text = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
-        return match each(text) {
-            Ok((out, warnings)) => {
-                for w in warnings {
-                    eprintln!("warning: {w}");
-                }
-                println!("{out}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{}", e.render(text));
-                ExitCode::from(EXIT_INVALID)
-            }
-        };
-    }
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
-    while let Some(line) = input::next_line(&mut *reader, common.max_input_bytes) {
-        let result = match line {
-            Ok(line) => one_line(&line, &each, &ok_value),
-            Err(InputError::Io(e)) => {
-                eprintln!("error: cannot read input: {e}");
-                return ExitCode::from(EXIT_INVALID);
-            }
-            Err(e) => error_line(ErrorCode::InvalidSyntax, &e.to_string()),
-        };
-        if writeln!(out, "{result}").is_err() {
-            return ExitCode::from(EXIT_INVALID);
-        }
-    }
-    if out.flush().is_err() {
-        return ExitCode::from(EXIT_INVALID);
-    }
-    ExitCode::SUCCESS
-}
-
-/// One `--lines` line: compile takes an IR object, decode a JSON string holding the text.
-fn one_line(line: &str, each: &impl Fn(&str) -> Outcome, ok_value: &impl Fn(String) -> Value) -> Value {
-    let value: Value = match serde_json::from_str(line) {
-        Ok(v) => v,
-        Err(e) => return error_line(ErrorCode::InvalidSyntax, &format!("line is not JSON: {e}")),
-    };
-    let text = match &value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    match each(&text) {
-        Ok((out, _)) => json!({ "ok": ok_value(out) }),
-        Err(e) => error_line(e.code, &e.message),
-    }
-}
-
-fn error_line(code: ErrorCode, message: &str) -> Value {
-    json!({ "error": { "code": code.as_str(), "message": message } })
-}
-
-fn read_document(file: Option<PathBuf>, limit: usize) -> Option<String> {
-    let mut reader = match input::open(file.as_deref()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot open input: {e}");
-            return None;
-        }
-    };
-    match input::read_all(&mut *reader, limit) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            eprintln!("error: {e}");
-            None
-        }
-    }
 }

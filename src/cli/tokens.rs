@@ -1,7 +1,7 @@
 //! `silpgate silp tokens ...`: what a payload costs in a model's tokens, per frontend, next to
 //! its bytes and its natural-language baseline; and the draft's single-token verb claim.
 
-use super::silp::{Common, Outcome, drive};
+use super::lines::{Common, Outcome, drive};
 use super::{EXIT_INVALID, EXIT_USAGE};
 use crate::silp::tokens::{self, Tokenizer};
 use crate::silp::{self, DecodeOptions, Frontend, schema};
