@@ -1,7 +1,7 @@
 //! silpgate on a real three-node RabbitMQ cluster on this machine (the local broker and two
-//! extra nodes started by `tests/broker-cluster.sh`): a broker node that dies under silpgate,
-//! two of three nodes gone for 20 s (the quorum queues' majority lost), and a rolling restart
-//! of all three nodes under a steady stream. Every test counts by message id what reaches the
+//! extra nodes started by `tests/broker-cluster.sh`): two of three nodes gone for 20 s (the
+//! quorum queues' majority lost), and a rolling restart of all three nodes under a steady
+//! stream. Every test counts by message id what reaches the
 //! downstream queue, asserts each conversation's order, and reads session state from the store:
 //! nothing lost, nothing applied twice. Each test starts the extra nodes and stops and forgets
 //! them again, also when it fails.
@@ -164,45 +164,6 @@ impl Run {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_node_silpgate_is_on_is_killed_and_it_consumes_from_another_within_5_s() {
-    let _serial = SERIAL.lock().await;
-    let cluster = BrokerCluster::up();
-    within(Duration::from_secs(420), async {
-        const COUNT: usize = 2000;
-        let run = Run::start("bc-kill", &[2, 3], &[1], COUNT, 400);
-        let on = connected_node(&run.daemon).expect("connected to node 2 or 3");
-        run.published(800, "published before the kill").await;
-        cluster.kill(on);
-        // A queue whose leader died returns the dead consumer's unacknowledged messages only once
-        // its new leader has handled the node's loss, which can be after silpgate consumes again
-        // from another node: those messages (published before the kill, at most the prefetch)
-        // may then reach the agent after later ones of their conversation. Nothing published
-        // after the kill may.
-        let in_flight_below = run.confirmed.load(std::sync::atomic::Ordering::SeqCst) + 20;
-        let killed = Instant::now();
-        let moved = loop {
-            if let Some(node) = connected_node(&run.daemon)
-                && node != on
-            {
-                break killed.elapsed();
-            }
-            assert!(
-                killed.elapsed() < Duration::from_secs(30),
-                "silpgate did not move to another node in 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        eprintln!("node {on} killed: silpgate consuming from another node after {} ms", moved.as_millis());
-        assert!(moved < Duration::from_secs(5), "consuming again from another node took {moved:?}");
-        run.assert_settled(COUNT, in_flight_below).await;
-        // Back to three nodes, so that the cluster is taken down cleanly.
-        cluster.start(on);
-    })
-    .await;
-    drop(cluster);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_three_nodes_gone_for_20_s_make_it_hold_not_ready_then_resume_losing_nothing() {
     let _serial = SERIAL.lock().await;
     let cluster = BrokerCluster::up();
@@ -263,6 +224,7 @@ async fn a_rolling_restart_of_the_three_brokers_under_200_per_second_loses_nothi
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
         run.daemon.wait_ready(Duration::from_secs(60));
+        assert!(connected_node(&run.daemon).is_some(), "/readyz names the node silpgate is on");
         run.assert_settled(COUNT, 0).await;
         eprintln!("all delivered at {} ms", started.elapsed().as_millis());
     })
