@@ -96,9 +96,10 @@ impl BrokerCluster {
 
 impl Drop for BrokerCluster {
     fn drop(&mut self) {
-        // Node 1 may have been stopped by a failing test: bring it back before forgetting.
-        let _ = Command::new("rabbitmqctl").args(["-q", "start_app"]).output();
-        let status = Command::new("bash").arg(script()).arg("down").status();
+        // Node 1 may have been stopped by a failing test: bring it back before forgetting. A
+        // drop must not panic (it may run while unwinding), so `timeout` bounds both commands.
+        let _ = Command::new("timeout").args(["90", "rabbitmqctl", "-q", "start_app"]).output();
+        let status = Command::new("timeout").arg("300").arg("bash").arg(script()).arg("down").status();
         if !status.is_ok_and(|s| s.success()) {
             eprintln!("tests/broker-cluster.sh down failed; run it by hand");
         }
