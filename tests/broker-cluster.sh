@@ -83,16 +83,19 @@ up() {
 }
 
 down() {
-  # Each node's quorum-queue replicas are removed while the others still form a majority;
-  # forgetting a node afterwards only drops it from the cluster's membership.
-  for n in 3 2; do
-    if joined "$n"; then
-      rabbitmq-queues -q shrink "$(node_name "$n")" >/dev/null 2>&1 || true
-    fi
-  done
+  # One node at a time, each while the others still form a majority: its quorum-queue replicas
+  # and its stream-coordinator membership are removed, then it is stopped and forgotten. Stopping
+  # both extra nodes first would leave Raft clusters (the stream coordinator above all) with one
+  # of three members, unable to agree even on removing the other two: every later stream
+  # declaration on the local node then fails with `coordinator_unavailable`.
   for n in 3 2; do
     local node
     node=$(node_name "$n")
+    if joined "$n" && running "$n"; then
+      rabbitmq-queues -q shrink "$node" >/dev/null 2>&1 || true
+      rabbitmqctl -q eval "ra:remove_member({rabbit_stream_coordinator, node()}, {rabbit_stream_coordinator, '$node'})." \
+        >/dev/null 2>&1 || true
+    fi
     if alive "$n"; then
       rabbitmqctl -q -n "$node" stop >/dev/null 2>&1 || kill -9 "$(node_pid "$n")" 2>/dev/null || true
     elif [ -f "$root/rabbit$n/node.pid" ]; then
@@ -103,6 +106,21 @@ down() {
     fi
   done
   rm -rf "$root"
+  # The local node must be able to declare streams again (cluster mode's tests need it).
+  for _ in $(seq 40); do
+    coordinator_alone && return 0
+    sleep 0.5
+  done
+  echo "broker-cluster: the stream coordinator on rabbit@localhost still names a forgotten node:" >&2
+  rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' >&2 || true
+  exit 1
+}
+
+# The stream coordinator has no members but the local node (or has never been started).
+coordinator_alone() {
+  local members
+  members=$(rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' 2>/dev/null) || return 1
+  ! grep -q 'rabbit[23]@localhost' <<<"$members"
 }
 
 node_pid() { cat "$root/rabbit$1/node.pid"; }

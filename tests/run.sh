@@ -35,8 +35,10 @@ rabbitmqctl -q await_startup --timeout 10 || { echo "tests/run.sh: RabbitMQ did 
 rabbitmq-plugins enable -q rabbitmq_consistent_hash_exchange >/dev/null
 
 cargo fmt --all -- --check
-cargo clippy --locked --all-targets -- -D warnings
+cargo clippy --locked --all-targets --test broker_cluster -- -D warnings
 # The example agent runs as a program in the README quick-start test.
 cargo build --locked --examples
 cargo test --locked --all-targets
+# Last: the three-node broker tests (Cargo.toml says why).
+cargo test --locked --test broker_cluster
 cargo test --locked --doc
