@@ -290,11 +290,20 @@ pub struct AmqpConfig {
     pub dead_letter_exchange: String,
     /// Quorum queue bound to the dead-letter exchange. Default `silpgate.dead`.
     pub dead_letter_queue: String,
-    /// Deliveries the broker sends before any is acknowledged (basic.qos). Default 256.
+    /// Deliveries the broker sends before any is acknowledged (basic.qos). Default 1000, as
+    /// RabbitMQ's Shovel.
     pub prefetch: u16,
-    /// Messages handled at once. Messages of one conversation always go one after another;
-    /// different conversations spread over the workers. Default 64.
+    /// Workers handling deliveries. A conversation always goes to the same worker, and its
+    /// messages one after another; different conversations spread over the workers. Default 8.
     pub workers: usize,
+    /// Most deliveries a worker takes at once: their state is made durable with one flush,
+    /// their publishes go out without waiting for each other's confirms, and their
+    /// acknowledgements go back together. Default 64.
+    pub window: usize,
+    /// How long a worker waits for a window to fill once it has a delivery, in microseconds.
+    /// 0 (the default): it takes what is waiting, so a busy worker's windows fill by
+    /// themselves while it works on the last one, and a lone message waits for nothing.
+    pub window_wait_us: u64,
     /// Attempts at a message whose failure is transient (store, unroutable or refused
     /// publish) before it is dead-lettered with the reason; broker redeliveries count.
     /// Default 20.
@@ -357,8 +366,10 @@ impl Default for AmqpConfig {
             agents_exchange: "silpgate.agents".into(),
             dead_letter_exchange: "silpgate.dlx".into(),
             dead_letter_queue: "silpgate.dead".into(),
-            prefetch: 256,
-            workers: 64,
+            prefetch: 1000,
+            workers: 8,
+            window: 64,
+            window_wait_us: 0,
             max_attempts: 20,
             retry_initial_ms: 100,
             retry_max_ms: 5000,
@@ -894,9 +905,14 @@ impl Config {
             }
         }
         if let Some(amqp) = &self.amqp {
-            if amqp.inbound.is_empty() || amqp.workers == 0 || amqp.prefetch == 0 || amqp.max_attempts == 0 {
+            if amqp.inbound.is_empty()
+                || amqp.workers == 0
+                || amqp.window == 0
+                || amqp.prefetch == 0
+                || amqp.max_attempts == 0
+            {
                 return Err(ConfigError::Invalid(
-                    "amqp: inbound, workers, prefetch and max_attempts must not be empty or zero".into(),
+                    "amqp: inbound, workers, window, prefetch and max_attempts must not be empty or zero".into(),
                 ));
             }
             if amqp.url.is_some() && !amqp.urls.is_empty() {

@@ -131,53 +131,60 @@ impl Intake {
     /// Takes one message through the core, makes its state durable and delivers what it
     /// produced to its agents. The door settles the message by the result.
     pub async fn take(&self, arrival: Arrival) -> Result<Taken, Refused> {
+        let planned = self.plan(arrival)?;
+        if planned.needs_flush() {
+            let flushed = self
+                .gateway
+                .store()
+                .flush_async()
+                .instrument(info_span!(parent: &planned.span, "store flush"))
+                .await;
+            if let Err(e) = flushed {
+                return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
+            }
+        }
+        self.deliver_planned(planned).await
+    }
+
+    /// The first half of [`take`](Self::take): the core decides and commits the message's
+    /// state, which is not yet durable. A door that plans several messages makes them durable
+    /// with one [`Store::flush_async`](crate::gateway::store::Store::flush_async) for all,
+    /// then delivers each with [`deliver_planned`](Self::deliver_planned).
+    pub fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, Refused> {
         let Arrival { envelope, origin, span, answers } = arrival;
         crate::telemetry::record_format(&span, &envelope);
         let form = payload::answer_form(&envelope);
         let base_id = origin.message_id.clone().unwrap_or_else(|| self.ids.next());
-        let transport = origin.transport;
         let inbound =
             Inbound { envelope, origin: origin.clone(), received_at: crate::util::time::now_millis() };
         let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.handle(inbound, None));
         crate::telemetry::record_notes(&span, &outcome.notes);
         crate::metrics::get().observe_notes(&outcome.notes);
         let route = self.route_of(&outcome.notes);
-        let result = match outcome.status {
-            Status::Duplicate => Ok(Taken { duplicate: true, ..Taken::default() }),
+        let (outbound, frozen, duplicate) = match outcome.status {
+            Status::Duplicate => (Vec::new(), Vec::new(), true),
             Status::Failed(error) => {
                 let replies = outcome.outbound.into_iter().map(|o| o.envelope).collect();
-                Err(Refused { failure: error.into(), replies })
+                return Err(failed(&span, origin.transport, Refused { failure: error.into(), replies }));
             }
-            Status::Delivered => {
-                let flushed = self
-                    .gateway
-                    .store()
-                    .flush_async()
-                    .instrument(info_span!(parent: &span, "store flush"))
-                    .await;
-                match flushed {
-                    Err(e) => Err(refusal(GatewayError::Store(e).into())),
-                    Ok(()) => {
-                        let mut taken = Taken { frozen: outcome.frozen, ..Taken::default() };
-                        let delivery = Delivery { base_id: &base_id, origin: &origin, form, route, answers };
-                        self.deliver(outcome.outbound, delivery, &mut taken)
-                            .instrument(span.clone())
-                            .await
-                            .map(|()| taken)
-                    }
-                }
-            }
+            Status::Delivered => (outcome.outbound, outcome.frozen, false),
         };
-        if let Err(refused) = &result {
-            let (disposition, code) = (refused.failure.disposition(), refused.failure.code());
-            span.record("error.type", code);
-            span.record("silpgate.disposition", disposition.as_str());
-            crate::metrics::get()
-                .failures
-                .with_label_values(&[transport.as_str(), disposition.as_str(), code])
-                .inc();
+        Ok(Planned { span, base_id, origin, form, route, answers, outbound, frozen, duplicate })
+    }
+
+    /// The second half of [`take`](Self::take), once the plan's state is durable: delivers
+    /// what the core produced to its agents.
+    pub async fn deliver_planned(&self, planned: Planned<'_>) -> Result<Taken, Refused> {
+        if planned.duplicate {
+            return Ok(Taken { duplicate: true, ..Taken::default() });
         }
-        result
+        let Planned { span, base_id, origin, form, route, answers, outbound, frozen, .. } = planned;
+        let mut taken = Taken { frozen, ..Taken::default() };
+        let delivery = Delivery { base_id: &base_id, origin: &origin, form, route, answers };
+        match self.deliver(outbound, delivery, &mut taken).instrument(span.clone()).await {
+            Ok(()) => Ok(taken),
+            Err(refused) => Err(failed(&span, origin.transport, refused)),
+        }
     }
 
     /// Runs the core on a message (or, with the asker's form, on an answer). A plan that lost
@@ -387,6 +394,40 @@ impl crate::connectors::AnswerPath for Intake {
     ) -> futures_util::future::BoxFuture<'_, Result<(), AnswerError>> {
         Box::pin(async move { Intake::answer(self, &id, answer, from).await })
     }
+}
+
+/// A message the core has decided and committed, not yet durable nor delivered.
+pub struct Planned<'a> {
+    span: tracing::Span,
+    base_id: String,
+    origin: Origin,
+    form: OutputForm,
+    route: Option<&'a crate::config::RouteConfig>,
+    answers: Option<Arc<dyn ReturnPath>>,
+    outbound: Vec<crate::gateway::Outbound>,
+    frozen: Vec<Freeze>,
+    duplicate: bool,
+}
+
+impl Planned<'_> {
+    /// Whether the plan wrote anything that must be durable before it is delivered.
+    pub fn needs_flush(&self) -> bool {
+        !self.duplicate
+    }
+
+    /// The plan failed after all (its state could not be made durable).
+    pub fn refuse(self, refused: Refused) -> Refused {
+        failed(&self.span, self.origin.transport, refused)
+    }
+}
+
+/// Records a refusal on the message's span and in the failure metrics.
+fn failed(span: &tracing::Span, transport: crate::gateway::Transport, refused: Refused) -> Refused {
+    let (disposition, code) = (refused.failure.disposition(), refused.failure.code());
+    span.record("error.type", code);
+    span.record("silpgate.disposition", disposition.as_str());
+    crate::metrics::get().failures.with_label_values(&[transport.as_str(), disposition.as_str(), code]).inc();
+    refused
 }
 
 /// What the deliveries of one message need to know about it.

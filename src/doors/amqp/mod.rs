@@ -18,6 +18,7 @@
 //! waits until its changelog is replayed, and on SIGTERM the instance hands its partitions on
 //! before it closes.
 
+pub mod acks;
 pub mod marks;
 pub mod worker;
 
@@ -37,12 +38,11 @@ use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use worker::{Job, Pipeline};
 
 /// How long a stopping connection waits for the broker's part of a goodbye (a cancel, a close)
@@ -51,8 +51,6 @@ use worker::{Job, Pipeline};
 /// longer, and a broker that does not answer must not keep the process from exiting.
 const BROKER_GOODBYE: Duration = Duration::from_secs(5);
 
-/// Messages waiting per worker; with the prefetch count this bounds what is held in memory.
-const WORKER_QUEUE: usize = 16;
 
 /// How long one broker node may take to accept a connection before the next one is tried: a
 /// node that is down refuses at once, one that is unreachable would otherwise hold the
@@ -286,6 +284,7 @@ impl Amqp {
             Err(e) => return Ended::Lost(e.to_string()),
         };
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
+        let acks = Arc::new(acks::AckBook::new());
         let (endings, mut ending) = Endings::new();
         let publisher = publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
         let reply_queue = self.reply_queue();
@@ -303,10 +302,27 @@ impl Amqp {
             publisher,
             shutdown: shutdown.clone(),
             health: self.health.clone(),
-            endings,
+            endings: endings.clone(),
             marks,
+            acks: acks.clone(),
             cluster: self.cluster.clone(),
         });
+        // Acknowledges what waits above a delivery still in work (see `acks`).
+        let _lingering = AbortOnDrop(tokio::spawn({
+            let acks = acks.clone();
+            let endings = endings.clone();
+            async move {
+                let mut every = tokio::time::interval(acks::LINGER);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    if let Err(e) = acks.send_lingering().await {
+                        endings.broken(format!("an acknowledgement failed: {e}"));
+                        return;
+                    }
+                }
+            }
+        }));
 
         let mut deliveries = Deliveries::default();
         // A cluster forwards the inbound queues on a channel of its own.
@@ -345,7 +361,8 @@ impl Amqp {
             let span = worker::delivery_span(&queue, &envelope, &delivery, broker);
             let decoded = tracing::info_span!(parent: &span, "nlip decode")
                 .in_scope(|| pipeline.decode(&delivery.data, &envelope));
-            let shard = shard_of(&decoded, &envelope, delivery.delivery_tag, senders.len());
+            let key = worker::conversation_key(&decoded, &envelope, delivery.delivery_tag);
+            let shard = (key % senders.len() as u64) as usize;
             let received = std::time::Instant::now();
             let job = Job { span, received, delivery, queue, envelope, decoded, partition };
             senders[shard].send(job).await.is_ok()
@@ -358,13 +375,17 @@ impl Amqp {
             }
             true
         };
+        let window = self.amqp.window;
+        let window_wait = Duration::from_micros(self.amqp.window_wait_us);
         let (senders, mut workers): (Vec<_>, Vec<_>) = (0..self.amqp.workers)
             .map(|_| {
-                let (tx, mut rx) = mpsc::channel::<Job>(WORKER_QUEUE);
+                // Room for a window in hand and the next one filling.
+                let (tx, mut rx) = mpsc::channel::<Job>(2 * window);
                 let pipeline = pipeline.clone();
                 let worker = tokio::spawn(async move {
-                    while let Some(job) = rx.recv().await {
-                        pipeline.process(job).await;
+                    let mut jobs = Vec::with_capacity(window);
+                    while next_window(&mut rx, &mut jobs, window, window_wait).await {
+                        pipeline.process_window(std::mem::take(&mut jobs)).await;
                     }
                 });
                 (tx, worker)
@@ -483,6 +504,10 @@ impl Amqp {
             }
         }
         answers.abort_all();
+        // Whatever settled is acknowledged before the connection goes; the rest is redelivered.
+        if let Ok(Err(e)) = tokio::time::timeout(BROKER_GOODBYE, acks.send_all()).await {
+            debug!(error = %e, "Last acknowledgements not sent; the broker redelivers them.");
+        }
         self.link.send_replace(None);
         if let Some(side) = cluster_side {
             let _ = tokio::time::timeout(BROKER_GOODBYE, side.stop()).await;
@@ -512,19 +537,22 @@ pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-/// The worker for a delivery: by conversation, so that a conversation's messages keep their
-/// order; else by message id; else anywhere.
-fn shard_of(
-    decoded: &Result<crate::nlip::Message, crate::nlip::NlipError>,
-    envelope: &properties::Envelope,
-    tag: u64,
-    workers: usize,
-) -> usize {
-    let mut hasher = DefaultHasher::new();
-    match (decoded.as_ref().ok().and_then(|m| m.conversation_token()), &envelope.message_id) {
-        (Some(token), _) => token.hash(&mut hasher),
-        (None, Some(id)) => id.hash(&mut hasher),
-        (None, None) => tag.hash(&mut hasher),
+/// Waits for a worker's next window: the first delivery, whatever else is already queued,
+/// and, with a `wait`, what arrives within it, up to `window` deliveries. False once the
+/// queue is closed and empty.
+async fn next_window(rx: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>, window: usize, wait: Duration) -> bool {
+    if rx.recv_many(jobs, window).await == 0 {
+        return false;
     }
-    (hasher.finish() % workers as u64) as usize
+    if !wait.is_zero() && jobs.len() < window {
+        let deadline = tokio::time::Instant::now() + wait;
+        while jobs.len() < window {
+            let more = window - jobs.len();
+            match tokio::time::timeout_at(deadline, rx.recv_many(jobs, more)).await {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
+    true
 }

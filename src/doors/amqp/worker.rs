@@ -8,6 +8,7 @@
 //! the ack leaves the message unacknowledged; the broker redelivers it, and the ledger makes
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
+use super::acks::AckBook;
 use super::stopped;
 use crate::broker::addresses::Node;
 use crate::broker::ending::Endings;
@@ -19,7 +20,7 @@ use crate::config::AmqpConfig;
 use crate::connectors::amqp::BrokerLink;
 use crate::gateway::session::Partition;
 use crate::gateway::{Disposition, GatewayError, Origin, Transport};
-use crate::intake::{self, Arrival, Intake, Refused, ReturnPath, Returned};
+use crate::intake::{self, Arrival, Intake, Planned, Refused, ReturnPath, Returned};
 use crate::nlip::{self, Encoding, Message, NlipError};
 use crate::telemetry;
 use crate::util::backoff::Backoff;
@@ -71,6 +72,38 @@ fn believed_source(from_partition: bool, header: Option<&str>, inbound: &[String
         Some(source) if from_partition && inbound.iter().any(|q| q == source) => source.to_owned(),
         _ => queue.to_owned(),
     }
+}
+
+/// The id a message's outbound envelopes are numbered from: its own, else its content's.
+fn base_id(job: &Job) -> String {
+    job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data))
+}
+
+/// A window's messages by conversation, each conversation's in the order they came; the
+/// conversations in the order their first message came.
+fn chains_of(jobs: &[Job]) -> Vec<Vec<usize>> {
+    let mut chains: Vec<(u64, Vec<usize>)> = Vec::new();
+    for (index, job) in jobs.iter().enumerate() {
+        let key = conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag);
+        match chains.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, chain)) => chain.push(index),
+            None => chains.push((key, vec![index])),
+        }
+    }
+    chains.into_iter().map(|(_, chain)| chain).collect()
+}
+
+/// What keeps a delivery in order with others: its conversation; else its message id (a
+/// message with neither is in order with nothing).
+pub fn conversation_key(decoded: &Result<Message, NlipError>, envelope: &Envelope, tag: u64) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    match (decoded.as_ref().ok().and_then(|m| m.conversation_token()), &envelope.message_id) {
+        (Some(token), _) => token.hash(&mut hasher),
+        (None, Some(id)) => id.hash(&mut hasher),
+        (None, None) => tag.hash(&mut hasher),
+    }
+    hasher.finish()
 }
 
 /// Longest destination named in a publish span's name.
@@ -149,6 +182,9 @@ pub struct Pipeline {
     pub endings: Endings,
     /// Ledger marks of messages whose publishes are confirmed.
     pub marks: super::marks::Marks,
+    /// Acknowledgements on the consuming channel (inbound and reply queues); a cluster's
+    /// partition channels acknowledge one delivery at a time.
+    pub acks: Arc<AckBook>,
     /// Cluster mode: session changes and lock proposals go to the streams before the ack.
     pub cluster: Option<Arc<Cluster>>,
 }
@@ -167,32 +203,106 @@ impl Pipeline {
 
     /// Takes one delivery to its end: acknowledged, dead-lettered, or left to the broker.
     pub async fn process(&self, job: Job) {
-        let span = job.span.clone();
-        let metrics = crate::metrics::get();
-        let received = job.received;
-        let partition = job.partition;
-        metrics.in_flight.inc();
-        self.settle(job).instrument(span).await;
-        metrics.in_flight.dec();
-        if let (Some(cluster), Some(partition)) = (&self.cluster, partition) {
-            cluster.settled(partition);
-        }
-        metrics.message_seconds.with_label_values(&["amqp"]).observe(received.elapsed().as_secs_f64());
+        self.process_window(vec![job]).await;
     }
 
-    async fn settle(&self, job: Job) {
+    /// Takes a window of deliveries to their end. The core decides each in order and commits
+    /// its state; one flush makes the whole window durable; then each conversation's messages
+    /// are delivered one after another while different conversations' deliveries and
+    /// confirms overlap. A message that fails goes on alone (retries, dead-lettering), and the
+    /// rest of its conversation in this window waits behind it, so order holds as it does for
+    /// one message at a time. Acknowledgements go out together once the window is settled.
+    pub async fn process_window(&self, jobs: Vec<Job>) {
+        let metrics = crate::metrics::get();
+        metrics.in_flight.add(jobs.len() as i64);
+        if self.held_until_released().await {
+            let mut planned = self.plan_window(&jobs).await;
+            let chains = chains_of(&jobs);
+            let mut runs = Vec::with_capacity(chains.len());
+            for chain in chains {
+                let steps: Vec<_> = chain.iter().map(|&i| (&jobs[i], planned[i].take())).collect();
+                runs.push(self.run_chain(steps));
+            }
+            futures_util::future::join_all(runs).await;
+            if let Err(e) = self.acks.send().await {
+                self.endings.broken(format!("an acknowledgement failed: {e}"));
+            }
+        }
+        metrics.in_flight.sub(jobs.len() as i64);
+        for job in &jobs {
+            if let (Some(cluster), Some(partition)) = (&self.cluster, job.partition) {
+                cluster.settled(partition);
+            }
+            metrics.message_seconds.with_label_values(&["amqp"]).observe(job.received.elapsed().as_secs_f64());
+        }
+    }
+
+    /// The core's decision for each message of a window, made durable with one flush. `None`
+    /// for a message that takes the one-at-a-time path (it could not be decoded, the core
+    /// refused it, or the flush failed).
+    async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Option<Planned<'a>>> {
+        let mut planned: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                let message = job.decoded.as_ref().ok()?.clone();
+                let arrival = self.arrival(job, message);
+                job.span.in_scope(|| self.intake.plan(arrival)).ok()
+            })
+            .collect();
+        let durable = planned.iter().flatten().filter(|p| p.needs_flush()).count();
+        if durable > 0 {
+            let span = info_span!("store flush", messaging.batch.message_count = durable);
+            if self.intake.gateway().store().flush_async().instrument(span).await.is_err() {
+                // Each message meets the failure again on its own path, which knows what to do.
+                planned.iter_mut().for_each(|p| *p = None);
+            }
+        }
+        planned
+    }
+
+    /// One conversation's messages of a window, in order: each planned one is delivered; from
+    /// the first that is not, every message takes the one-at-a-time path.
+    async fn run_chain(&self, steps: Vec<(&Job, Option<Planned<'_>>)>) {
+        let mut fast = true;
+        for (job, planned) in steps {
+            let failed = match planned {
+                Some(planned) if fast => {
+                    let base_id = base_id(job);
+                    match self.finish(job, &base_id, planned).instrument(job.span.clone()).await {
+                        Ok(()) => {
+                            self.ack(job).await;
+                            continue;
+                        }
+                        Err(failure) => Some(failure),
+                    }
+                }
+                _ => None,
+            };
+            fast = false;
+            self.settle(job, failed).instrument(job.span.clone()).await;
+        }
+    }
+
+    /// Retries a message until it is acknowledged or dead-lettered, or left to the broker;
+    /// `failed` is how its attempt in the window went, if it made one.
+    async fn settle(&self, job: &Job, mut failed: Option<Failure>) {
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.retry_initial_ms),
             Duration::from_millis(self.amqp.retry_max_ms),
         );
         let mut attempts = job.envelope.earlier_deliveries;
         loop {
-            if !self.held_until_released().await {
-                return; // Shutting down: the broker redelivers what was not acknowledged.
-            }
-            let failure = match self.attempt(&job).await {
-                Ok(()) => return self.ack(&job).await,
-                Err(failure) => failure,
+            let failure = match failed.take() {
+                Some(failure) => failure,
+                None => {
+                    if !self.held_until_released().await {
+                        return; // Shutting down: the broker redelivers what was not acknowledged.
+                    }
+                    match self.attempt(job).await {
+                        Ok(()) => return self.ack(job).await,
+                        Err(failure) => failure,
+                    }
+                }
             };
             // An attempt that failed because the broker lost its majority says nothing about
             // the message: it must not spend the message's attempts.
@@ -208,17 +318,17 @@ impl Pipeline {
                 .with_label_values(&["amqp", failure.disposition().as_str(), failure.code()])
                 .inc();
             match failure.disposition() {
-                Disposition::Duplicate => return self.ack(&job).await,
+                Disposition::Duplicate => return self.ack(job).await,
                 Disposition::Poison => {
                     warn!(message_id, queue = %job.queue, code = failure.code(), error = %failure, "Message rejected to the dead-letter exchange.");
-                    if self.dead_letter(&job, failure.code(), &failure.to_string()).await {
+                    if self.dead_letter(job, failure.code(), &failure.to_string()).await {
                         return;
                     }
                 }
                 Disposition::Transient if attempts >= self.amqp.max_attempts => {
                     let reason = format!("gave up after {attempts} attempts: {failure}");
                     warn!(message_id, queue = %job.queue, code = failure.code(), error = %reason, "Message dead-lettered.");
-                    if self.dead_letter(&job, failure.code(), &reason).await {
+                    if self.dead_letter(job, failure.code(), &reason).await {
                         return;
                     }
                 }
@@ -229,6 +339,9 @@ impl Pipeline {
                     error!(message_id, code = failure.code(), error = %failure, "Stopping: the store is damaged.");
                     let _ =
                         job.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await;
+                    if job.partition.is_none() {
+                        self.acks.returned(&job.delivery);
+                    }
                     self.endings.store_damaged(&failure);
                     return;
                 }
@@ -260,8 +373,7 @@ impl Pipeline {
 
     /// One attempt: everything up to, but not including, the acknowledgement.
     async fn attempt(&self, job: &Job) -> Result<(), Failure> {
-        let base_id =
-            job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data));
+        let base_id = base_id(job);
         let message = match &job.decoded {
             Ok(message) => message.clone(),
             Err(e) => {
@@ -271,6 +383,25 @@ impl Pipeline {
                 return Err(GatewayError::Envelope(e.clone()).into());
             }
         };
+        let planned = match self.intake.plan(self.arrival(job, message)) {
+            Ok(planned) => planned,
+            Err(refused) => return Err(self.refused(job, &base_id, refused).await),
+        };
+        if planned.needs_flush() {
+            let flushed = self
+                .intake
+                .gateway()
+                .store()
+                .flush_async()
+                .instrument(info_span!("store flush", messaging.batch.message_count = 1))
+                .await;
+            flushed.map_err(GatewayError::Store)?;
+        }
+        self.finish(job, &base_id, planned).await
+    }
+
+    /// The message as the intake takes it.
+    fn arrival(&self, job: &Job, message: Message) -> Arrival {
         let envelope = &job.envelope;
         let origin = Origin {
             transport: Transport::Amqp,
@@ -289,19 +420,29 @@ impl Pipeline {
                 replies: envelope.replies.clone(),
                 correlation_id: envelope.correlation_id.clone(),
                 user_id: envelope.user_id.clone(),
-                message_id: format!("{base_id}:answer"),
+                message_id: format!("{}:answer", base_id(job)),
             }) as Arc<dyn ReturnPath>
         });
-        let arrival = Arrival { envelope: message, origin, span: job.span.clone(), answers };
-        let taken = match self.intake.take(arrival).await {
+        Arrival { envelope: message, origin, span: job.span.clone(), answers }
+    }
+
+    /// A message the intake refused; a sender of poison hears why.
+    async fn refused(&self, job: &Job, base_id: &str, refused: Refused) -> Failure {
+        let Refused { failure, replies } = refused;
+        if failure.disposition() == Disposition::Poison {
+            // The sender hears why; if that fails, the dead-letter copy still says it.
+            self.tell_sender(job, base_id, replies).await;
+        }
+        failure.into()
+    }
+
+    /// A planned message, its state durable: delivered to its agents, its replies published
+    /// (with a cluster's stream entries) and confirmed, its ledger entry marked.
+    async fn finish(&self, job: &Job, base_id: &str, planned: Planned<'_>) -> Result<(), Failure> {
+        let envelope = &job.envelope;
+        let taken = match self.intake.deliver_planned(planned).await {
             Ok(taken) => taken,
-            Err(Refused { failure, replies }) => {
-                if failure.disposition() == Disposition::Poison {
-                    // The sender hears why; if that fails, the dead-letter copy still says it.
-                    self.tell_sender(job, &base_id, replies).await;
-                }
-                return Err(failure.into());
-            }
+            Err(refused) => return Err(self.refused(job, base_id, refused).await),
         };
         if taken.duplicate {
             return Ok(());
@@ -318,7 +459,7 @@ impl Pipeline {
         };
         let (changes, proposals) = entries.as_ref().map_or((0, 0), |e| (e.changes, e.proposals));
         let appends = entries.map(|e| e.publications).unwrap_or_default();
-        self.publish(job, &base_id, taken.replies, appends).await?;
+        self.publish(job, base_id, taken.replies, appends).await?;
         if let Some(id) = &envelope.message_id {
             self.marks.published(id.clone());
         }
@@ -409,10 +550,17 @@ impl Pipeline {
     /// Publishes the message, as it came, to the dead-letter exchange with why, then
     /// acknowledges it. False when the dead-letter copy could not be made safe (retry).
     async fn dead_letter(&self, job: &Job, code: &str, reason: &str) -> bool {
-        self.dead_letter_delivery(&job.delivery, &job.queue, code, reason).await
+        self.dead_letter_delivery(&job.delivery, job.partition.is_some(), &job.queue, code, reason).await
     }
 
-    async fn dead_letter_delivery(&self, delivery: &Delivery, queue: &str, code: &str, reason: &str) -> bool {
+    async fn dead_letter_delivery(
+        &self,
+        delivery: &Delivery,
+        own_channel: bool,
+        queue: &str,
+        code: &str,
+        reason: &str,
+    ) -> bool {
         let publication = Publication {
             exchange: &self.amqp.dead_letter_exchange,
             routing_key: queue,
@@ -421,7 +569,7 @@ impl Pipeline {
         };
         match self.publisher.publish_all(vec![publication]).instrument(info_span!("amqp dead-letter")).await {
             Ok(()) => {
-                self.ack_delivery(delivery).await;
+                self.ack_delivery(delivery, own_channel).await;
                 true
             }
             Err(e) => {
@@ -432,16 +580,28 @@ impl Pipeline {
     }
 
     async fn ack(&self, job: &Job) {
-        self.ack_delivery(&job.delivery).await;
+        self.ack_delivery(&job.delivery, job.partition.is_some()).await;
     }
 
-    async fn ack_delivery(&self, delivery: &Delivery) {
-        // Acks are individual: confirms, and so acks, complete out of order across workers.
+    /// A delivery of the consuming channel goes into its acknowledgement book (sent with the
+    /// window); one from a partition's own channel is acknowledged at once.
+    async fn ack_delivery(&self, delivery: &Delivery, own_channel: bool) {
+        if !own_channel {
+            self.acks.settled(delivery);
+            return;
+        }
         let acked =
             delivery.acker.ack(BasicAckOptions { multiple: false }).instrument(info_span!("amqp ack")).await;
         if let Err(e) = acked {
             // The channel is gone and the broker will redeliver: the ledger handles that.
             debug!(error = %e, "Acknowledgement not sent.");
+            self.endings.broken(format!("an acknowledgement failed: {e}"));
+        }
+    }
+
+    /// Sends the acknowledgements the book holds (for deliveries not handled in a window).
+    async fn send_acks(&self) {
+        if let Err(e) = self.acks.send().await {
             self.endings.broken(format!("an acknowledgement failed: {e}"));
         }
     }
@@ -463,8 +623,8 @@ impl Pipeline {
             let Some(correlation) = envelope.correlation_id.as_deref() else {
                 let reason = "an answer needs the correlation_id of the message it answers";
                 warn!(queue = %queue, "Answer without a correlation id dead-lettered.");
-                if self.dead_letter_delivery(&delivery, &queue, "no_correlation", reason).await {
-                    return;
+                if self.dead_letter_delivery(&delivery, false, &queue, "no_correlation", reason).await {
+                    return self.send_acks().await;
                 }
                 continue;
             };
@@ -481,7 +641,10 @@ impl Pipeline {
             };
             let result = self.intake.answer(correlation, answer, from.clone()).await;
             let (code, reason) = match (result, unreadable) {
-                (Ok(()), None) => return self.ack_delivery(&delivery).await,
+                (Ok(()), None) => {
+                    self.ack_delivery(&delivery, false).await;
+                    return self.send_acks().await;
+                }
                 (Ok(()), Some(e)) => (e.kind.code().to_owned(), e.to_string()),
                 (Err(e), _) if e.disposition() == Disposition::Transient => {
                     debug!(error = %e, "Answer not passed on yet; retrying.");
@@ -495,8 +658,8 @@ impl Pipeline {
                 (Err(e), _) => (e.code().to_owned(), e.to_string()),
             };
             warn!(correlation_id = correlation, code = code.as_str(), error = %reason, "Answer dead-lettered.");
-            if self.dead_letter_delivery(&delivery, &queue, &code, &reason).await {
-                return;
+            if self.dead_letter_delivery(&delivery, false, &queue, &code, &reason).await {
+                return self.send_acks().await;
             }
         }
     }
