@@ -3,8 +3,13 @@
 //! republish with confirms, ack after the confirm, nothing else. silpgate runs as its release
 //! binary on a transcoding route with the sled store.
 //!
+//! Both relays run as processes of their own (the bare one is this program, started again with
+//! `relay IN OUT`), so that each one's CPU time can be read from /proc: CPU per message is the
+//! process's user + system time during the throughput run divided by the envelopes relayed.
+//!
 //! `bash benches/bench-amqp.sh [N] [RATE] [SECONDS]`; the last line printed is
-//! `throughput ratio silpgate/bare: X, p99 at 1000/s silpgate Y ms bare Z ms`.
+//! `throughput ratio silpgate/bare: X, p99 at 1000/s silpgate Y ms bare Z ms, cpu per message
+//! silpgate A us bare B us`.
 
 use futures_util::StreamExt;
 use lapin::options::{
@@ -22,6 +27,12 @@ const CONVERSATIONS: usize = 200;
 
 #[tokio::main]
 async fn main() {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("relay") {
+        let (input, output) = (args.next().expect("relay IN OUT"), args.next().expect("relay IN OUT"));
+        let connection = connect().await;
+        return bare_relay(connection.create_channel().await.unwrap(), input, output).await;
+    }
     // `cargo test --all-targets` runs this without `--bench`: a small smoke run then.
     let measuring = std::env::args().any(|a| a == "--bench");
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
@@ -35,10 +46,10 @@ async fn main() {
     let silpgate = Relay::Silpgate { prefix: format!("{run}.sg") };
     let mut results = Vec::new();
     for relay in [&bare, &silpgate] {
-        let throughput = relay.throughput(n).await;
+        let (throughput, cpu_us) = relay.throughput(n).await;
         let latency = relay.latency(rate, seconds).await;
         println!(
-            "{:<9} throughput {:>7.0} msg/s | at {rate}/s: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "{:<9} throughput {:>7.0} msg/s, cpu {cpu_us:.0} us/msg | at {rate}/s: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             relay.name(),
             throughput,
             latency.p(0.50),
@@ -46,12 +57,12 @@ async fn main() {
             latency.p(0.99),
             latency.p(1.0),
         );
-        results.push((throughput, latency.p(0.99)));
+        results.push((throughput, latency.p(0.99), cpu_us));
         relay.clean_up().await;
     }
-    let ((bare_tp, bare_p99), (sg_tp, sg_p99)) = (results[0], results[1]);
+    let ((bare_tp, bare_p99, bare_cpu), (sg_tp, sg_p99, sg_cpu)) = (results[0], results[1]);
     println!(
-        "throughput ratio silpgate/bare: {:.2}, p99 at {rate}/s silpgate {sg_p99:.2} ms bare {bare_p99:.2} ms",
+        "throughput ratio silpgate/bare: {:.2}, p99 at {rate}/s silpgate {sg_p99:.2} ms bare {bare_p99:.2} ms, cpu per message silpgate {sg_cpu:.0} us bare {bare_cpu:.0} us",
         sg_tp / bare_tp
     );
 }
@@ -61,25 +72,29 @@ enum Relay {
     Silpgate { prefix: String },
 }
 
-/// A relay running under test: the bare relay's task, or silpgate's process.
-enum Running {
-    Bare(tokio::task::JoinHandle<()>, Connection),
-    Silpgate(Child),
-}
+/// A relay running under test: its process.
+struct Running(Child);
 
 impl Running {
-    async fn stop(self) {
-        match self {
-            Running::Bare(task, connection) => {
-                task.abort();
-                close(&connection, "done").await;
-            }
-            Running::Silpgate(mut child) => {
-                let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-                let _ = child.wait();
-            }
-        }
+    async fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = self.0.wait();
     }
+
+    /// The process's user + system CPU time so far.
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).expect("the relay runs");
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second())
+    }
+}
+
+/// The unit of /proc's CPU times.
+fn clock_ticks_per_second() -> f64 {
+    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
+    String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
 }
 
 impl Relay {
@@ -117,47 +132,39 @@ impl Relay {
                 for q in [input, output] {
                     declare_quorum(&channel, q).await;
                 }
-                let task = tokio::spawn(bare_relay(
-                    connection.create_channel().await.unwrap(),
-                    input.clone(),
-                    output.clone(),
-                ));
-                Running::Bare(task, connection)
+                let child = Command::new(std::env::current_exe().unwrap())
+                    .args(["relay", input, output])
+                    .spawn()
+                    .expect("the bare relay starts");
+                let running = Running(child);
+                wait_consuming(&connection, input).await;
+                close(&connection, "ready").await;
+                running
             }
             Relay::Silpgate { prefix } => {
                 let dir = self.store();
                 let config_path = std::env::temp_dir().join(format!("{prefix}.toml"));
                 std::fs::write(&config_path, silpgate_config(prefix, &dir)).unwrap();
-                let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                let child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
                     .args(["run", "--config"])
                     .arg(&config_path)
                     .env("SILPGATE_LOG", "warn")
                     .stdout(Stdio::null())
                     .spawn()
                     .expect("silpgate starts");
+                let running = Running(child);
                 // Ready once its topology exists and it consumes.
                 let connection = connect().await;
-                for _ in 0..200 {
-                    let channel = connection.create_channel().await.unwrap();
-                    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
-                    if let Ok(q) =
-                        channel.queue_declare(self.input().into(), passive, FieldTable::default()).await
-                        && q.consumer_count() > 0
-                    {
-                        close(&connection, "ready").await;
-                        return Running::Silpgate(child);
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("silpgate did not start consuming");
+                wait_consuming(&connection, &self.input()).await;
+                close(&connection, "ready").await;
+                running
             }
         }
     }
 
-    /// Envelopes per second moved from a pre-filled input queue to the output.
-    async fn throughput(&self, n: usize) -> f64 {
+    /// Envelopes per second moved from a pre-filled input queue to the output, and the
+    /// relay's CPU time per envelope in microseconds.
+    async fn throughput(&self, n: usize) -> (f64, f64) {
         // The topology first, then the backlog, then the relay on the backlog.
         self.start().await.stop().await;
         let connection = connect().await;
@@ -166,11 +173,13 @@ impl Relay {
         let counter = connect().await;
         let counted = tokio::spawn(count_until(counter.create_channel().await.unwrap(), self.output(), n));
         let running = self.start().await;
+        let cpu_before = running.cpu();
         let (first, last) = counted.await.unwrap();
+        let cpu = running.cpu() - cpu_before;
         running.stop().await;
         close(&counter, "done").await;
         close(&connection, "done").await;
-        (n - 1) as f64 / (last - first).as_secs_f64()
+        ((n - 1) as f64 / (last - first).as_secs_f64(), cpu.as_secs_f64() * 1e6 / n as f64)
     }
 
     /// End-to-end latency (publish to arrival) at `rate` messages per second.
@@ -223,6 +232,21 @@ impl Relay {
         let _ = std::fs::remove_dir_all(self.store());
         close(&connection, "done").await;
     }
+}
+
+/// Waits until `queue` has a consumer (the relay started), for at most 20 s.
+async fn wait_consuming(connection: &Connection, queue: &str) {
+    for _ in 0..200 {
+        let channel = connection.create_channel().await.unwrap();
+        let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        if let Ok(q) = channel.queue_declare(queue.into(), passive, FieldTable::default()).await
+            && q.consumer_count() > 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the relay did not start consuming {queue}");
 }
 
 struct Latencies(Vec<f64>);

@@ -912,7 +912,8 @@ impl Config {
                 || amqp.max_attempts == 0
             {
                 return Err(ConfigError::Invalid(
-                    "amqp: inbound, workers, window, prefetch and max_attempts must not be empty or zero".into(),
+                    "amqp: inbound, workers, window, prefetch and max_attempts must not be empty or zero"
+                        .into(),
                 ));
             }
             if amqp.url.is_some() && !amqp.urls.is_empty() {

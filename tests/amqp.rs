@@ -573,3 +573,60 @@ async fn a_transient_failure_past_max_attempts_is_dead_lettered_saying_so() {
     names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// Acknowledgements go out in runs (`basic.ack` with `multiple`), and a run stops below a
+/// delivery still in work. An agent's answer that cannot be passed on (its asker's reply
+/// address routes nowhere, so it is retried until the asker's wait ends) sits on the consuming
+/// channel below everything that arrives after it: those must still be acknowledged, or the
+/// prefetch window would fill behind one stuck answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_stuck_in_retries_does_not_hold_back_the_acknowledgements_behind_it() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("stuck");
+    let dir = broker::temp_dir("amqp-stuck");
+    let (connection, channel) = broker::channel().await;
+    let config = names
+        .config(&dir.join("store"), "", true)
+        .replace("[gateway]\n", "[gateway]\nreply_timeout_ms = 600000\n");
+    let daemon = Daemon::start(&config, &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+
+    let nowhere = props(0).with_reply_to(format!("{}.nowhere", names.inbound()).into());
+    let request = vec![(names.inbound(), broker::envelope(0, 999, None), nowhere)];
+    broker::publish_all(&channel, &names.inbound_exchange(), request).await;
+    let forwarded = broker::collect(&channel, &names.sink(), LONG, |got| !got.is_empty()).await;
+    let answer = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_correlation_id(forwarded[0].message_id.as_str().into());
+    let body = br#"{"format":"structured","subformat":"silp-code","content":"cancel(order0)"}"#.to_vec();
+    broker::publish_all(&channel, "", vec![(names.answers(), body, answer)]).await;
+    broker::wait_counts(&names.answers(), (0, 1), "the answer is held, retried, not acknowledged").await;
+
+    const N: usize = 300;
+    let others: Vec<_> =
+        (1..=N).map(|i| (names.inbound(), broker::envelope(i, i % 30, None), props(i))).collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), others).await;
+    let sink = broker::collect(&channel, &names.sink(), LONG, |got| distinct_forwarded(got) == N).await;
+    assert_eq!(distinct_forwarded(&sink), N, "everything behind the answer was relayed");
+    // The broker's queue statistics lag by seconds; what a crash gives back does not. A SIGKILL
+    // leaves no time for last acknowledgements: whatever was not acknowledged by now is
+    // requeued, the stuck answer among it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    daemon.kill();
+    let ready = async |queue: String| {
+        let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        channel
+            .queue_declare(queue.as_str().into(), passive, FieldTable::default())
+            .await
+            .unwrap()
+            .message_count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while ready(names.answers()).await != 1 {
+        assert!(std::time::Instant::now() < deadline, "the stuck answer was requeued when silpgate died");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ready(names.inbound()).await, 0, "everything behind the answer had been acknowledged");
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
+}

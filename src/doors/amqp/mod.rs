@@ -51,7 +51,6 @@ use worker::{Job, Pipeline};
 /// longer, and a broker that does not answer must not keep the process from exiting.
 const BROKER_GOODBYE: Duration = Duration::from_secs(5);
 
-
 /// How long one broker node may take to accept a connection before the next one is tried: a
 /// node that is down refuses at once, one that is unreachable would otherwise hold the
 /// connection attempt for the system's TCP timeout (minutes).
@@ -540,7 +539,12 @@ pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// Waits for a worker's next window: the first delivery, whatever else is already queued,
 /// and, with a `wait`, what arrives within it, up to `window` deliveries. False once the
 /// queue is closed and empty.
-async fn next_window(rx: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>, window: usize, wait: Duration) -> bool {
+async fn next_window(
+    rx: &mut mpsc::Receiver<Job>,
+    jobs: &mut Vec<Job>,
+    window: usize,
+    wait: Duration,
+) -> bool {
     if rx.recv_many(jobs, window).await == 0 {
         return false;
     }

@@ -216,11 +216,14 @@ impl Pipeline {
         let metrics = crate::metrics::get();
         metrics.in_flight.add(jobs.len() as i64);
         if self.held_until_released().await {
-            let mut planned = self.plan_window(&jobs).await;
+            let mut planned: Vec<_> = self.plan_window(&jobs).await.into_iter().map(Some).collect();
             let chains = chains_of(&jobs);
             let mut runs = Vec::with_capacity(chains.len());
             for chain in chains {
-                let steps: Vec<_> = chain.iter().map(|&i| (&jobs[i], planned[i].take())).collect();
+                let steps: Vec<_> = chain
+                    .iter()
+                    .map(|&i| (&jobs[i], planned[i].take().expect("each job is in one chain")))
+                    .collect();
                 runs.push(self.run_chain(steps));
             }
             futures_util::future::join_all(runs).await;
@@ -233,20 +236,23 @@ impl Pipeline {
             if let (Some(cluster), Some(partition)) = (&self.cluster, job.partition) {
                 cluster.settled(partition);
             }
-            metrics.message_seconds.with_label_values(&["amqp"]).observe(job.received.elapsed().as_secs_f64());
+            metrics
+                .message_seconds
+                .with_label_values(&["amqp"])
+                .observe(job.received.elapsed().as_secs_f64());
         }
     }
 
-    /// The core's decision for each message of a window, made durable with one flush. `None`
-    /// for a message that takes the one-at-a-time path (it could not be decoded, the core
-    /// refused it, or the flush failed).
-    async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Option<Planned<'a>>> {
+    /// The core's decision for each message of a window, made durable with one flush. A
+    /// message the core refused carries why; one that could not be decoded, or whose state
+    /// the flush failed to make durable, is left to the one-at-a-time path (`Err(None)`).
+    async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<Refused>>> {
         let mut planned: Vec<_> = jobs
             .iter()
             .map(|job| {
-                let message = job.decoded.as_ref().ok()?.clone();
+                let message = job.decoded.as_ref().map_err(|_| None)?.clone();
                 let arrival = self.arrival(job, message);
-                job.span.in_scope(|| self.intake.plan(arrival)).ok()
+                job.span.in_scope(|| self.intake.plan(arrival)).map_err(Some)
             })
             .collect();
         let durable = planned.iter().flatten().filter(|p| p.needs_flush()).count();
@@ -254,7 +260,9 @@ impl Pipeline {
             let span = info_span!("store flush", messaging.batch.message_count = durable);
             if self.intake.gateway().store().flush_async().instrument(span).await.is_err() {
                 // Each message meets the failure again on its own path, which knows what to do.
-                planned.iter_mut().for_each(|p| *p = None);
+                for plan in planned.iter_mut().filter(|p| p.is_ok()) {
+                    *plan = Err(None);
+                }
             }
         }
         planned
@@ -262,11 +270,11 @@ impl Pipeline {
 
     /// One conversation's messages of a window, in order: each planned one is delivered; from
     /// the first that is not, every message takes the one-at-a-time path.
-    async fn run_chain(&self, steps: Vec<(&Job, Option<Planned<'_>>)>) {
+    async fn run_chain(&self, steps: Vec<(&Job, Result<Planned<'_>, Option<Refused>>)>) {
         let mut fast = true;
         for (job, planned) in steps {
             let failed = match planned {
-                Some(planned) if fast => {
+                Ok(planned) if fast => {
                     let base_id = base_id(job);
                     match self.finish(job, &base_id, planned).instrument(job.span.clone()).await {
                         Ok(()) => {
@@ -276,6 +284,7 @@ impl Pipeline {
                         Err(failure) => Some(failure),
                     }
                 }
+                Err(Some(refused)) if fast => Some(self.refused(job, &base_id(job), refused).await),
                 _ => None,
             };
             fast = false;
