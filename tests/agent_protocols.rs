@@ -1,0 +1,268 @@
+//! Agents that speak A2A and tools that speak MCP, behind silpgate: NLIP clients reach them
+//! with SILP payloads, unchanged on either side. The agents are real: an A2A 1.0 agent built
+//! with the Python `a2a-sdk`, an MCP server built with the Python `mcp` package; silpgate runs
+//! as a process with its HTTP door only. Every wait has a bound.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+use support::broker::{self, Daemon, Names};
+use support::gateway::{self, ir_request, order_in, post};
+
+/// A Python test server from `tests/interop/`, killed when dropped.
+struct PythonServer {
+    child: Child,
+    port: u16,
+}
+
+impl PythonServer {
+    /// Starts `script PORT` on a free port and waits (at most 60 s) until it listens.
+    fn start(script: &str) -> PythonServer {
+        PythonServer::start_on(script, free_port())
+    }
+
+    fn start_on(script: &str, port: u16) -> PythonServer {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
+        let child =
+            Command::new(&python).arg(&path).arg(port.to_string()).spawn().unwrap_or_else(|e| {
+                panic!("cannot run {python} (tests/run.sh installs a2a-sdk and mcp): {e}")
+            });
+        let mut server = PythonServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(server.child.try_wait().unwrap().is_none(), "{script} exited at start");
+            assert!(Instant::now() < deadline, "{script} did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+/// silpgate without a broker, its HTTP door routing everything to `agent`.
+async fn gateway_for(test: &str, agent: &str, reply_timeout_ms: u64) -> Daemon {
+    let names = Names::new(test);
+    let dir = broker::temp_dir(test);
+    let rest = format!(
+        r#"{agent}
+[[routes]]
+name = "to-agent"
+destination = "agent"
+mode = "encode"
+[routes.match]
+source = "http"
+"#
+    );
+    gateway::start(&gateway::config(&names, &dir.join("store"), false, reply_timeout_ms, &rest), &dir, false)
+        .await
+}
+
+fn text_request(text: &str, conversation: &str) -> Vec<u8> {
+    json!({"format": "text", "subformat": "english", "content": text,
+           "submessages": [{"format": "token", "subformat": "conversation", "content": conversation}]})
+    .to_string()
+    .into_bytes()
+}
+
+fn error_code(message: &Value) -> &str {
+    message["submessages"][0]["content"]["code"].as_str().unwrap_or_default()
+}
+
+fn conversation_of(message: &Value) -> Option<&str> {
+    let subs = message["submessages"].as_array()?;
+    subs.iter().find(|s| s["subformat"] == "conversation").and_then(|s| s["content"].as_str())
+}
+
+fn a2a_agent(port: u16) -> String {
+    format!(
+        r#"[[agents]]
+name = "agent"
+protocol = "a2a"
+frontends = ["code"]
+url = "http://127.0.0.1:{port}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_reads_silp_code_and_its_answer_comes_back_as_ir_in_the_conversation() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-silp", &a2a_agent(agent.port), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(7, "a2a-conv-7").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    // The agent got `cancel(order7)` as SILP code and answered `confirm(order7)` in SILP code;
+    // the asker sent the IR, so it reads the IR.
+    assert_eq!(answer["subformat"], "silp-ir", "{answer}");
+    assert_eq!(order_in(&answer["content"].to_string()), Some(7), "{answer}");
+    assert!(answer["content"].to_string().contains("BOOK"), "the agent's verb: {answer}");
+    assert_eq!(conversation_of(&answer), Some("a2a-conv-7"), "the conversation token comes back: {answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_gets_text_with_the_conversation_as_its_context() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-text", &a2a_agent(agent.port), 30_000).await;
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("hello there", "ctx-42")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "echo: hello there (context ctx-42)", "{answer}");
+    assert_eq!(conversation_of(&answer), Some("ctx-42"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_task_of_two_seconds_is_polled_to_its_end_and_its_artifact_is_the_answer() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-slow", &a2a_agent(agent.port), 30_000).await;
+    let started = Instant::now();
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("slow job", "slow-1")).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "finished: slow job", "{answer}");
+    assert!(took >= Duration::from_secs(2), "the answer waited for the task: {took:?}");
+    assert!(took < Duration::from_secs(5), "polling noticed the end soon after it: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_outlives_the_reply_timeout_is_answered_with_timeout() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-late", &a2a_agent(agent.port), 1_000).await;
+    let started = Instant::now();
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("slow job", "late-1")).await;
+    assert_eq!(status, 504, "{answer}");
+    assert_eq!(error_code(&answer), "timeout", "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(2), "the wait ended at the timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_and_rejected_a2a_tasks_are_nlip_errors_with_their_codes_and_words() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-fail", &a2a_agent(agent.port), 30_000).await;
+    let (_, failed) = post(&daemon.http, "/nlip", &text_request("fail now", "fail-1")).await;
+    assert_eq!(failed["messagetype"], "error", "{failed}");
+    assert_eq!(error_code(&failed), "a2a_task_failed", "{failed}");
+    assert!(failed["content"].as_str().unwrap().contains("the warehouse is on fire"), "{failed}");
+    assert_eq!(conversation_of(&failed), Some("fail-1"), "{failed}");
+    let (_, rejected) = post(&daemon.http, "/nlip", &text_request("reject this", "fail-2")).await;
+    assert_eq!(error_code(&rejected), "a2a_task_rejected", "{rejected}");
+    assert!(rejected["content"].as_str().unwrap().contains("not my job"), "{rejected}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_that_is_down_is_unavailable_and_reached_once_it_is_up() {
+    let port = free_port();
+    let daemon = gateway_for("a2a-down", &a2a_agent(port), 30_000).await;
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("anyone?", "down-1")).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(error_code(&answer), "agent_unavailable", "{answer}");
+    // The card is read again once the agent is there: the failure was not remembered.
+    let agent = PythonServer::start_on("a2a_agent.py", port);
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("anyone?", "down-1")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "echo: anyone? (context down-1)");
+    drop(agent);
+}
+
+fn mcp_agent(port: u16, tool: &str) -> String {
+    format!(
+        r#"[[agents]]
+name = "agent"
+protocol = "mcp"
+frontends = ["code"]
+url = "http://127.0.0.1:{port}/mcp"
+tool = "{tool}"
+arguments = {{ priority = "high" }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_gets_the_silp_wrapper_and_its_wrapped_answer_comes_back_as_ir() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-silp", &mcp_agent(tool.port, "plan"), 30_000).await;
+    for i in [3, 4] {
+        // Twice: the second call reuses the MCP session.
+        let conversation = format!("mcp-conv-{i}");
+        let (status, answer) =
+            post(&daemon.http, "/nlip", ir_request(i, &conversation).to_string().as_bytes()).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["subformat"], "silp-ir", "{answer}");
+        assert_eq!(order_in(&answer["content"].to_string()), Some(i), "{answer}");
+        assert!(answer["content"].to_string().contains("BOOK"), "{answer}");
+        assert_eq!(conversation_of(&answer), Some(conversation.as_str()), "{answer}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_sees_the_encoding_the_payload_and_the_fixed_arguments() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-args", &mcp_agent(tool.port, "inspect"), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(5, "mcp-args-1").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["subformat"], "json", "{answer}");
+    assert_eq!(answer["content"]["saw_encoding"], "code", "{answer}");
+    assert_eq!(answer["content"]["saw_payload"], "cancel(order5)", "{answer}");
+    assert_eq!(answer["content"]["priority"], "high", "{answer}");
+    let (_, answer) = post(&daemon.http, "/nlip", &text_request("plain words", "mcp-args-2")).await;
+    assert_eq!(answer["content"]["saw_encoding"], "natural", "{answer}");
+    assert_eq!(answer["content"]["saw_payload"], "plain words", "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_error_and_an_unknown_tool_are_nlip_errors_with_the_tools_words() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-broken", &mcp_agent(tool.port, "broken"), 30_000).await;
+    let (_, answer) = post(&daemon.http, "/nlip", ir_request(1, "mcp-err-1").to_string().as_bytes()).await;
+    assert_eq!(answer["messagetype"], "error", "{answer}");
+    assert_eq!(error_code(&answer), "mcp_tool_error", "{answer}");
+    assert!(answer["content"].as_str().unwrap().contains("cannot handle code payloads today"), "{answer}");
+    drop(daemon);
+    let daemon = gateway_for("mcp-missing", &mcp_agent(tool.port, "missing"), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(2, "mcp-err-2").to_string().as_bytes()).await;
+    assert_eq!(answer["messagetype"], "error", "{status} {answer}");
+    // The Python server answers a call of a tool it does not have with a tool error.
+    assert_eq!(error_code(&answer), "mcp_tool_error", "{status} {answer}");
+    assert!(answer["content"].as_str().unwrap().contains("Unknown tool: missing"), "{answer}");
+}
+
+#[test]
+fn a2a_and_mcp_agents_are_checked_when_the_configuration_is_read() {
+    let parse = |agent: &str| {
+        silpgate::config::Config::parse(&format!("[[agents]]\nname = \"x\"\nfrontends = []\n{agent}"))
+    };
+    let error = |agent: &str| parse(agent).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(parse("protocol = \"a2a\"\nurl = \"http://127.0.0.1:9\"").is_ok());
+    assert!(
+        parse("protocol = \"mcp\"\nurl = \"https://tools.example/mcp\"\ntool = \"t\"\narguments = { a = 1 }")
+            .is_ok()
+    );
+    assert!(error("protocol = \"a2a\"").contains("needs an http:// or https:// url"));
+    assert!(
+        error("protocol = \"a2a\"\nurl = \"ws://127.0.0.1:9\"").contains("needs an http:// or https:// url")
+    );
+    assert!(error("protocol = \"mcp\"\nurl = \"http://127.0.0.1:9\"").contains("needs tool"));
+    assert!(
+        error("url = \"http://127.0.0.1:9\"\ntool = \"t\"")
+            .contains("tool and arguments are for protocol = 'mcp'")
+    );
+    let wrapper = error(
+        "protocol = \"mcp\"\nurl = \"http://127.0.0.1:9\"\ntool = \"t\"\narguments = { silp_payload = \"x\" }",
+    );
+    assert!(wrapper.contains("may not set silp_encoding or silp_payload"), "{wrapper}");
+    assert!(error("protocol = \"grpc\"\nurl = \"http://127.0.0.1:9\"").contains("grpc"));
+}
