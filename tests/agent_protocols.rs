@@ -53,12 +53,15 @@ fn free_port() -> u16 {
     probe.local_addr().unwrap().port()
 }
 
-/// silpgate without a broker, its HTTP door routing everything to `agent`.
+/// silpgate without a broker, its HTTP door routing everything to `agent` (none: no routes).
 async fn gateway_for(test: &str, agent: &str, reply_timeout_ms: u64) -> Daemon {
     let names = Names::new(test);
     let dir = broker::temp_dir(test);
-    let rest = format!(
-        r#"{agent}
+    let rest = if agent.is_empty() {
+        String::new()
+    } else {
+        format!(
+            r#"{agent}
 [[routes]]
 name = "to-agent"
 destination = "agent"
@@ -66,7 +69,8 @@ mode = "encode"
 [routes.match]
 source = "http"
 "#
-    );
+        )
+    };
     gateway::start(&gateway::config(&names, &dir.join("store"), false, reply_timeout_ms, &rest), &dir, false)
         .await
 }
@@ -265,4 +269,71 @@ fn a2a_and_mcp_agents_are_checked_when_the_configuration_is_read() {
     );
     assert!(wrapper.contains("may not set silp_encoding or silp_payload"), "{wrapper}");
     assert!(error("protocol = \"grpc\"\nurl = \"http://127.0.0.1:9\"").contains("grpc"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_errors() {
+    let daemon = gateway_for("mcp-door", "", 30_000).await;
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let mut client = Command::new(&python);
+    client
+        .arg(format!("{}/tests/interop/mcp_client.py", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!("http://{}/mcp", daemon.http));
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the MCP client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    assert_eq!(seen["tools"], json!(["silp_compile", "silp_decode", "silp_validate", "silp_hash"]));
+    assert_eq!(seen["schemas"]["silp_decode"]["required"], json!(["text"]), "{seen}");
+    assert_eq!(seen["ok"]["silp_decode"]["ir"]["intent"], "!CANCEL", "{seen}");
+    assert_eq!(seen["ok"]["silp_compile"]["output"], r#"{"intent":"!CANCEL","act":"order9"}"#, "{seen}");
+    assert_eq!(seen["ok"]["silp_validate"]["valid"], true, "{seen}");
+    assert_eq!(seen["ok"]["silp_hash"]["ir_hash"], seen["ok"]["silp_compile"]["ir_hash"], "{seen}");
+    let errors = &seen["errors"];
+    for tool in ["silp_decode", "silp_compile", "silp_validate", "silp_hash"] {
+        assert_eq!(errors[tool]["isError"], true, "{tool}: {errors}");
+    }
+    assert_eq!(errors["silp_decode"]["structured"]["code"], "invalid_syntax");
+    assert_eq!(errors["silp_decode"]["structured"]["span"], json!([0, 13]), "the span of the open call");
+    assert_eq!(errors["silp_compile"]["structured"]["code"], "decode_failed");
+    assert_eq!(errors["silp_validate"]["structured"]["code"], "invalid_syntax");
+    assert!(errors["silp_validate"]["structured"]["span"].is_array(), "{errors}");
+    assert_eq!(errors["silp_hash"]["structured"]["code"], "invalid_arguments");
+    assert!(errors["silp_hash"]["text"].as_str().unwrap().contains("must be an object"), "{errors}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_endpoint_asks_for_the_bearer_token_that_nlip_asks_for() {
+    let names = Names::new("mcp-auth");
+    let dir = broker::temp_dir("mcp-auth");
+    let config = gateway::config(&names, &dir.join("store"), false, 30_000, "")
+        .replace("plain = true\n", "plain = true\ntokens = [\"sesame\"]\n");
+    let daemon = gateway::start(&config, &dir, false).await;
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let (status, answer) = post(&daemon.http, "/mcp", ping).await;
+    assert_eq!(status, 401, "{answer}");
+    let (status, answer) = post_with(&daemon.http, "/mcp", ping, "Authorization: Bearer sesame\r\n").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+}
+
+/// One POST with extra header lines, on a fresh connection, bounded.
+async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(gateway::LONG, stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within the bound")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
 }

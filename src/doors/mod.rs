@@ -9,6 +9,7 @@ pub mod auth;
 pub mod http;
 pub mod limit;
 pub mod listener;
+pub mod mcp;
 pub mod stream;
 pub mod tls;
 pub mod ws;
