@@ -55,6 +55,11 @@ fn free_port() -> u16 {
 
 /// silpgate without a broker, its HTTP door routing everything to `agent` (none: no routes).
 async fn gateway_for(test: &str, agent: &str, reply_timeout_ms: u64) -> Daemon {
+    gateway_from(test, agent, "http", reply_timeout_ms).await
+}
+
+/// silpgate without a broker, routing what comes from `source` to `agent`.
+async fn gateway_from(test: &str, agent: &str, source: &str, reply_timeout_ms: u64) -> Daemon {
     let names = Names::new(test);
     let dir = broker::temp_dir(test);
     let rest = if agent.is_empty() {
@@ -67,7 +72,7 @@ name = "to-agent"
 destination = "agent"
 mode = "encode"
 [routes.match]
-source = "http"
+source = "{source}"
 "#
         )
     };
@@ -313,6 +318,16 @@ async fn the_mcp_endpoint_asks_for_the_bearer_token_that_nlip_asks_for() {
     let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let (status, answer) = post(&daemon.http, "/mcp", ping).await;
     assert_eq!(status, 401, "{answer}");
+    let send =
+        br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[{"text":"hi"}]}}}"#;
+    let (status, answer) = post(&daemon.http, "/a2a", send).await;
+    assert_eq!(status, 401, "the A2A door asks for the token too: {answer}");
+    let (status, card) = daemon.get("/.well-known/agent-card.json");
+    assert_eq!(status, 200, "the card is public: {card}");
+    assert!(
+        card.contains(r#""securitySchemes":{"bearer""#),
+        "the card says a bearer token is needed: {card}"
+    );
     let (status, answer) = post_with(&daemon.http, "/mcp", ping, "Authorization: Bearer sesame\r\n").await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
@@ -336,4 +351,77 @@ async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, 
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
     let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
     (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_sdk_client_reaches_an_a2a_agent_through_silpgates_front_door() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_from("a2a-front", &a2a_agent(agent.port), "a2a", 30_000).await;
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let ir = ir_request(3, "unused")["content"].to_string();
+    let mut client = Command::new(&python);
+    client
+        .arg(format!("{}/tests/interop/a2a_client.py", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!("http://{}", daemon.http))
+        .arg(ir);
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the A2A client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    let card = &seen["card"];
+    assert_eq!(card["name"], "silpgate-test", "{card}");
+    assert_eq!(card["supportedInterfaces"][0]["url"], format!("http://{}/a2a", daemon.http), "{card}");
+    assert_eq!(card["skills"][0]["id"], "to-agent", "the routes are the skills: {card}");
+    // The IR went in as a data part, reached the agent as SILP code, and the agent's code
+    // answer came back as the IR, in the client's context.
+    let answer = &seen["ir_answer"][0]["message"];
+    assert_eq!(answer["contextId"], "front-ctx-1", "{seen}");
+    assert_eq!(answer["role"], "ROLE_AGENT", "{seen}");
+    let part = &answer["parts"][0];
+    assert_eq!(part["metadata"]["nlip"]["subformat"], "silp-ir", "{seen}");
+    assert_eq!(part["data"]["intent"], "!BOOK", "{seen}");
+    assert_eq!(order_in(&part["data"].to_string()), Some(3), "{seen}");
+    // The agent's failed task reaches the client as a failed task with the agent's words.
+    let task = &seen["fail_answer"][0]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{seen}");
+    assert_eq!(task["contextId"], "front-ctx-2", "{seen}");
+    let text = task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("a2a_task_failed") && text.contains("the warehouse is on fire"), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_door_refuses_what_it_cannot_take_with_a2a_errors() {
+    let daemon = gateway_from("a2a-door-errors", "", "a2a", 30_000).await;
+    let call = |body: &'static str, version: &'static str| {
+        let http = daemon.http.clone();
+        async move { post_with(&http, "/a2a", body.as_bytes(), version).await }
+    };
+    let (_, old) =
+        call(r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{}}"#, "A2A-Version: 0.3\r\n").await;
+    assert_eq!(old["error"]["code"], -32009, "{old}");
+    let (_, empty) =
+        call(r#"{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{"message":{"parts":[]}}}"#, "")
+            .await;
+    assert_eq!(empty["error"]["code"], -32602, "{empty}");
+    let (_, bad) = call(
+        r#"{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{"message":{"parts":[{"raw":"%%"}]}}}"#,
+        "",
+    )
+    .await;
+    assert!(
+        bad["error"]["message"].as_str().unwrap().contains("params.message.parts[0]: raw is not base64"),
+        "{bad}"
+    );
+    let (_, task) = call(r#"{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"x"}}"#, "").await;
+    assert_eq!(task["error"]["code"], -32001, "{task}");
+    // No route takes it: the message is rejected, with silpgate's error as the status message.
+    let (status, rejected) = call(r#"{"jsonrpc":"2.0","id":5,"method":"SendMessage","params":{"message":{"contextId":"c","parts":[{"text":"hi"}]}}}"#, "").await;
+    assert_eq!(status, 200, "{rejected}");
+    assert_eq!(rejected["result"]["task"]["status"]["state"], "TASK_STATE_REJECTED", "{rejected}");
+    assert_eq!(
+        rejected["result"]["task"]["status"]["message"]["parts"][1]["data"]["code"], "no_route",
+        "{rejected}"
+    );
+    assert_eq!(rejected["id"], 5);
 }

@@ -32,6 +32,7 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
         .merge(super::mcp::router())
+        .merge(super::a2a::router())
         .merge(observability(front.clone()))
         .fallback(not_found)
         .with_state(front)

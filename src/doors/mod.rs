@@ -4,6 +4,7 @@
 //! the encoding the request came in. [`stream`] is the same door turned around: silpgate
 //! connects to an upstream WebSocket server and takes the messages it sends.
 
+pub mod a2a;
 pub mod amqp;
 pub mod auth;
 pub mod http;

@@ -9,7 +9,9 @@
 //! - The conversation token is the A2A `contextId`; the message's `messagetype`, when set, is
 //!   `metadata.nlip.messagetype`. Other tokens (authentication) never leave silpgate.
 //! - An answer's parts map back the same way; a part without `metadata.nlip` is read as
-//!   `text`/`english`, `structured`/`json`, `binary`/its media type, or `location`/`uri`.
+//!   `text`/`english`, `structured`/`json`, `binary`/its media type, or `location`/`uri`,
+//!   except a SILP part: one whose `metadata.silp_encoding` names its encoding, or a `data`
+//!   part holding an IR (an object with `silp` and `intent`), is `structured`/`silp-*`.
 
 use crate::nlip::{Content, Format, Message, Submessage};
 use base64::Engine;
@@ -125,6 +127,20 @@ fn submessage(part: &Value, path: &str) -> Result<Submessage, MapError> {
         return Err(bad("a part has none of text, data, raw, url"));
     };
     let mut sub = Submessage::new(format, subformat, content);
+    // A SILP part says so in `silp_encoding`; a data part holding an IR is one without saying.
+    let encoding = object.get("metadata").and_then(|m| m.get("silp_encoding")).and_then(Value::as_str);
+    let holds_ir = |c: &Content| matches!(c, Content::Json(Value::Object(o)) if o.contains_key("silp") && o.contains_key("intent"));
+    let silp = match encoding {
+        Some("code") => Some("silp-code"),
+        Some("json") => Some("silp-json"),
+        Some("ir") => Some("silp-ir"),
+        _ if holds_ir(&sub.content) => Some("silp-ir"),
+        _ => None,
+    };
+    if let Some(subformat) = silp {
+        sub.format = Format::Structured;
+        subformat.clone_into(&mut sub.subformat);
+    }
     // What the sender said this part is in NLIP wins over the defaults above.
     if let Some(nlip) = object.get("metadata").and_then(|m| m.get("nlip")) {
         if let Some(format) = nlip.get("format").and_then(Value::as_str).and_then(Format::parse) {
@@ -273,6 +289,16 @@ mod tests {
         assert!(envelope(&[json!(7)], "p").is_err());
         assert!(envelope(&[json!({"nothing": 1})], "p").is_err());
         assert_eq!(envelope(&[], "p").unwrap(), Message::text(""));
+        let silp = envelope(
+            &[
+                json!({"data": {"silp": "v1", "intent": "x"}}),
+                json!({"text": "a(b)", "metadata": {"silp_encoding": "code"}}),
+            ],
+            "p",
+        )
+        .unwrap();
+        assert_eq!((silp.format, silp.subformat.as_str()), (Format::Structured, "silp-ir"));
+        assert_eq!(silp.submessages()[0].subformat, "silp-code");
     }
 
     #[test]
