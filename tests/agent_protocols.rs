@@ -425,3 +425,40 @@ async fn the_a2a_door_refuses_what_it_cannot_take_with_a2a_errors() {
     );
     assert_eq!(rejected["id"], 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_check_reads_a2a_cards_and_mcp_tool_lists() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let tools = PythonServer::start("mcp_tool.py");
+    let dir = broker::temp_dir("agents-check-protocols");
+    let mcp = |name: &str, tool: &str| {
+        format!(
+            "[[agents]]\nname = \"{name}\"\nprotocol = \"mcp\"\nfrontends = []\nurl = \"http://127.0.0.1:{}/mcp\"\ntool = \"{tool}\"\n",
+            tools.port
+        )
+    };
+    let config = format!(
+        "[[agents]]\nname = \"a2a-agent\"\nprotocol = \"a2a\"\nfrontends = []\nurl = \"http://127.0.0.1:{}\"\n{}{}",
+        agent.port,
+        mcp("mcp-plan", "plan"),
+        mcp("mcp-missing", "missing"),
+    );
+    let path = dir.join("agents.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut check = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    check.args(["agents", "check", "--config"]).arg(&path);
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(check, gateway::LONG))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "one agent is unreachable: {text}");
+    let line = |name: &str| text.lines().find(|l| l.contains(name)).unwrap_or_default().to_owned();
+    let a2a = line("a2a-agent");
+    assert!(a2a.starts_with("ok") && a2a.contains("a2a"), "{text}");
+    assert!(a2a.contains("card 'test-a2a-agent'") && a2a.contains("skills echo"), "{text}");
+    let plan = line("mcp-plan");
+    assert!(plan.starts_with("ok") && plan.contains("takes the SILP wrapper"), "{text}");
+    let missing = line("mcp-missing");
+    assert!(missing.starts_with("unreachable") && missing.contains("tool 'missing' is not listed"), "{text}");
+    assert!(missing.contains("plan") && missing.contains("broken"), "the listed tools are named: {text}");
+}
