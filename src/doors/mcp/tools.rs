@@ -41,7 +41,9 @@ pub fn list() -> Value {
     let whitelist = json!({"type": "boolean", "default": true, "description": "refuse verbs outside the draft's whitelist"});
     let report = json!({"type": "object", "properties": {
         "valid": {"type": "boolean"}, "errors": {"type": "array", "items": {"type": "string"}},
-        "warnings": {"type": "array", "items": {"type": "string"}}}, "required": ["valid", "errors", "warnings"]});
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "warning_revisions": {"type": "array", "items": {"type": "string"}, "description": "the draft revision each warning comes from"}},
+        "required": ["valid", "errors", "warnings", "warning_revisions"]});
     json!([
         {
             "name": "silp_compile",
@@ -94,7 +96,8 @@ pub fn call(name: &str, arguments: &Map<String, Value>) -> Option<Result<Value, 
 fn compile(arguments: &Map<String, Value>) -> Result<Value, ToolError> {
     let ir = schema::parse_ir(&ir_of(arguments)?).map_err(ToolError::Silp)?;
     let frontend = frontend_of(arguments)?;
-    let report = validate::validate(&ir, rules_of(arguments)?);
+    let mut report = validate::validate(&ir, rules_of(arguments)?);
+    report.warnings.extend(silp::draft02::warnings(&ir));
     if !report.valid {
         let message = format!("IR is not valid: {}", report.errors.join("; "));
         return Err(ToolError::Silp(SilpError::new(ErrorCode::DecodeFailed, message)));
@@ -114,8 +117,17 @@ fn decode(arguments: &Map<String, Value>) -> Result<Value, ToolError> {
 }
 
 fn validate(arguments: &Map<String, Value>) -> Result<Value, ToolError> {
-    let report = validate::validate_value(&ir_of(arguments)?, rules_of(arguments)?);
-    serde_json::to_value(&report).map_err(|e| ToolError::Arguments(e.to_string()))
+    let value = ir_of(arguments)?;
+    let mut report = validate::validate_value(&value, rules_of(arguments)?);
+    if report.valid
+        && let Ok(ir) = schema::parse_ir(&value)
+    {
+        report.warnings.extend(silp::draft02::warnings(&ir));
+    }
+    let revisions: Vec<&str> = report.warnings.iter().map(|w| silp::draft02::revision_of(w)).collect();
+    let mut shown = serde_json::to_value(&report).map_err(|e| ToolError::Arguments(e.to_string()))?;
+    shown["warning_revisions"] = json!(revisions);
+    Ok(shown)
 }
 
 fn hash(arguments: &Map<String, Value>) -> Result<Value, ToolError> {
