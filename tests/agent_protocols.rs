@@ -309,7 +309,7 @@ async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_e
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_mcp_endpoint_asks_for_the_bearer_token_that_nlip_asks_for() {
+async fn the_mcp_and_a2a_endpoints_ask_for_the_token_and_refuse_foreign_origins() {
     let names = Names::new("mcp-auth");
     let dir = broker::temp_dir("mcp-auth");
     let config = gateway::config(&names, &dir.join("store"), false, 30_000, "")
@@ -331,6 +331,12 @@ async fn the_mcp_endpoint_asks_for_the_bearer_token_that_nlip_asks_for() {
     let (status, answer) = post_with(&daemon.http, "/mcp", ping, "Authorization: Bearer sesame\r\n").await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    // A web page of another origin may not drive either endpoint, token or not.
+    let page = "Authorization: Bearer sesame\r\nOrigin: http://evil.example\r\n";
+    let (status, answer) = post_with(&daemon.http, "/mcp", ping, page).await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = post_with(&daemon.http, "/a2a", send, page).await;
+    assert_eq!(status, 403, "{answer}");
 }
 
 /// One POST with extra header lines, on a fresh connection, bounded.

@@ -6,8 +6,8 @@
 //! answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
 //! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
 //! NLIP error, its status message carrying the error. silpgate keeps no tasks: `GetTask` and `CancelTask` answer TaskNotFound,
-//! streaming is not offered. Bearer tokens and the per-client rate limit apply as on `/nlip`;
-//! the card is public, as discovery needs.
+//! streaming is not offered. Bearer tokens, the per-client rate limit and the `Origin` check
+//! apply as on `/mcp`; the card is public, as discovery needs.
 
 use super::http::{Denied, authenticate};
 use super::{Answer, Front};
@@ -93,6 +93,9 @@ async fn post_a2a(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    if super::mcp::foreign_origin(&front, &headers) {
+        return reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, super::mcp::FOREIGN_ORIGIN));
+    }
     let identity = match authenticate(&front, &headers, peer) {
         Ok(identity) => identity,
         Err(denied) => return denied.into_response(),

@@ -3,7 +3,8 @@
 //! SILP with it. The server is stateless: it assigns no session, answers every request with
 //! one JSON body (`application/json`, which the transport allows instead of an SSE stream),
 //! and offers no server-initiated stream (`GET` is 405). Notifications are accepted with 202.
-//! Bearer tokens and the per-client rate limit apply as on `/nlip`.
+//! Bearer tokens and the per-client rate limit apply as on `/nlip`; a request carrying an
+//! `Origin` not in `http.allowed_origins` is refused with 403.
 //!
 //! Methods: `initialize`, `ping`, `tools/list`, `tools/call` ([`tools`]); any other is JSON-RPC
 //! -32601. A body that is not a JSON-RPC request is -32700 or -32600; an unknown tool -32602.
@@ -40,6 +41,9 @@ async fn post_mcp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    if foreign_origin(&front, &headers) {
+        return reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, FOREIGN_ORIGIN));
+    }
     let identity = match authenticate(&front, &headers, peer) {
         Ok(identity) => identity,
         Err(denied) => return denied.into_response(),
@@ -60,6 +64,18 @@ async fn post_mcp(
         // A notification or a response: nothing to answer.
         None => StatusCode::ACCEPTED.into_response(),
     }
+}
+
+/// Why a request from a browser page of another origin is refused.
+pub(super) const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page may not drive this endpoint";
+
+/// True for a request from a browser page whose origin is not in `http.allowed_origins`: the
+/// MCP transport asks servers to check `Origin`, so that a page cannot reach a server on the
+/// visitor's machine (DNS rebinding). Programs send no `Origin` and are not affected.
+pub(super) fn foreign_origin(front: &Front, headers: &HeaderMap) -> bool {
+    headers.get(header::ORIGIN).is_some_and(|origin| {
+        !origin.to_str().is_ok_and(|o| front.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)))
+    })
 }
 
 fn reply(status: StatusCode, body: &Value) -> Response {
