@@ -157,7 +157,7 @@ async fn a_task_that_outlives_the_reply_timeout_is_answered_with_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_and_rejected_a2a_tasks_are_nlip_errors_with_their_codes_and_words() {
+async fn failed_rejected_and_input_wanting_a2a_tasks_are_nlip_errors_with_their_codes_and_words() {
     let agent = PythonServer::start("a2a_agent.py");
     let daemon = gateway_for("a2a-fail", &a2a_agent(agent.port), 30_000).await;
     let (_, failed) = post(&daemon.http, "/nlip", &text_request("fail now", "fail-1")).await;
@@ -168,6 +168,9 @@ async fn failed_and_rejected_a2a_tasks_are_nlip_errors_with_their_codes_and_word
     let (_, rejected) = post(&daemon.http, "/nlip", &text_request("reject this", "fail-2")).await;
     assert_eq!(error_code(&rejected), "a2a_task_rejected", "{rejected}");
     assert!(rejected["content"].as_str().unwrap().contains("not my job"), "{rejected}");
+    let (_, asked) = post(&daemon.http, "/nlip", &text_request("ask first", "fail-3")).await;
+    assert_eq!(error_code(&asked), "a2a_input_required", "{asked}");
+    assert!(asked["content"].as_str().unwrap().contains("which warehouse?"), "{asked}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@ What it does depends on the first text it receives (its SILP-aware part reads th
   artifact;
 - a text starting with "fail": a task that fails with a status message;
 - a text starting with "reject": a task that is rejected;
+- a text starting with "ask": a task that wants input (and so never completes here);
 - anything else: an immediate Message. A part whose metadata says it is SILP code
   `verb(argument)` is answered with SILP code `book(argument)`; plain text is echoed back as
   "echo: <text> (context <the request's contextId>)".
@@ -55,7 +56,7 @@ class Agent(AgentExecutor):
         message = context.message
         texts = [p.text for p in message.parts if p.HasField("text")]
         first = texts[0] if texts else ""
-        if first.startswith(("slow", "fail", "reject")):
+        if first.startswith(("slow", "fail", "reject", "ask")):
             task = context.current_task or new_task_from_user_message(message)
             await event_queue.enqueue_event(task)
             updater = TaskUpdater(event_queue, task.id, task.context_id)
@@ -66,6 +67,8 @@ class Agent(AgentExecutor):
                 await updater.complete()
             elif first.startswith("fail"):
                 await updater.failed(updater.new_agent_message([new_text_part("the warehouse is on fire")]))
+            elif first.startswith("ask"):
+                await updater.requires_input(updater.new_agent_message([new_text_part("which warehouse?")]))
             else:
                 await updater.reject(updater.new_agent_message([new_text_part("not my job")]))
             return
