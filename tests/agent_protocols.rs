@@ -471,3 +471,18 @@ async fn agents_check_reads_a2a_cards_and_mcp_tool_lists() {
     assert!(missing.starts_with("unreachable") && missing.contains("tool 'missing' is not listed"), "{text}");
     assert!(missing.contains("plan") && missing.contains("broken"), "the listed tools are named: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_rpc_error_from_an_mcp_tool_refuses_the_message_with_the_tools_words() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-strict", &mcp_agent(tool.port, "strict"), 30_000).await;
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("plain words", "mcp-strict-1")).await;
+    assert_eq!(status, 400, "a refusal is not worth retrying: {answer}");
+    assert_eq!(error_code(&answer), "mcp_refused", "{answer}");
+    assert!(answer["content"].as_str().unwrap().contains("strict takes SILP code, not natural"), "{answer}");
+    // The session survives a refusal: the next call on it is answered.
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(6, "mcp-strict-2").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"]["result"], "cancel(order6)", "the tool took the code: {answer}");
+}

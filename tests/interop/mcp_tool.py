@@ -10,7 +10,9 @@ Tools:
   encoding it saw;
 - `inspect(silp_encoding, silp_payload, priority)`: answers what it was given, as structured
   content (not a SILP wrapper);
-- `broken(silp_encoding, silp_payload)`: always fails, so the result has isError.
+- `broken(silp_encoding, silp_payload)`: always fails, so the result has isError;
+- `strict(silp_encoding, silp_payload)`: refuses anything but SILP code with a JSON-RPC error
+  (invalid params), as a tool whose contract is violated does.
 """
 
 import re
@@ -19,6 +21,7 @@ import sys
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 server = MCPServer("test-mcp-tools")
@@ -57,6 +60,13 @@ def inspect(silp_encoding: str, silp_payload: str, priority: str = "none") -> Se
 @server.tool(description="Always fails")
 def broken(silp_encoding: str, silp_payload: str) -> str:
     raise ToolError(f"cannot handle {silp_encoding} payloads today")
+
+
+@server.tool(description="Takes SILP code only")
+def strict(silp_encoding: str, silp_payload: str) -> str:
+    if silp_encoding != "code":
+        raise MCPError(-32602, f"strict takes SILP code, not {silp_encoding}")
+    return silp_payload
 
 
 if __name__ == "__main__":
