@@ -8,6 +8,11 @@
 //!
 //! Methods: `initialize`, `ping`, `tools/list`, `tools/call` ([`tools`]); any other is JSON-RPC
 //! -32601. A body that is not a JSON-RPC request is -32700 or -32600; an unknown tool -32602.
+//!
+//! The server is written here rather than taken from `rmcp` (which silpgate uses as its MCP
+//! client): rmcp's server side brings its `server` feature (schemars and derive macros) and
+//! its own session manager and tower service, while this endpoint must sit in the door's router
+//! behind its token, rate-limit and origin checks, and four stateless tools need no session.
 
 pub mod tools;
 
