@@ -382,6 +382,10 @@ async fn an_a2a_sdk_client_reaches_an_a2a_agent_through_silpgates_front_door() {
     assert_eq!(card["name"], "silpgate-test", "{card}");
     assert_eq!(card["supportedInterfaces"][0]["url"], format!("http://{}/a2a", daemon.http), "{card}");
     assert_eq!(card["skills"][0]["id"], "to-agent", "the routes are the skills: {card}");
+    assert_eq!(
+        card["capabilities"]["streaming"], true,
+        "so the SDK sent the IR with SendStreamingMessage: {card}"
+    );
     // The IR went in as a data part, reached the agent as SILP code, and the agent's code
     // answer came back as the IR, in the client's context.
     let answer = &seen["ir_answer"][0]["message"];
@@ -423,6 +427,12 @@ async fn the_a2a_door_refuses_what_it_cannot_take_with_a2a_errors() {
         "{bad}"
     );
     let (_, task) = call(r#"{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"x"}}"#, "").await;
+    let (_, stream_refused) =
+        call(r#"{"jsonrpc":"2.0","id":6,"method":"SendStreamingMessage","params":{}}"#, "").await;
+    assert_eq!(
+        stream_refused["error"]["code"], -32602,
+        "bad params are a plain JSON-RPC error: {stream_refused}"
+    );
     assert_eq!(task["error"]["code"], -32001, "{task}");
     // No route takes it: the message is rejected, with silpgate's error as the status message.
     let (status, rejected) = call(r#"{"jsonrpc":"2.0","id":5,"method":"SendMessage","params":{"message":{"contextId":"c","parts":[{"text":"hi"}]}}}"#, "").await;

@@ -5,9 +5,10 @@
 //! the routes send it, and the answer comes back as the A2A response: a Message when the
 //! answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
 //! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
-//! NLIP error, its status message carrying the error. silpgate keeps no tasks: `GetTask` and `CancelTask` answer TaskNotFound,
-//! streaming is not offered. Bearer tokens, the per-client rate limit and the `Origin` check
-//! apply as on `/mcp`; the card is public, as discovery needs.
+//! NLIP error, its status message carrying the error. `SendStreamingMessage` is answered with
+//! one server-sent event holding that same response. silpgate keeps no tasks: `GetTask` and
+//! `CancelTask` answer TaskNotFound. Bearer tokens, the per-client rate limit and the `Origin`
+//! check apply as on `/mcp`; the card is public, as discovery needs.
 
 use super::http::{Denied, authenticate};
 use super::{Answer, Front};
@@ -27,7 +28,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// JSON-RPC error codes of A2A 1.0.
 const TASK_NOT_FOUND: i64 = -32001;
-const UNSUPPORTED_OPERATION: i64 = -32004;
 const VERSION_NOT_SUPPORTED: i64 = -32009;
 
 /// Ids of the tasks and messages this door writes: unique within the process.
@@ -59,7 +59,7 @@ async fn card(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
         "description": "silpgate: an NLIP gateway that carries SILP payloads between agents",
         "version": env!("CARGO_PKG_VERSION"),
         "supportedInterfaces": [{"url": format!("{scheme}://{host}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": VERSION}],
-        "capabilities": {"streaming": false, "pushNotifications": false, "extensions": [{
+        "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{
             "uri": "https://datatracker.ietf.org/doc/draft-hwang-silp-protocol/",
             "description": "SILP payloads: a text part with metadata.silp_encoding = code, or a data part holding the IR; metadata.nlip names a part's NLIP format and subformat",
             "required": false,
@@ -126,19 +126,30 @@ async fn post_a2a(
     }
     let body = match request.get("method").and_then(Value::as_str) {
         None => error(id, -32600, "a request is one JSON-RPC object with a method"),
-        Some("SendMessage") => match send_message(&front, &headers, request.get("params")).await {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(why) => error(id, -32602, &why),
-        },
+        Some(method @ ("SendMessage" | "SendStreamingMessage")) => {
+            match send_message(&front, &headers, request.get("params")).await {
+                // The stream is the one final answer: silpgate sends no interim task events.
+                Ok(result) if method == "SendStreamingMessage" => {
+                    return event_stream(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+                }
+                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                Err(why) => error(id, -32602, &why),
+            }
+        }
         Some("GetTask" | "CancelTask" | "SubscribeToTask") => {
             error(id, TASK_NOT_FOUND, "silpgate keeps no tasks: every answer comes with SendMessage")
-        }
-        Some("SendStreamingMessage") => {
-            error(id, UNSUPPORTED_OPERATION, "streaming is not offered; use SendMessage")
         }
         Some(method) => error(id, -32601, &format!("method '{method}' is not served here")),
     };
     reply(StatusCode::OK, &body)
+}
+
+/// A `SendStreamingMessage` answer: one server-sent event holding the JSON-RPC response.
+fn event_stream(response: &Value) -> Response {
+    let mut out = Response::new(Body::from(format!("data: {response}\n\n")));
+    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    out.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out
 }
 
 /// One `SendMessage`: the result (`{"message"}` or `{"task"}`), or why its params are refused.
