@@ -177,9 +177,9 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Connectors for the configured agents: WebSocket for those with a `ws://` or `wss://`
-    /// `url`, HTTP for the other `url`s, AMQP for the rest (through `broker`, the AMQP side's
-    /// link, when there is one). WebSocket agents hand their answers to `answers`; they start
+    /// Connectors for the configured agents: A2A and MCP for those whose `protocol` says so,
+    /// else WebSocket for those with a `ws://` or `wss://` `url`, HTTP for the other `url`s,
+    /// AMQP for the rest (through `broker`, the AMQP side's link, when there is one). WebSocket agents hand their answers to `answers`; they start
     /// connecting at once, so this must run inside the runtime.
     pub fn new(
         config: &Config,
