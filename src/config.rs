@@ -596,6 +596,29 @@ pub struct AgentConfig {
     /// every hop that leaves the machine). Default false.
     #[serde(default)]
     pub plain: bool,
+    /// The protocol the agent speaks at `url`: `nlip` (the default), `a2a` (an A2A 1.0 agent;
+    /// `url` is its base URL, where its agent card is) or `mcp` (an MCP server on streamable
+    /// HTTP; `url` is its endpoint and `tool` the tool each envelope calls).
+    #[serde(default)]
+    pub protocol: AgentProtocol,
+    /// The MCP tool each envelope calls. Only for `protocol = "mcp"`, where it is required.
+    pub tool: Option<String>,
+    /// Fixed arguments of every MCP tool call, next to the SILP wrapper (`silp_encoding`,
+    /// `silp_payload`). Only for `protocol = "mcp"`. Default: none.
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The protocol an agent speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentProtocol {
+    /// NLIP envelopes (AMQP, HTTP or WebSocket, by `url`).
+    #[default]
+    Nlip,
+    /// A2A 1.0, JSON-RPC binding.
+    A2a,
+    /// MCP, streamable HTTP transport.
+    Mcp,
 }
 
 impl AgentConfig {
@@ -891,6 +914,7 @@ impl Config {
                     agent.name
                 )));
             }
+            check_agent_protocol(agent)?;
             if agent.encoding.is_some() && !agent.is_websocket() {
                 return Err(ConfigError::Invalid(format!(
                     "agent '{}': encoding is for ws:// and wss:// agents; use content_type",
@@ -962,6 +986,32 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// An A2A or MCP agent needs an `http(s)://` URL (and MCP a tool); `tool` and `arguments`
+/// belong to MCP agents only.
+fn check_agent_protocol(agent: &AgentConfig) -> Result<(), ConfigError> {
+    let invalid = |why: &str| Err(ConfigError::Invalid(format!("agent '{}': {why}", agent.name)));
+    let http_url = agent.url.as_deref().is_some_and(|u| !is_websocket_url(u));
+    match agent.protocol {
+        AgentProtocol::Nlip => {}
+        AgentProtocol::A2a | AgentProtocol::Mcp if !http_url => {
+            return invalid("protocol = 'a2a' or 'mcp' needs an http:// or https:// url");
+        }
+        AgentProtocol::Mcp if agent.tool.as_deref().is_none_or(|t| t.trim().is_empty()) => {
+            return invalid("protocol = 'mcp' needs tool, the name of the tool each envelope calls");
+        }
+        AgentProtocol::A2a | AgentProtocol::Mcp => {}
+    }
+    if agent.protocol != AgentProtocol::Mcp && (agent.tool.is_some() || agent.arguments.is_some()) {
+        return invalid("tool and arguments are for protocol = 'mcp' agents");
+    }
+    if let Some(arguments) = &agent.arguments
+        && (arguments.contains_key("silp_encoding") || arguments.contains_key("silp_payload"))
+    {
+        return invalid("arguments may not set silp_encoding or silp_payload: silpgate writes them");
+    }
+    Ok(())
 }
 
 /// An agent URL must be http(s) or ws(s), and plain HTTP or WebSocket may not leave the

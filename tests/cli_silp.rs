@@ -212,3 +212,22 @@ fn config_check_never_echoes_the_value_of_an_environment_override() {
         assert!(!err.contains("s3cr3t"), "{var}: the value was echoed: {err}");
     }
 }
+
+#[test]
+fn validate_names_the_draft_revision_of_each_warning_and_warns_on_undefined_seq_keywords() {
+    let parallel = CASE2.replace(r#""seq":[]"#, r#""seq":["act","parallel"]"#);
+    let o = silpgate(&["silp", "validate"], &parallel);
+    assert_eq!(o.status.code(), Some(0), "a warning does not make the IR invalid");
+    let report: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON report");
+    let warnings = report["warnings"].as_array().unwrap();
+    let revisions = report["warning_revisions"].as_array().unwrap();
+    assert_eq!(warnings.len(), revisions.len(), "{report}");
+    assert_eq!(revisions[0], "draft-00", "the double negative is -00's rule: {report}");
+    let last = warnings.last().unwrap().as_str().unwrap();
+    assert!(last.starts_with("draft-02 §3.6: meta.seq names 'parallel'"), "{report}");
+    assert!(last.contains("nothing runs in parallel or is reordered"), "{report}");
+    assert_eq!(revisions.last().unwrap(), "draft-02");
+    let o = silpgate(&["silp", "validate"], &CASE2.replace(r#""seq":[]"#, r#""seq":["sequential"]"#));
+    let report: Value = serde_json::from_str(stdout(&o).trim_end()).expect("JSON report");
+    assert!(!report.to_string().contains("draft-02"), "sequential is what seq means: {report}");
+}

@@ -7,13 +7,19 @@
 //!   failure, a timeout or a 5xx means reachable.
 //! - WebSocket: the upgrade, then a `//ping` frame; the agent's answer, if it gives one
 //!   within `timeout_ms`, names its frontends.
+//! - A2A: the agent card, which must name an A2A 1.0 JSON-RPC interface; the line shows the
+//!   card's name, that interface and the skills.
+//! - MCP: `initialize` and `tools/list`, which must list the agent's `tool`; the line says
+//!   whether the tool's input schema names the SILP wrapper (`silp_encoding`, `silp_payload`).
 //!
 //! One line per agent; exit 1 when any agent is unreachable.
 
 use super::EXIT_INVALID;
-use crate::config::{AgentConfig, Config};
+use crate::config::{AgentConfig, AgentProtocol, Config};
 use crate::connectors::DeliveryError;
+use crate::connectors::a2a::A2aAgent;
 use crate::connectors::http::HttpAgent;
+use crate::connectors::mcp::McpAgent;
 use crate::connectors::ws::{Dialer, frame_of, message_of};
 use crate::nlip::{self, Encoding, Message};
 use clap::Subcommand;
@@ -78,6 +84,8 @@ pub fn run(command: AgentsCommand) -> ExitCode {
 async fn check(config: &Config, agent: &AgentConfig) -> Reach {
     let timeout = Duration::from_millis(agent.timeout_ms.max(1));
     let (transport, result) = match &agent.url {
+        _ if agent.protocol == AgentProtocol::A2a => ("a2a", check_a2a(config, agent).await),
+        _ if agent.protocol == AgentProtocol::Mcp => ("mcp", check_mcp(agent).await),
         None => ("amqp", check_amqp(config, agent, timeout).await),
         Some(_) if agent.is_websocket() => ("websocket", check_ws(config, agent, timeout).await),
         Some(_) => ("http", check_http(config, agent).await),
@@ -187,6 +195,46 @@ async fn check_http(config: &Config, agent: &AgentConfig) -> Result<String, Stri
         }
         Err(DeliveryError::Unavailable { code, detail, .. }) => Err(format!("{shown}: {code}: {detail}")),
     }
+}
+
+async fn check_a2a(config: &Config, agent: &AgentConfig) -> Result<String, String> {
+    let reply_timeout = Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
+    let client = A2aAgent::new(agent, reply_timeout).map_err(|e| e.to_string())?;
+    let card = client.card().await.map_err(|e| e.to_string())?;
+    let endpoint = A2aAgent::jsonrpc_url(&card).map_err(|why| format!("agent card: {why}"))?;
+    let name = card.get("name").and_then(Value::as_str).unwrap_or("(unnamed)");
+    let skills: Vec<&str> = card
+        .get("skills")
+        .and_then(Value::as_array)
+        .map(|s| s.iter().filter_map(|s| s.get("id").and_then(Value::as_str)).collect())
+        .unwrap_or_default();
+    let streaming = card.pointer("/capabilities/streaming").and_then(Value::as_bool).unwrap_or(false);
+    let mut endpoint = endpoint;
+    let _ = endpoint.set_username("");
+    let _ = endpoint.set_password(None);
+    Ok(format!(
+        "card '{name}', JSON-RPC {endpoint}, skills {}; streaming {}",
+        if skills.is_empty() { "-".to_owned() } else { skills.join(",") },
+        if streaming { "yes" } else { "no" }
+    ))
+}
+
+async fn check_mcp(agent: &AgentConfig) -> Result<String, String> {
+    let client = McpAgent::new(agent).map_err(|e| e.to_string())?;
+    let tools = client.tools().await.map_err(|e| e.to_string())?;
+    let wanted = agent.tool.as_deref().unwrap_or_default();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect();
+    let Some(tool) = tools.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(wanted)) else {
+        return Err(format!("tool '{wanted}' is not listed (the server lists {})", names.join(",")));
+    };
+    let properties = tool.pointer("/inputSchema/properties");
+    let takes = |field: &str| properties.and_then(|p| p.get(field)).is_some();
+    let wrapper = if takes("silp_encoding") && takes("silp_payload") {
+        "its input schema takes the SILP wrapper"
+    } else {
+        "its input schema names no silp_encoding/silp_payload (the tool may refuse them)"
+    };
+    Ok(format!("tool '{wanted}' listed among {} tools; {wrapper}", names.len()))
 }
 
 async fn check_ws(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {

@@ -116,13 +116,26 @@ pub fn run(command: SilpCommand) -> ExitCode {
         }
         SilpCommand::Validate { no_whitelist, file } => {
             let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
-            let report = match silp::parse_json(&text) {
-                Ok(value) => {
-                    validate::validate_value(&value, ValidateOptions { enforce_whitelist: !no_whitelist })
+            let (mut report, ir) = match silp::parse_json(&text) {
+                Ok(value) => (
+                    validate::validate_value(&value, ValidateOptions { enforce_whitelist: !no_whitelist }),
+                    schema::parse_ir(&value).ok(),
+                ),
+                Err(e) => {
+                    (validate::Report { valid: false, errors: vec![e.message], warnings: vec![] }, None)
                 }
-                Err(e) => validate::Report { valid: false, errors: vec![e.message], warnings: vec![] },
             };
-            println!("{}", serde_json::to_string(&report).expect("report serialises"));
+            if report.valid
+                && let Some(ir) = &ir
+            {
+                report.warnings.extend(silp::draft02::warnings(ir));
+            }
+            // Each warning names the draft revision it comes from, in the same order.
+            let revisions: Vec<&str> =
+                report.warnings.iter().map(|w| silp::draft02::revision_of(w)).collect();
+            let mut shown = serde_json::to_value(&report).expect("report serialises");
+            shown["warning_revisions"] = serde_json::json!(revisions);
+            println!("{shown}");
             if report.valid { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INVALID) }
         }
         SilpCommand::Tokens(args) => super::tokens::run(args),
@@ -164,6 +177,7 @@ fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Opt
     }
     let output = silp::compile(&ir, frontend);
     let mut warnings = report.warnings;
+    warnings.extend(silp::draft02::warnings(&ir));
     let Some(store) = lock else { return Ok((output, warnings)) };
     let freeze = Freeze { ir_hash: ir.ir_hash(), frontend, output };
     let changes = Changes { freezes: vec![freeze], ..Changes::default() };

@@ -32,31 +32,7 @@ impl HttpAgent {
         let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
         let raw_url = agent.url.as_deref().unwrap_or_default();
         let url = reqwest::Url::parse(raw_url).map_err(|e| client_error(format!("url: {e}")))?;
-        // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut headers = HeaderMap::new();
-        if let Some(variable) = &agent.token_env {
-            let token = std::env::var(variable).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
-                SetupError::TokenUnset { agent: agent.name.clone(), variable: variable.clone() }
-            })?;
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-                .map_err(|_| client_error(format!("{variable} holds characters a header cannot carry")))?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        let mut builder = reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(Duration::from_millis(agent.timeout_ms.max(1)))
-            .connect_timeout(Duration::from_millis(agent.timeout_ms.clamp(1, 5_000)))
-            .pool_max_idle_per_host(agent.max_in_flight.max(1));
-        if let Some(ca_file) = &agent.ca_file {
-            let pem = std::fs::read(ca_file)
-                .map_err(|e| client_error(format!("cannot read ca_file {}: {e}", ca_file.display())))?;
-            let roots = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| client_error(format!("ca_file {} is not PEM: {e}", ca_file.display())))?;
-            builder = builder.tls_certs_merge(roots);
-        }
-        let client = builder.build().map_err(|e| client_error(format!("HTTP client: {e}")))?;
+        let client = client(agent)?;
         Ok(HttpAgent {
             name: agent.name.clone(),
             url,
@@ -135,18 +111,7 @@ impl HttpAgent {
     }
 
     fn unreachable(&self, error: reqwest::Error) -> DeliveryError {
-        let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
-        // reqwest's text names the URL, which may carry credentials: leave it out. Its causes
-        // (connect, TLS, I/O) name none, and say what went wrong.
-        let error = error.without_url();
-        let mut detail = error.to_string();
-        let mut cause = std::error::Error::source(&error);
-        while let Some(c) = cause {
-            detail.push_str(": ");
-            detail.push_str(&c.to_string());
-            cause = c.source();
-        }
-        DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
+        unreachable(&self.name, error)
     }
 
     /// What an HTTP answer means for the delivery.
@@ -203,8 +168,55 @@ impl Connector for HttpAgent {
     }
 }
 
+/// The HTTP client of an agent reached over HTTP (NLIP, A2A or MCP): its bearer token from
+/// `token_env`, its timeouts, TLS verified against the system's roots plus `ca_file`.
+pub fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
+    let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
+    // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut headers = HeaderMap::new();
+    if let Some(variable) = &agent.token_env {
+        let token = std::env::var(variable).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+            SetupError::TokenUnset { agent: agent.name.clone(), variable: variable.clone() }
+        })?;
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .map_err(|_| client_error(format!("{variable} holds characters a header cannot carry")))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
+    let mut builder = reqwest::Client::builder()
+        .default_headers(headers)
+        .timeout(Duration::from_millis(agent.timeout_ms.max(1)))
+        .connect_timeout(Duration::from_millis(agent.timeout_ms.clamp(1, 5_000)))
+        .pool_max_idle_per_host(agent.max_in_flight.max(1));
+    if let Some(ca_file) = &agent.ca_file {
+        let pem = std::fs::read(ca_file)
+            .map_err(|e| client_error(format!("cannot read ca_file {}: {e}", ca_file.display())))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| client_error(format!("ca_file {} is not PEM: {e}", ca_file.display())))?;
+        builder = builder.tls_certs_merge(roots);
+    }
+    builder.build().map_err(|e| client_error(format!("HTTP client: {e}")))
+}
+
+/// A reqwest failure as a transient delivery failure of `agent`. reqwest's text names the
+/// URL, which may carry credentials: it is left out. Its causes (connect, TLS, I/O) name none,
+/// and say what went wrong.
+pub fn unreachable(agent: &str, error: reqwest::Error) -> DeliveryError {
+    let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
+    let error = error.without_url();
+    let mut detail = error.to_string();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(c) = cause {
+        detail.push_str(": ");
+        detail.push_str(&c.to_string());
+        cause = c.source();
+    }
+    DeliveryError::Unavailable { agent: agent.to_owned(), code, detail }
+}
+
 /// The URL without user name or password, for spans and logs.
-fn redacted(url: &reqwest::Url) -> String {
+pub fn redacted(url: &reqwest::Url) -> String {
     let mut url = url.clone();
     let _ = url.set_username("");
     let _ = url.set_password(None);

@@ -4,6 +4,9 @@
 //! - AMQP ([`amqp`]): the broker confirmed the publish (persistent and mandatory, so an
 //!   unroutable message is a failure); the agent answers later, to silpgate's reply queue.
 //! - HTTP ([`http`]): the agent answered 2xx; the response body is its answer (ECMA-431).
+//! - A2A ([`a2a`]): the agent accepted the message (a Message or a Task came back); its
+//!   answer is the Message, or the Task's result once it ended.
+//! - MCP ([`mcp`]): the tool call returned; its result is the answer.
 //! - WebSocket ([`ws`]): the frame was written to the agent's open socket (ECMA-432); the
 //!   agent answers later on the same socket, and the connector hands each answer to the
 //!   intake's answer path through an [`AnswerSink`].
@@ -11,11 +14,13 @@
 //! Failures carry one disposition: an agent that is down, slow or overloaded is transient
 //! (retried, nothing acknowledged); an agent that refuses the message (4xx) is poison.
 
+pub mod a2a;
 pub mod amqp;
 pub mod http;
+pub mod mcp;
 pub mod ws;
 
-use crate::config::Config;
+use crate::config::{AgentProtocol, Config};
 use crate::gateway::{Disposition, GatewayError, Origin};
 use crate::nlip::{Encoding, Message};
 use futures_util::future::BoxFuture;
@@ -172,9 +177,9 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Connectors for the configured agents: WebSocket for those with a `ws://` or `wss://`
-    /// `url`, HTTP for the other `url`s, AMQP for the rest (through `broker`, the AMQP side's
-    /// link, when there is one). WebSocket agents hand their answers to `answers`; they start
+    /// Connectors for the configured agents: A2A and MCP for those whose `protocol` says so,
+    /// else WebSocket for those with a `ws://` or `wss://` `url`, HTTP for the other `url`s,
+    /// AMQP for the rest (through `broker`, the AMQP side's link, when there is one). WebSocket agents hand their answers to `answers`; they start
     /// connecting at once, so this must run inside the runtime.
     pub fn new(
         config: &Config,
@@ -184,12 +189,19 @@ impl Agents {
         let mut by_name: HashMap<String, Arc<dyn Connector>> = HashMap::new();
         let reply_timeout = std::time::Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
         for agent in &config.agents {
-            let connector: Arc<dyn Connector> = match &agent.url {
-                Some(_) if agent.is_websocket() => {
-                    Arc::new(ws::WsAgent::new(agent, config.nlip.limits(), reply_timeout, answers.clone())?)
-                }
-                Some(_) => Arc::new(http::HttpAgent::new(agent, config.nlip.limits())?),
-                None => Arc::new(amqp::AmqpAgent::new(agent, broker.clone())),
+            let connector: Arc<dyn Connector> = match (&agent.url, agent.protocol) {
+                (_, AgentProtocol::A2a) => Arc::new(a2a::A2aAgent::new(agent, reply_timeout)?),
+                (_, AgentProtocol::Mcp) => Arc::new(mcp::McpAgent::new(agent)?),
+                (url, AgentProtocol::Nlip) => match url {
+                    Some(_) if agent.is_websocket() => Arc::new(ws::WsAgent::new(
+                        agent,
+                        config.nlip.limits(),
+                        reply_timeout,
+                        answers.clone(),
+                    )?),
+                    Some(_) => Arc::new(http::HttpAgent::new(agent, config.nlip.limits())?),
+                    None => Arc::new(amqp::AmqpAgent::new(agent, broker.clone())),
+                },
             };
             by_name.insert(agent.name.clone(), connector);
         }

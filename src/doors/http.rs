@@ -31,6 +31,8 @@ pub fn router(front: Arc<Front>) -> Router {
         .route("/nlip/ws/text", get(super::ws::upgrade_text))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
+        .merge(super::mcp::router())
+        .merge(super::a2a::router())
         .merge(observability(front.clone()))
         .fallback(not_found)
         .with_state(front)

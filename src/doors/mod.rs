@@ -2,13 +2,16 @@
 //! socket message is decoded and handed to the [intake](crate::intake), which takes it through
 //! the core to its agent; the reply route's envelope or the agent's answer is written back in
 //! the encoding the request came in. [`stream`] is the same door turned around: silpgate
-//! connects to an upstream WebSocket server and takes the messages it sends.
+//! connects to an upstream WebSocket server and takes the messages it sends. [`a2a`] lets A2A
+//! clients in the same way; [`mcp`] serves the SILP codec to MCP clients.
 
+pub mod a2a;
 pub mod amqp;
 pub mod auth;
 pub mod http;
 pub mod limit;
 pub mod listener;
+pub mod mcp;
 pub mod stream;
 pub mod tls;
 pub mod ws;

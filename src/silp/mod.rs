@@ -9,6 +9,7 @@
 //! assert_eq!(silp::compile(&decoded.ir, Frontend::Code), "if !rain(t+1): start(hike)");
 //! ```
 
+pub mod draft02;
 pub mod equivalence;
 pub mod error;
 pub mod frontend;

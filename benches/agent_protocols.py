@@ -1,0 +1,79 @@
+"""Added latency of silpgate's A2A and MCP hops: the same Python client (httpx, one keep-alive
+connection, sequential requests) times a small text request sent straight to the test agent,
+and the same text sent to silpgate's /nlip, which carries it to that agent.
+
+Usage: python agent_protocols.py A2A_URL MCP_URL SILPGATE_A2A_URL SILPGATE_MCP_URL [COUNT]
+
+A2A_URL is the A2A agent's JSON-RPC endpoint, MCP_URL the MCP server's endpoint; the two
+silpgate URLs are /nlip of a silpgate routing to the A2A agent and to the MCP tool. Prints one
+line per path: name, median and p99 in microseconds, after 200 warm-up requests.
+"""
+
+import json
+import statistics
+import sys
+import time
+
+import httpx
+
+
+def timed(send, count):
+    for _ in range(200):
+        send()
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter_ns()
+        send()
+        samples.append((time.perf_counter_ns() - started) / 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+def main():
+    a2a_url, mcp_url, via_a2a, via_mcp = sys.argv[1:5]
+    count = int(sys.argv[5]) if len(sys.argv) > 5 else 1000
+    client = httpx.Client(timeout=30)
+    n = [0]
+
+    def a2a_direct():
+        n[0] += 1
+        body = {"jsonrpc": "2.0", "id": n[0], "method": "SendMessage", "params": {
+            "message": {"messageId": f"m{n[0]}", "role": "ROLE_USER", "contextId": "bench", "parts": [{"text": "hello"}]},
+            "configuration": {"returnImmediately": True}}}
+        r = client.post(a2a_url, json=body, headers={"A2A-Version": "1.0"})
+        assert r.json()["result"]["message"]["parts"][0]["text"].startswith("echo: hello"), r.text
+
+    envelope = {"format": "text", "subformat": "english", "content": "hello",
+                "submessages": [{"format": "token", "subformat": "conversation", "content": "bench"}]}
+
+    def a2a_via():
+        r = client.post(via_a2a, json=envelope)
+        assert r.json()["content"].startswith("echo: hello"), r.text
+
+    init = client.post(mcp_url, headers={"Accept": "application/json, text/event-stream"}, json={
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+    session = init.headers["mcp-session-id"]
+    mcp_headers = {"Accept": "application/json, text/event-stream", "mcp-session-id": session,
+                   "mcp-protocol-version": "2025-06-18"}
+    client.post(mcp_url, headers=mcp_headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def mcp_direct():
+        n[0] += 1
+        r = client.post(mcp_url, headers=mcp_headers, json={"jsonrpc": "2.0", "id": n[0], "method": "tools/call",
+            "params": {"name": "inspect", "arguments": {"silp_encoding": "natural", "silp_payload": "hello", "priority": "high"}}})
+        data = next(line[5:] for line in r.text.splitlines() if line.startswith("data:"))
+        assert json.loads(data)["result"]["structuredContent"]["saw_payload"] == "hello", r.text
+
+    def mcp_via():
+        r = client.post(via_mcp, json=envelope)
+        assert r.json()["content"]["saw_payload"] == "hello", r.text
+
+    for name, send in [("a2a direct", a2a_direct), ("a2a via silpgate", a2a_via),
+                       ("mcp direct", mcp_direct), ("mcp via silpgate", mcp_via)]:
+        median, p99 = timed(send, count)
+        print(f"{name}: median {median:.0f} us, p99 {p99:.0f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,353 @@
+//! Agents that speak A2A 1.0 (JSON-RPC binding). silpgate reads the agent card at
+//! `<url>/.well-known/agent-card.json` once (again after a failure) for the JSON-RPC interface,
+//! then sends each parcel as a `SendMessage` with the header `A2A-Version: 1.0`, the envelope
+//! mapped as [`map`] says, and `returnImmediately` so that no HTTP request is held open for a
+//! long task.
+//!
+//! The answer is a Message, or a Task. A task that is not finished is polled with `GetTask`
+//! (20 ms, doubling to 500 ms) until it ends or `gateway.reply_timeout_ms` passes since the
+//! delivery began (then the asker hears `timeout`); a notice (nobody waits) is delivered once
+//! the agent accepted it. A completed task's artifacts are the answer; a failed, rejected or
+//! canceled task, or one that wants input or authentication, is answered with an NLIP error
+//! whose code names the state (`a2a_task_failed`, ...) and whose text carries the agent's
+//! status message. Once the agent accepted a message, nothing about it is retried: a poll that
+//! cannot reach the agent is tried again until the deadline.
+//!
+//! Reaching the agent follows the HTTP agents' rules: a connection failure, a timeout, a 5xx,
+//! 408 or 429, or the JSON-RPC internal error is transient; another JSON-RPC error or 4xx is
+//! the agent refusing the message (`a2a_refused`), and the asker is told its words.
+
+pub mod map;
+
+use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::config::AgentConfig;
+use crate::nlip::Message;
+use crate::nlip::reply::{Location, error_message};
+use futures_util::future::BoxFuture;
+use map::TaskState;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{OnceCell, Semaphore};
+use tracing::Instrument;
+
+/// The protocol version silpgate speaks, sent in the `A2A-Version` header.
+pub const VERSION: &str = "1.0";
+/// Where an agent card is, relative to the agent's base URL.
+pub const CARD_PATH: &str = ".well-known/agent-card.json";
+/// The JSON-RPC internal error: the agent failed, not the message.
+const INTERNAL_ERROR: i64 = -32603;
+const FIRST_POLL: Duration = Duration::from_millis(20);
+const LONGEST_POLL: Duration = Duration::from_millis(500);
+
+/// One agent reached over A2A.
+pub struct A2aAgent {
+    name: String,
+    base: String,
+    client: reqwest::Client,
+    endpoint: OnceCell<reqwest::Url>,
+    slots: Semaphore,
+    reply_timeout: Duration,
+    rpc_ids: AtomicU64,
+}
+
+/// A JSON-RPC error the agent answered with.
+struct Fault {
+    code: i64,
+    message: String,
+}
+
+impl A2aAgent {
+    /// Tasks are waited for at most `reply_timeout`.
+    pub fn new(agent: &AgentConfig, reply_timeout: Duration) -> Result<Self, SetupError> {
+        let raw_url = agent.url.as_deref().unwrap_or_default();
+        reqwest::Url::parse(raw_url)
+            .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
+        Ok(A2aAgent {
+            name: agent.name.clone(),
+            base: raw_url.trim_end_matches('/').to_owned(),
+            client: super::http::client(agent)?,
+            endpoint: OnceCell::new(),
+            slots: Semaphore::new(agent.max_in_flight.max(1)),
+            reply_timeout,
+            rpc_ids: AtomicU64::new(1),
+        })
+    }
+
+    fn unavailable(&self, code: &'static str, detail: String) -> DeliveryError {
+        DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
+    }
+
+    /// The agent card, as the agent serves it.
+    pub async fn card(&self) -> Result<Value, DeliveryError> {
+        let url = format!("{}/{CARD_PATH}", self.base);
+        let response = self
+            .client
+            .get(&url)
+            .header(ACCEPT, "application/json")
+            .header("A2A-Version", VERSION)
+            .send()
+            .await
+            .map_err(|e| super::http::unreachable(&self.name, e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(self.unavailable("agent_unavailable", format!("agent card: HTTP {status}")));
+        }
+        let body = response.bytes().await.map_err(|e| super::http::unreachable(&self.name, e))?;
+        serde_json::from_slice(&body)
+            .map_err(|e| self.unavailable("a2a_card_invalid", format!("the agent card is not JSON: {e}")))
+    }
+
+    /// The JSON-RPC URL of an agent card: its first A2A 1.x JSON-RPC interface.
+    pub fn jsonrpc_url(card: &Value) -> Result<reqwest::Url, String> {
+        let interfaces = card.get("supportedInterfaces").and_then(Value::as_array);
+        let jsonrpc = interfaces.into_iter().flatten().find(|i| {
+            let binding = i.get("protocolBinding").and_then(Value::as_str).unwrap_or_default();
+            let version = i.get("protocolVersion").and_then(Value::as_str).unwrap_or(VERSION);
+            binding.eq_ignore_ascii_case("JSONRPC") && version.starts_with("1.")
+        });
+        let url = jsonrpc
+            .and_then(|i| i.get("url"))
+            .and_then(Value::as_str)
+            .ok_or("the agent card names no A2A 1.0 JSON-RPC interface (supportedInterfaces)")?;
+        reqwest::Url::parse(url).map_err(|e| format!("the card's JSON-RPC url '{url}': {e}"))
+    }
+
+    /// The JSON-RPC endpoint, from the card (read once, again after a failure).
+    async fn endpoint(&self) -> Result<&reqwest::Url, DeliveryError> {
+        self.endpoint
+            .get_or_try_init(|| async {
+                let card = self.card().await?;
+                Self::jsonrpc_url(&card).map_err(|why| self.unavailable("a2a_card_invalid", why))
+            })
+            .await
+    }
+
+    /// One JSON-RPC call: its result, or the agent's JSON-RPC error.
+    async fn call(&self, method: &str, params: Value) -> Result<Result<Value, Fault>, DeliveryError> {
+        let endpoint = self.endpoint().await?.clone();
+        let id = self.rpc_ids.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!(
+            "agent deliver",
+            otel.name = method,
+            otel.kind = "client",
+            rpc.system = "jsonrpc",
+            rpc.method = method,
+            server.address = endpoint.host_str().unwrap_or_default(),
+            silpgate.agent = %self.name,
+            error.type = tracing::field::Empty,
+        );
+        let mut trace = HeaderMap::new();
+        crate::telemetry::inject_http(&span, &mut trace);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let request = self
+            .client
+            .post(endpoint)
+            .headers(trace)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json")
+            .header("A2A-Version", VERSION)
+            .body(body.to_string());
+        let result = async {
+            let response = request.send().await.map_err(|e| super::http::unreachable(&self.name, e))?;
+            let status = response.status();
+            let bytes = response.bytes().await.map_err(|e| super::http::unreachable(&self.name, e))?;
+            let transient = status.is_server_error()
+                || status == reqwest::StatusCode::REQUEST_TIMEOUT
+                || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+            if transient {
+                return Err(self.unavailable("agent_unavailable", format!("{method}: HTTP {status}")));
+            }
+            let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+            match parsed {
+                Some(reply) if reply.get("result").is_some() => Ok(Ok(reply["result"].clone())),
+                Some(reply) if reply.get("error").is_some() => Ok(Err(Fault {
+                    code: reply.pointer("/error/code").and_then(Value::as_i64).unwrap_or_default(),
+                    message: reply.pointer("/error/message").and_then(Value::as_str).unwrap_or("").to_owned(),
+                })),
+                _ if !status.is_success() => Ok(Err(Fault { code: 0, message: format!("HTTP {status}") })),
+                _ => Err(self.unavailable(
+                    "a2a_invalid_answer",
+                    format!("{method}: the answer is not a JSON-RPC response"),
+                )),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(e) = &result {
+            span.record("error.type", e.code());
+        }
+        result
+    }
+
+    /// A JSON-RPC error as a delivery failure: the agent's internal error is transient, any
+    /// other is the agent refusing the message, with its words for the asker.
+    fn refused(&self, method: &str, fault: Fault, request: &Message) -> DeliveryError {
+        let detail = format!("{method}: JSON-RPC error {}: {}", fault.code, fault.message);
+        if fault.code == INTERNAL_ERROR {
+            return self.unavailable("agent_unavailable", detail);
+        }
+        let answer = self.error_answer("a2a_refused", &format!("agent {}: {detail}", self.name), request);
+        DeliveryError::Refused {
+            agent: self.name.clone(),
+            code: "a2a_refused".into(),
+            detail,
+            answer: Some(Box::new(answer)),
+        }
+    }
+
+    /// An NLIP error for the asker, carrying the request's tokens like any answer.
+    fn error_answer(&self, code: &str, text: &str, request: &Message) -> Message {
+        let mut answer = error_message(code, text, &Location::None);
+        echo_tokens(&mut answer, request);
+        answer
+    }
+
+    /// Sends one parcel; its answer, when someone waits for one.
+    async fn send(&self, parcel: &Parcel) -> Result<Option<Message>, DeliveryError> {
+        let started = Instant::now();
+        let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
+        let message = map::message(&parcel.envelope, &parcel.message_id, map::ROLE_USER);
+        let params = json!({"message": message, "configuration": {"returnImmediately": true}});
+        let result = match self.call("SendMessage", params).await? {
+            Ok(result) => result,
+            Err(fault) => return Err(self.refused("SendMessage", fault, &parcel.envelope)),
+        };
+        let request = &parcel.envelope;
+        if let Some(message) = result.get("message") {
+            return Ok(Some(self.answer_of_parts(message.get("parts"), "result.message.parts", request)));
+        }
+        let Some(task) = result.get("task") else {
+            let text = format!("agent {}: SendMessage answered neither a message nor a task", self.name);
+            return Ok(Some(self.error_answer("a2a_invalid_answer", &text, request)));
+        };
+        if TaskState::of(task) != TaskState::Pending {
+            return Ok(Some(self.answer_of_task(task, request)));
+        }
+        if parcel.answer_to == AnswerTo::Nobody {
+            return Ok(None);
+        }
+        Ok(Some(self.wait_for(task, started + self.reply_timeout, request).await))
+    }
+
+    /// Polls a task until it ends or the deadline passes.
+    async fn wait_for(&self, task: &Value, deadline: Instant, request: &Message) -> Message {
+        let id = task.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let mut pause = FIRST_POLL;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                let text =
+                    format!("agent {}: task {id} did not end within gateway.reply_timeout_ms", self.name);
+                return self.error_answer("timeout", &text, request);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(LONGEST_POLL);
+            match self.call("GetTask", json!({"id": id, "historyLength": 0})).await {
+                Ok(Ok(task)) if TaskState::of(&task) != TaskState::Pending => {
+                    return self.answer_of_task(&task, request);
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(fault)) if fault.code == INTERNAL_ERROR => {}
+                Ok(Err(fault)) => {
+                    let text = format!(
+                        "agent {}: GetTask {id}: JSON-RPC error {}: {}",
+                        self.name, fault.code, fault.message
+                    );
+                    return self.error_answer("a2a_refused", &text, request);
+                }
+                // The agent has the task; a blip on the way to it does not lose it.
+                Err(e) => {
+                    tracing::debug!(agent = %self.name, error = %e, "polling a task failed; polling again")
+                }
+            }
+        }
+    }
+
+    /// The answer a task that ended gives.
+    fn answer_of_task(&self, task: &Value, request: &Message) -> Message {
+        let state = TaskState::of(task);
+        match state.error_code() {
+            None => self.answer_of_parts(
+                Some(&Value::Array(map::task_parts(task))),
+                "result.task.artifacts",
+                request,
+            ),
+            Some(code) => {
+                let id = task.get("id").and_then(Value::as_str).unwrap_or_default();
+                let said = map::status_text(task);
+                let state = task.pointer("/status/state").and_then(Value::as_str).unwrap_or_default();
+                let text = if said.is_empty() {
+                    format!("agent {}: task {id} ended {state}", self.name)
+                } else {
+                    format!("agent {}: task {id} ended {state}: {said}", self.name)
+                };
+                self.error_answer(code, &text, request)
+            }
+        }
+    }
+
+    /// An answer's parts as the NLIP answer, or an error saying why they cannot be read.
+    fn answer_of_parts(&self, parts: Option<&Value>, path: &str, request: &Message) -> Message {
+        let parts = parts.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        match map::envelope(parts, path) {
+            Ok(mut answer) => {
+                echo_tokens(&mut answer, request);
+                answer
+            }
+            Err(e) => {
+                let text = format!("the answer of agent {} cannot be read: {e}", self.name);
+                self.error_answer("a2a_invalid_answer", &text, request)
+            }
+        }
+    }
+
+    async fn send_all(&self, parcels: Vec<Parcel>) -> Result<Delivered, DeliveryError> {
+        let mut delivered = Delivered::default();
+        for parcel in parcels {
+            if let Some(answer) = self.send(&parcel).await? {
+                delivered.answers.push((parcel.message_id, answer));
+            }
+        }
+        Ok(delivered)
+    }
+}
+
+/// The request's tokens on the answer: an A2A agent keeps the context, not NLIP's tokens, so
+/// silpgate echoes them for it (ECMA-430 §6.2), once.
+fn echo_tokens(answer: &mut Message, request: &Message) {
+    for token in request.tokens() {
+        if !answer.tokens().any(|t| t.subformat == token.subformat) {
+            answer.push(token.clone());
+        }
+    }
+}
+
+impl Connector for A2aAgent {
+    fn transport(&self) -> &'static str {
+        "a2a"
+    }
+
+    fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
+        Box::pin(self.send_all(parcels))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jsonrpc_interface_of_a_card_is_found_and_a_card_without_one_is_refused() {
+        let card = json!({"supportedInterfaces": [
+            {"url": "http://a/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+            {"url": "http://a/old", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": "http://a/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
+        assert_eq!(A2aAgent::jsonrpc_url(&card).unwrap().as_str(), "http://a/rpc");
+        let old = json!({"url": "http://a/", "preferredTransport": "JSONRPC"});
+        assert!(A2aAgent::jsonrpc_url(&old).unwrap_err().contains("no A2A 1.0 JSON-RPC interface"));
+        let bad = json!({"supportedInterfaces": [{"url": "::", "protocolBinding": "JSONRPC"}]});
+        assert!(A2aAgent::jsonrpc_url(&bad).is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! Tools that speak MCP (streamable HTTP), reached with the official Rust SDK (`rmcp`) as the
+//! client. One MCP session per agent, opened at the first call (`initialize`) and again after
+//! it broke. Each parcel is one `tools/call` of the agent's `tool`; its arguments are the
+//! agent's fixed `arguments` plus the SILP wrapper of draft -02 §7.2:
+//! - `silp_encoding`: `code`, `json` or `ir` for the envelope's SILP part (the first, in the
+//!   message's own content or a submessage), `natural` when it carries none;
+//! - `silp_payload`: that part as text: the code, the JSON frontend's text, the IR's JSON
+//!   text, or the natural-language text.
+//!
+//! The result is the answer: `structuredContent` that is itself a SILP wrapper becomes that
+//! SILP part (`silp-code`, `silp-json`, `silp-ir`, or English text); other structured content
+//! becomes `structured`/`json`; otherwise the content blocks become the parts, in order (text
+//! as English text, anything else as its JSON). `isError` makes it an NLIP error
+//! `mcp_tool_error` carrying the tool's text. A connection failure, a timeout or the JSON-RPC
+//! internal error is transient (the session is opened again next time); another JSON-RPC error
+//! (an unknown tool, arguments the tool's schema refuses) is the tool refusing the message
+//! (`mcp_refused`).
+
+use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::config::AgentConfig;
+use crate::nlip::reply::{Location, error_message};
+use crate::nlip::{Content, Format, Message, Submessage};
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
+use serde_json::{Map, Value};
+use std::time::Duration;
+use tokio::sync::{Mutex, Semaphore};
+
+/// The JSON-RPC internal error: the server failed, not the message.
+const INTERNAL_ERROR: i32 = -32603;
+
+/// One MCP tool server, and the tool each envelope calls.
+pub struct McpAgent {
+    name: String,
+    url: String,
+    tool: String,
+    arguments: Map<String, Value>,
+    client: reqwest::Client,
+    timeout: Duration,
+    session: Mutex<Option<RunningService<RoleClient, ClientConfig>>>,
+    slots: Semaphore,
+}
+
+impl McpAgent {
+    pub fn new(agent: &AgentConfig) -> Result<Self, SetupError> {
+        let url = agent.url.clone().unwrap_or_default();
+        reqwest::Url::parse(&url)
+            .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
+        Ok(McpAgent {
+            name: agent.name.clone(),
+            url,
+            tool: agent.tool.clone().unwrap_or_default(),
+            arguments: agent.arguments.clone().unwrap_or_default(),
+            client: super::http::client(agent)?,
+            timeout: Duration::from_millis(agent.timeout_ms.max(1)),
+            session: Mutex::new(None),
+            slots: Semaphore::new(agent.max_in_flight.max(1)),
+        })
+    }
+
+    fn unavailable(&self, code: &'static str, detail: String) -> DeliveryError {
+        DeliveryError::Unavailable { agent: self.name.clone(), code, detail }
+    }
+
+    /// The session's peer, opening the session when there is none (or it closed).
+    async fn peer(&self) -> Result<Peer<RoleClient>, DeliveryError> {
+        let mut session = self.session.lock().await;
+        if let Some(open) = session.as_ref().filter(|s| !s.is_closed()) {
+            return Ok(open.peer().clone());
+        }
+        let config = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
+        let transport = StreamableHttpClientTransport::with_client(self.client.clone(), config);
+        let info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("silpgate", env!("CARGO_PKG_VERSION")),
+        );
+        let opened = tokio::time::timeout(self.timeout, info.serve(transport))
+            .await
+            .map_err(|_| {
+                self.unavailable("timeout", "MCP initialize did not finish within timeout_ms".into())
+            })?
+            .map_err(|e| self.unavailable("agent_unavailable", format!("MCP initialize: {e}")))?;
+        let peer = opened.peer().clone();
+        *session = Some(opened);
+        Ok(peer)
+    }
+
+    /// Forgets a session that failed, so that the next call opens a new one.
+    async fn drop_session(&self) {
+        if let Some(old) = self.session.lock().await.take() {
+            // Closing tells the server the session is over; a broken one may not hear it.
+            let _ = tokio::time::timeout(Duration::from_secs(1), old.cancel()).await;
+        }
+    }
+
+    /// The tools the server lists (`silpgate agents check`).
+    pub async fn tools(&self) -> Result<Vec<Value>, DeliveryError> {
+        let peer = self.peer().await?;
+        let listed = tokio::time::timeout(self.timeout, peer.list_all_tools())
+            .await
+            .map_err(|_| self.unavailable("timeout", "tools/list did not finish within timeout_ms".into()))?
+            .map_err(|e| self.unavailable("agent_unavailable", format!("tools/list: {e}")))?;
+        Ok(listed.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+    }
+
+    /// One `tools/call` for one parcel; its result as the NLIP answer.
+    async fn call(&self, parcel: &Parcel) -> Result<Message, DeliveryError> {
+        let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
+        let mut arguments = self.arguments.clone();
+        let (encoding, payload) = wrapper(&parcel.envelope);
+        arguments.insert("silp_encoding".into(), Value::String(encoding.into()));
+        arguments.insert("silp_payload".into(), Value::String(payload));
+        let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
+        let peer = self.peer().await?;
+        let span = tracing::info_span!(
+            "agent deliver",
+            otel.name = "tools/call",
+            otel.kind = "client",
+            rpc.system = "jsonrpc",
+            rpc.method = "tools/call",
+            silpgate.agent = %self.name,
+            silpgate.tool = %self.tool,
+        );
+        let called =
+            tokio::time::timeout(self.timeout, tracing::Instrument::instrument(peer.call_tool(params), span))
+                .await
+                .map_err(|_| {
+                    self.unavailable("timeout", "tools/call did not finish within timeout_ms".into())
+                });
+        let result = match called? {
+            Ok(result) => result,
+            Err(ServiceError::McpError(error)) if error.code.0 != INTERNAL_ERROR => {
+                let detail =
+                    format!("tools/call {}: JSON-RPC error {}: {}", self.tool, error.code.0, error.message);
+                let mut answer =
+                    error_message("mcp_refused", &format!("agent {}: {detail}", self.name), &Location::None);
+                echo_tokens(&mut answer, &parcel.envelope);
+                return Err(DeliveryError::Refused {
+                    agent: self.name.clone(),
+                    code: "mcp_refused".into(),
+                    detail,
+                    answer: Some(Box::new(answer)),
+                });
+            }
+            Err(e) => {
+                self.drop_session().await;
+                return Err(self.unavailable("agent_unavailable", format!("tools/call {}: {e}", self.tool)));
+            }
+        };
+        let result = serde_json::to_value(&result).unwrap_or(Value::Null);
+        let mut answer = answer_of(&result, &self.name, &self.tool);
+        echo_tokens(&mut answer, &parcel.envelope);
+        Ok(answer)
+    }
+
+    async fn call_all(&self, parcels: Vec<Parcel>) -> Result<Delivered, DeliveryError> {
+        let mut delivered = Delivered::default();
+        for parcel in parcels {
+            let answer = self.call(&parcel).await?;
+            delivered.answers.push((parcel.message_id, answer));
+        }
+        Ok(delivered)
+    }
+}
+
+impl Connector for McpAgent {
+    fn transport(&self) -> &'static str {
+        "mcp"
+    }
+
+    fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
+        Box::pin(self.call_all(parcels))
+    }
+}
+
+/// The SILP wrapper of an envelope: its encoding and its payload text.
+pub fn wrapper(envelope: &Message) -> (&'static str, String) {
+    let own = std::iter::once((envelope.subformat.as_str(), &envelope.content));
+    let subs =
+        envelope.submessages().iter().filter(|s| !s.is_token()).map(|s| (s.subformat.as_str(), &s.content));
+    let parts: Vec<(&str, &Content)> = own.chain(subs).collect();
+    for (subformat, content) in &parts {
+        if let Some(encoding) = super::a2a::map::silp_encoding(subformat) {
+            return (encoding, as_text(content));
+        }
+    }
+    // No SILP: the end of the degradation chain, natural language, from the text there is.
+    let text: Vec<String> =
+        parts.iter().filter_map(|(_, c)| c.as_str().map(str::to_owned)).filter(|t| !t.is_empty()).collect();
+    ("natural", text.join("\n"))
+}
+
+fn as_text(content: &Content) -> String {
+    match content {
+        Content::Json(Value::String(s)) => s.clone(),
+        Content::Json(value) => value.to_string(),
+        Content::Binary(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
+/// A `tools/call` result (its JSON) as the NLIP answer.
+pub fn answer_of(result: &Value, agent: &str, tool: &str) -> Message {
+    let blocks = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let texts: Vec<&str> = blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect();
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        let said = if texts.is_empty() { "no reason given".to_owned() } else { texts.join(" ") };
+        return error_message(
+            "mcp_tool_error",
+            &format!("agent {agent}: tool {tool} failed: {said}"),
+            &Location::None,
+        );
+    }
+    if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
+        return match unwrap_silp(structured) {
+            Some(message) => message,
+            None => Message::new(Format::Structured, "json", Content::Json(structured.clone())),
+        };
+    }
+    let mut parts = blocks.iter().map(|block| match block.get("text").and_then(Value::as_str) {
+        Some(text) if block.get("type").and_then(Value::as_str) == Some("text") => {
+            Submessage::new(Format::Text, "english", Content::text(text))
+        }
+        _ => Submessage::new(Format::Structured, "json", Content::Json(block.clone())),
+    });
+    let Some(first) = parts.next() else {
+        return Message::text("");
+    };
+    let mut message = Message::new(first.format, first.subformat, first.content);
+    for part in parts {
+        message.push(part);
+    }
+    message
+}
+
+/// Structured content that is a SILP wrapper, as the SILP part it carries.
+fn unwrap_silp(structured: &Value) -> Option<Message> {
+    let encoding = structured.get("silp_encoding")?.as_str()?;
+    let payload = structured.get("silp_payload")?.as_str()?;
+    let parsed = || serde_json::from_str::<Value>(payload).ok();
+    Some(match encoding {
+        "code" => Message::new(Format::Structured, "silp-code", Content::text(payload)),
+        "json" => Message::new(Format::Structured, "silp-json", Content::Json(parsed()?)),
+        "ir" => Message::new(Format::Structured, "silp-ir", Content::Json(parsed()?)),
+        "natural" => Message::text(payload),
+        _ => return None,
+    })
+}
+
+/// The request's tokens on the answer (ECMA-430 §6.2): an MCP tool does not know them.
+fn echo_tokens(answer: &mut Message, request: &Message) {
+    for token in request.tokens() {
+        answer.push(token.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_wrapper_carries_the_first_silp_part_or_the_natural_text() {
+        let mut m = Message::text("");
+        m.push(Submessage::new(Format::Structured, "silp-code", Content::text("cancel(order1)")));
+        m.push(Submessage::new(Format::Token, "conversation", Content::text("c-1")));
+        assert_eq!(wrapper(&m), ("code", "cancel(order1)".to_owned()));
+        let ir = Message::new(Format::Structured, "silp-ir", Content::Json(json!({"intent": "x"})));
+        assert_eq!(wrapper(&ir), ("ir", r#"{"intent":"x"}"#.to_owned()));
+        assert_eq!(wrapper(&Message::text("hello")), ("natural", "hello".to_owned()));
+    }
+
+    #[test]
+    fn results_become_silp_parts_structured_parts_text_or_errors() {
+        let silp = json!({"content": [], "structuredContent": {"silp_encoding": "code", "silp_payload": "confirm(order1)"}});
+        let m = answer_of(&silp, "a", "t");
+        assert_eq!((m.subformat.as_str(), m.content.as_str()), ("silp-code", Some("confirm(order1)")));
+        let data = answer_of(&json!({"structuredContent": {"n": 1}}), "a", "t");
+        assert_eq!(data.content, Content::Json(json!({"n": 1})));
+        let text = answer_of(
+            &json!({"content": [{"type": "text", "text": "hi"}, {"type": "image", "data": "AA=="}]}),
+            "a",
+            "t",
+        );
+        assert_eq!(text.content.as_str(), Some("hi"));
+        assert_eq!(text.submessages().len(), 1);
+        let failed =
+            answer_of(&json!({"content": [{"type": "text", "text": "boom"}], "isError": true}), "a", "t");
+        assert_eq!(crate::nlip::reply::error_code(&failed).as_deref(), Some("mcp_tool_error"));
+        let bad = json!({"structuredContent": {"silp_encoding": "ir", "silp_payload": "{not json"}});
+        assert_eq!(answer_of(&bad, "a", "t").subformat, "json", "an unreadable wrapper stays data");
+    }
+}

@@ -1,0 +1,231 @@
+//! silpgate's own A2A front door (A2A 1.0, JSON-RPC binding): `GET
+//! /.well-known/agent-card.json` and `POST /a2a`. An A2A client's `SendMessage` enters the
+//! intake like an NLIP message from source `a2a` (its parts mapped as
+//! [`crate::connectors::a2a::map`] says; `contextId` is the conversation token), goes wherever
+//! the routes send it, and the answer comes back as the A2A response: a Message when the
+//! answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
+//! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
+//! NLIP error, its status message carrying the error. `SendStreamingMessage` is answered with
+//! one server-sent event holding that same response. silpgate keeps no tasks: `GetTask` and
+//! `CancelTask` answer TaskNotFound. Bearer tokens, the per-client rate limit and the `Origin`
+//! check apply as on `/mcp`; the card is public, as discovery needs.
+
+use super::http::{Denied, authenticate};
+use super::{Answer, Front};
+use crate::connectors::a2a::{VERSION, map};
+use crate::gateway::Transport;
+use crate::nlip::{Content, Format, Message, Submessage};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// JSON-RPC error codes of A2A 1.0.
+const TASK_NOT_FOUND: i64 = -32001;
+const VERSION_NOT_SUPPORTED: i64 = -32009;
+
+/// Ids of the tasks and messages this door writes: unique within the process.
+static IDS: AtomicU64 = AtomicU64::new(1);
+
+/// The card and the JSON-RPC route.
+pub fn router() -> Router<Arc<Front>> {
+    Router::new().route("/.well-known/agent-card.json", get(card)).route("/a2a", post(post_a2a))
+}
+
+/// The card: the gateway's name, one JSON-RPC interface at `/a2a` on the address the client
+/// used, the routes that take A2A messages as skills, SILP as an extension.
+async fn card(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+    let config = front.gateway().config();
+    let scheme = if config.http.tls_cert.is_some() { "https" } else { "http" };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or(&config.http.listen);
+    let skills: Vec<Value> = config
+        .routes
+        .iter()
+        .filter(|r| r.matcher.source.as_deref().is_none_or(|s| s == "a2a"))
+        .map(|r| {
+            let mode = format!("{:?}", r.mode).to_ascii_lowercase();
+            json!({"id": r.name, "name": r.name, "tags": [mode, r.destination],
+                   "description": format!("messages to {} ({mode} SILP payloads)", r.destination)})
+        })
+        .collect();
+    let mut card = json!({
+        "name": config.gateway.name,
+        "description": "silpgate: an NLIP gateway that carries SILP payloads between agents",
+        "version": env!("CARGO_PKG_VERSION"),
+        "supportedInterfaces": [{"url": format!("{scheme}://{host}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": VERSION}],
+        "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{
+            "uri": "https://datatracker.ietf.org/doc/draft-hwang-silp-protocol/",
+            "description": "SILP payloads: a text part with metadata.silp_encoding = code, or a data part holding the IR; metadata.nlip names a part's NLIP format and subformat",
+            "required": false,
+            "params": {"frontends": ["code", "json", "natural", "nl_json"], "envelope": "NLIP (ECMA-430)"},
+        }]},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": skills,
+    });
+    if !front.auth.is_open() {
+        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}});
+        card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
+    }
+    reply(StatusCode::OK, &card)
+}
+
+fn reply(status: StatusCode, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn error(id: Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+async fn post_a2a(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if super::mcp::foreign_origin(&front, &headers) {
+        return reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, super::mcp::FOREIGN_ORIGIN));
+    }
+    let identity = match authenticate(&front, &headers, peer) {
+        Ok(identity) => identity,
+        Err(denied) => return denied.into_response(),
+    };
+    let client = super::client_key(identity, front.client_address(&headers, peer));
+    if let Err(retry_after) = front.clients.admit(&client) {
+        return Denied::RateLimited(retry_after).into_response();
+    }
+    let bytes: Bytes = match axum::body::to_bytes(body, front.limits.max_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            let why = format!("the body is larger than the limit of {} bytes", front.limits.max_bytes);
+            return reply(StatusCode::PAYLOAD_TOO_LARGE, &error(Value::Null, -32600, &why));
+        }
+    };
+    let request: Value = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(e) => {
+            return reply(StatusCode::OK, &error(Value::Null, -32700, &format!("the body is not JSON: {e}")));
+        }
+    };
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    // Without the header a client may mean 0.3, whose shapes differ; 1.x is what is served.
+    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok()).unwrap_or(VERSION);
+    if !version.trim().starts_with("1.") && version.trim() != "1" {
+        let why = format!("A2A version '{version}' is not supported; this agent speaks {VERSION}");
+        return reply(StatusCode::OK, &error(id, VERSION_NOT_SUPPORTED, &why));
+    }
+    let body = match request.get("method").and_then(Value::as_str) {
+        None => error(id, -32600, "a request is one JSON-RPC object with a method"),
+        Some(method @ ("SendMessage" | "SendStreamingMessage")) => {
+            match send_message(&front, &headers, request.get("params")).await {
+                // The stream is the one final answer: silpgate sends no interim task events.
+                Ok(result) if method == "SendStreamingMessage" => {
+                    return event_stream(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+                }
+                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                Err(why) => error(id, -32602, &why),
+            }
+        }
+        Some("GetTask" | "CancelTask" | "SubscribeToTask") => {
+            error(id, TASK_NOT_FOUND, "silpgate keeps no tasks: every answer comes with SendMessage")
+        }
+        Some(method) => error(id, -32601, &format!("method '{method}' is not served here")),
+    };
+    reply(StatusCode::OK, &body)
+}
+
+/// A `SendStreamingMessage` answer: one server-sent event holding the JSON-RPC response.
+fn event_stream(response: &Value) -> Response {
+    let mut out = Response::new(Body::from(format!("data: {response}\n\n")));
+    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    out.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out
+}
+
+/// One `SendMessage`: the result (`{"message"}` or `{"task"}`), or why its params are refused.
+async fn send_message(front: &Front, headers: &HeaderMap, params: Option<&Value>) -> Result<Value, String> {
+    let message = params.and_then(|p| p.get("message")).ok_or("SendMessage needs params.message")?;
+    let parts =
+        message.get("parts").and_then(Value::as_array).ok_or("params.message.parts must be an array")?;
+    if parts.is_empty() {
+        return Err("params.message.parts is empty".into());
+    }
+    let mut envelope = map::envelope(parts, "params.message.parts").map_err(|e| e.to_string())?;
+    let context = message.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
+    if let Some(context) = context {
+        envelope.push(Submessage::new(Format::Token, "conversation", Content::text(context)));
+    }
+    if let Some(messagetype) = message.pointer("/metadata/nlip/messagetype").and_then(Value::as_str) {
+        envelope.messagetype = Some(messagetype.to_owned());
+    }
+    let parent = crate::telemetry::extract_http(headers);
+    let answer = front.request(envelope, Transport::Http, "a2a", parent).await;
+    let n = IDS.fetch_add(1, Ordering::Relaxed);
+    let task = |state: &str, message: &Message| {
+        let mut status_message = map::message(message, &format!("silpgate-m{n}"), map::ROLE_AGENT);
+        set_context(&mut status_message, context);
+        let mut task =
+            json!({"id": format!("silpgate-t{n}"), "status": {"state": state, "message": status_message}});
+        if let Some(context) = context.or(message.conversation_token()) {
+            task["contextId"] = Value::String(context.to_owned());
+        }
+        json!({"task": task})
+    };
+    Ok(match answer {
+        Answer::Reply { reply, .. } if reply.is_error() => {
+            task(state_for(crate::nlip::reply::error_code(&reply).as_deref()), &reply)
+        }
+        Answer::Reply { reply, .. } => {
+            let mut answer = map::message(&reply, &format!("silpgate-m{n}"), map::ROLE_AGENT);
+            set_context(&mut answer, context);
+            json!({"message": answer})
+        }
+        Answer::Accepted(ids) => {
+            let mut answer =
+                map::message(&super::accepted_message(&ids), &format!("silpgate-m{n}"), map::ROLE_AGENT);
+            set_context(&mut answer, context);
+            json!({"message": answer})
+        }
+        Answer::Refused { message, code, .. } => task(state_for(Some(&code)), &message),
+    })
+}
+
+/// The state of the task an NLIP error ends.
+fn state_for(code: Option<&str>) -> &'static str {
+    if code.is_some_and(|c| REJECTIONS.contains(&c)) { "TASK_STATE_REJECTED" } else { "TASK_STATE_FAILED" }
+}
+
+/// The codes of a message refused for what it is (by silpgate or by the agent), as opposed to
+/// one that could not be handled: an A2A task that was rejected rather than one that failed.
+const REJECTIONS: [&str; 13] = [
+    "invalid_encoding",
+    "invalid_envelope",
+    "too_large",
+    "too_complex",
+    "invalid_syntax",
+    "unsupported_version",
+    "unsupported_frontend",
+    "decode_failed",
+    "no_route",
+    "invalid_ping",
+    "a2a_task_rejected",
+    "a2a_refused",
+    "mcp_refused",
+];
+
+/// The asker's context on an answer that carries none of its own.
+fn set_context(message: &mut Value, context: Option<&str>) {
+    if let (Some(context), None) = (context, message.get("contextId")) {
+        message["contextId"] = Value::String(context.to_owned());
+    }
+}

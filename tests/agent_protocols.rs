@@ -1,0 +1,498 @@
+//! Agents that speak A2A and tools that speak MCP, behind silpgate: NLIP clients reach them
+//! with SILP payloads, unchanged on either side. The agents are real: an A2A 1.0 agent built
+//! with the Python `a2a-sdk`, an MCP server built with the Python `mcp` package; silpgate runs
+//! as a process with its HTTP door only. Every wait has a bound.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+use support::broker::{self, Daemon, Names};
+use support::gateway::{self, ir_request, order_in, post};
+
+/// A Python test server from `tests/interop/`, killed when dropped.
+struct PythonServer {
+    child: Child,
+    port: u16,
+}
+
+impl PythonServer {
+    /// Starts `script PORT` on a free port and waits (at most 60 s) until it listens.
+    fn start(script: &str) -> PythonServer {
+        PythonServer::start_on(script, free_port())
+    }
+
+    fn start_on(script: &str, port: u16) -> PythonServer {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
+        let child =
+            Command::new(&python).arg(&path).arg(port.to_string()).spawn().unwrap_or_else(|e| {
+                panic!("cannot run {python} (tests/run.sh installs a2a-sdk and mcp): {e}")
+            });
+        let mut server = PythonServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(server.child.try_wait().unwrap().is_none(), "{script} exited at start");
+            assert!(Instant::now() < deadline, "{script} did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+/// silpgate without a broker, its HTTP door routing everything to `agent` (none: no routes).
+async fn gateway_for(test: &str, agent: &str, reply_timeout_ms: u64) -> Daemon {
+    gateway_from(test, agent, "http", reply_timeout_ms).await
+}
+
+/// silpgate without a broker, routing what comes from `source` to `agent`.
+async fn gateway_from(test: &str, agent: &str, source: &str, reply_timeout_ms: u64) -> Daemon {
+    let names = Names::new(test);
+    let dir = broker::temp_dir(test);
+    let rest = if agent.is_empty() {
+        String::new()
+    } else {
+        format!(
+            r#"{agent}
+[[routes]]
+name = "to-agent"
+destination = "agent"
+mode = "encode"
+[routes.match]
+source = "{source}"
+"#
+        )
+    };
+    gateway::start(&gateway::config(&names, &dir.join("store"), false, reply_timeout_ms, &rest), &dir, false)
+        .await
+}
+
+fn text_request(text: &str, conversation: &str) -> Vec<u8> {
+    json!({"format": "text", "subformat": "english", "content": text,
+           "submessages": [{"format": "token", "subformat": "conversation", "content": conversation}]})
+    .to_string()
+    .into_bytes()
+}
+
+fn error_code(message: &Value) -> &str {
+    message["submessages"][0]["content"]["code"].as_str().unwrap_or_default()
+}
+
+fn conversation_of(message: &Value) -> Option<&str> {
+    let subs = message["submessages"].as_array()?;
+    subs.iter().find(|s| s["subformat"] == "conversation").and_then(|s| s["content"].as_str())
+}
+
+fn a2a_agent(port: u16) -> String {
+    format!(
+        r#"[[agents]]
+name = "agent"
+protocol = "a2a"
+frontends = ["code"]
+url = "http://127.0.0.1:{port}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_reads_silp_code_and_its_answer_comes_back_as_ir_in_the_conversation() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-silp", &a2a_agent(agent.port), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(7, "a2a-conv-7").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    // The agent got `cancel(order7)` as SILP code and answered `confirm(order7)` in SILP code;
+    // the asker sent the IR, so it reads the IR.
+    assert_eq!(answer["subformat"], "silp-ir", "{answer}");
+    assert_eq!(order_in(&answer["content"].to_string()), Some(7), "{answer}");
+    assert!(answer["content"].to_string().contains("BOOK"), "the agent's verb: {answer}");
+    assert_eq!(conversation_of(&answer), Some("a2a-conv-7"), "the conversation token comes back: {answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_gets_text_with_the_conversation_as_its_context() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-text", &a2a_agent(agent.port), 30_000).await;
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("hello there", "ctx-42")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "echo: hello there (context ctx-42)", "{answer}");
+    assert_eq!(conversation_of(&answer), Some("ctx-42"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_task_of_two_seconds_is_polled_to_its_end_and_its_artifact_is_the_answer() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-slow", &a2a_agent(agent.port), 30_000).await;
+    let started = Instant::now();
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("slow job", "slow-1")).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "finished: slow job", "{answer}");
+    assert!(took >= Duration::from_secs(2), "the answer waited for the task: {took:?}");
+    assert!(took < Duration::from_secs(5), "polling noticed the end soon after it: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_outlives_the_reply_timeout_is_answered_with_timeout() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-late", &a2a_agent(agent.port), 1_000).await;
+    let started = Instant::now();
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("slow job", "late-1")).await;
+    assert_eq!(status, 504, "{answer}");
+    assert_eq!(error_code(&answer), "timeout", "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(2), "the wait ended at the timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_rejected_and_input_wanting_a2a_tasks_are_nlip_errors_with_their_codes_and_words() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_for("a2a-fail", &a2a_agent(agent.port), 30_000).await;
+    let (_, failed) = post(&daemon.http, "/nlip", &text_request("fail now", "fail-1")).await;
+    assert_eq!(failed["messagetype"], "error", "{failed}");
+    assert_eq!(error_code(&failed), "a2a_task_failed", "{failed}");
+    assert!(failed["content"].as_str().unwrap().contains("the warehouse is on fire"), "{failed}");
+    assert_eq!(conversation_of(&failed), Some("fail-1"), "{failed}");
+    let (_, rejected) = post(&daemon.http, "/nlip", &text_request("reject this", "fail-2")).await;
+    assert_eq!(error_code(&rejected), "a2a_task_rejected", "{rejected}");
+    assert!(rejected["content"].as_str().unwrap().contains("not my job"), "{rejected}");
+    let (_, asked) = post(&daemon.http, "/nlip", &text_request("ask first", "fail-3")).await;
+    assert_eq!(error_code(&asked), "a2a_input_required", "{asked}");
+    assert!(asked["content"].as_str().unwrap().contains("which warehouse?"), "{asked}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_that_is_down_is_unavailable_and_reached_once_it_is_up() {
+    let port = free_port();
+    let daemon = gateway_for("a2a-down", &a2a_agent(port), 30_000).await;
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("anyone?", "down-1")).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(error_code(&answer), "agent_unavailable", "{answer}");
+    // The card is read again once the agent is there: the failure was not remembered.
+    let agent = PythonServer::start_on("a2a_agent.py", port);
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("anyone?", "down-1")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "echo: anyone? (context down-1)");
+    drop(agent);
+}
+
+fn mcp_agent(port: u16, tool: &str) -> String {
+    format!(
+        r#"[[agents]]
+name = "agent"
+protocol = "mcp"
+frontends = ["code"]
+url = "http://127.0.0.1:{port}/mcp"
+tool = "{tool}"
+arguments = {{ priority = "high" }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_gets_the_silp_wrapper_and_its_wrapped_answer_comes_back_as_ir() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-silp", &mcp_agent(tool.port, "plan"), 30_000).await;
+    for i in [3, 4] {
+        // Twice: the second call reuses the MCP session.
+        let conversation = format!("mcp-conv-{i}");
+        let (status, answer) =
+            post(&daemon.http, "/nlip", ir_request(i, &conversation).to_string().as_bytes()).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["subformat"], "silp-ir", "{answer}");
+        assert_eq!(order_in(&answer["content"].to_string()), Some(i), "{answer}");
+        assert!(answer["content"].to_string().contains("BOOK"), "{answer}");
+        assert_eq!(conversation_of(&answer), Some(conversation.as_str()), "{answer}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_sees_the_encoding_the_payload_and_the_fixed_arguments() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-args", &mcp_agent(tool.port, "inspect"), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(5, "mcp-args-1").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["subformat"], "json", "{answer}");
+    assert_eq!(answer["content"]["saw_encoding"], "code", "{answer}");
+    assert_eq!(answer["content"]["saw_payload"], "cancel(order5)", "{answer}");
+    assert_eq!(answer["content"]["priority"], "high", "{answer}");
+    let (_, answer) = post(&daemon.http, "/nlip", &text_request("plain words", "mcp-args-2")).await;
+    assert_eq!(answer["content"]["saw_encoding"], "natural", "{answer}");
+    assert_eq!(answer["content"]["saw_payload"], "plain words", "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_error_and_an_unknown_tool_are_nlip_errors_with_the_tools_words() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-broken", &mcp_agent(tool.port, "broken"), 30_000).await;
+    let (_, answer) = post(&daemon.http, "/nlip", ir_request(1, "mcp-err-1").to_string().as_bytes()).await;
+    assert_eq!(answer["messagetype"], "error", "{answer}");
+    assert_eq!(error_code(&answer), "mcp_tool_error", "{answer}");
+    assert!(answer["content"].as_str().unwrap().contains("cannot handle code payloads today"), "{answer}");
+    drop(daemon);
+    let daemon = gateway_for("mcp-missing", &mcp_agent(tool.port, "missing"), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(2, "mcp-err-2").to_string().as_bytes()).await;
+    assert_eq!(answer["messagetype"], "error", "{status} {answer}");
+    // The Python server answers a call of a tool it does not have with a tool error.
+    assert_eq!(error_code(&answer), "mcp_tool_error", "{status} {answer}");
+    assert!(answer["content"].as_str().unwrap().contains("Unknown tool: missing"), "{answer}");
+}
+
+#[test]
+fn a2a_and_mcp_agents_are_checked_when_the_configuration_is_read() {
+    let parse = |agent: &str| {
+        silpgate::config::Config::parse(&format!("[[agents]]\nname = \"x\"\nfrontends = []\n{agent}"))
+    };
+    let error = |agent: &str| parse(agent).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(parse("protocol = \"a2a\"\nurl = \"http://127.0.0.1:9\"").is_ok());
+    assert!(
+        parse("protocol = \"mcp\"\nurl = \"https://tools.example/mcp\"\ntool = \"t\"\narguments = { a = 1 }")
+            .is_ok()
+    );
+    assert!(error("protocol = \"a2a\"").contains("needs an http:// or https:// url"));
+    assert!(
+        error("protocol = \"a2a\"\nurl = \"ws://127.0.0.1:9\"").contains("needs an http:// or https:// url")
+    );
+    assert!(error("protocol = \"mcp\"\nurl = \"http://127.0.0.1:9\"").contains("needs tool"));
+    assert!(
+        error("url = \"http://127.0.0.1:9\"\ntool = \"t\"")
+            .contains("tool and arguments are for protocol = 'mcp'")
+    );
+    let wrapper = error(
+        "protocol = \"mcp\"\nurl = \"http://127.0.0.1:9\"\ntool = \"t\"\narguments = { silp_payload = \"x\" }",
+    );
+    assert!(wrapper.contains("may not set silp_encoding or silp_payload"), "{wrapper}");
+    assert!(error("protocol = \"grpc\"\nurl = \"http://127.0.0.1:9\"").contains("grpc"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_errors() {
+    let daemon = gateway_for("mcp-door", "", 30_000).await;
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let mut client = Command::new(&python);
+    client
+        .arg(format!("{}/tests/interop/mcp_client.py", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!("http://{}/mcp", daemon.http));
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the MCP client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    assert_eq!(seen["tools"], json!(["silp_compile", "silp_decode", "silp_validate", "silp_hash"]));
+    assert_eq!(seen["schemas"]["silp_decode"]["required"], json!(["text"]), "{seen}");
+    assert_eq!(seen["ok"]["silp_decode"]["ir"]["intent"], "!CANCEL", "{seen}");
+    assert_eq!(seen["ok"]["silp_compile"]["output"], r#"{"intent":"!CANCEL","act":"order9"}"#, "{seen}");
+    assert_eq!(seen["ok"]["silp_validate"]["valid"], true, "{seen}");
+    assert_eq!(seen["ok"]["silp_hash"]["ir_hash"], seen["ok"]["silp_compile"]["ir_hash"], "{seen}");
+    let errors = &seen["errors"];
+    for tool in ["silp_decode", "silp_compile", "silp_validate", "silp_hash"] {
+        assert_eq!(errors[tool]["isError"], true, "{tool}: {errors}");
+    }
+    assert_eq!(errors["silp_decode"]["structured"]["code"], "invalid_syntax");
+    assert_eq!(errors["silp_decode"]["structured"]["span"], json!([0, 13]), "the span of the open call");
+    assert_eq!(errors["silp_compile"]["structured"]["code"], "decode_failed");
+    assert_eq!(errors["silp_validate"]["structured"]["code"], "invalid_syntax");
+    assert!(errors["silp_validate"]["structured"]["span"].is_array(), "{errors}");
+    assert_eq!(errors["silp_hash"]["structured"]["code"], "invalid_arguments");
+    assert!(errors["silp_hash"]["text"].as_str().unwrap().contains("must be an object"), "{errors}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_and_a2a_endpoints_ask_for_the_token_and_refuse_foreign_origins() {
+    let names = Names::new("mcp-auth");
+    let dir = broker::temp_dir("mcp-auth");
+    let config = gateway::config(&names, &dir.join("store"), false, 30_000, "")
+        .replace("plain = true\n", "plain = true\ntokens = [\"sesame\"]\n");
+    let daemon = gateway::start(&config, &dir, false).await;
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let (status, answer) = post(&daemon.http, "/mcp", ping).await;
+    assert_eq!(status, 401, "{answer}");
+    let send =
+        br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"parts":[{"text":"hi"}]}}}"#;
+    let (status, answer) = post(&daemon.http, "/a2a", send).await;
+    assert_eq!(status, 401, "the A2A door asks for the token too: {answer}");
+    let (status, card) = daemon.get("/.well-known/agent-card.json");
+    assert_eq!(status, 200, "the card is public: {card}");
+    assert!(
+        card.contains(r#""securitySchemes":{"bearer""#),
+        "the card says a bearer token is needed: {card}"
+    );
+    let (status, answer) = post_with(&daemon.http, "/mcp", ping, "Authorization: Bearer sesame\r\n").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    // A web page of another origin may not drive either endpoint, token or not.
+    let page = "Authorization: Bearer sesame\r\nOrigin: http://evil.example\r\n";
+    let (status, answer) = post_with(&daemon.http, "/mcp", ping, page).await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) = post_with(&daemon.http, "/a2a", send, page).await;
+    assert_eq!(status, 403, "{answer}");
+}
+
+/// One POST with extra header lines, on a fresh connection, bounded.
+async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(gateway::LONG, stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within the bound")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_sdk_client_reaches_an_a2a_agent_through_silpgates_front_door() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_from("a2a-front", &a2a_agent(agent.port), "a2a", 30_000).await;
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let ir = ir_request(3, "unused")["content"].to_string();
+    let mut client = Command::new(&python);
+    client
+        .arg(format!("{}/tests/interop/a2a_client.py", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!("http://{}", daemon.http))
+        .arg(ir);
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the A2A client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    let card = &seen["card"];
+    assert_eq!(card["name"], "silpgate-test", "{card}");
+    assert_eq!(card["supportedInterfaces"][0]["url"], format!("http://{}/a2a", daemon.http), "{card}");
+    assert_eq!(card["skills"][0]["id"], "to-agent", "the routes are the skills: {card}");
+    assert_eq!(
+        card["capabilities"]["streaming"], true,
+        "so the SDK sent the IR with SendStreamingMessage: {card}"
+    );
+    // The IR went in as a data part, reached the agent as SILP code, and the agent's code
+    // answer came back as the IR, in the client's context.
+    let answer = &seen["ir_answer"][0]["message"];
+    assert_eq!(answer["contextId"], "front-ctx-1", "{seen}");
+    assert_eq!(answer["role"], "ROLE_AGENT", "{seen}");
+    let part = &answer["parts"][0];
+    assert_eq!(part["metadata"]["nlip"]["subformat"], "silp-ir", "{seen}");
+    assert_eq!(part["data"]["intent"], "!BOOK", "{seen}");
+    assert_eq!(order_in(&part["data"].to_string()), Some(3), "{seen}");
+    // The agent's failed task reaches the client as a failed task with the agent's words.
+    let task = &seen["fail_answer"][0]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{seen}");
+    assert_eq!(task["contextId"], "front-ctx-2", "{seen}");
+    let text = task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.starts_with("a2a_task_failed") && text.contains("the warehouse is on fire"), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_door_refuses_what_it_cannot_take_with_a2a_errors() {
+    let daemon = gateway_from("a2a-door-errors", "", "a2a", 30_000).await;
+    let call = |body: &'static str, version: &'static str| {
+        let http = daemon.http.clone();
+        async move { post_with(&http, "/a2a", body.as_bytes(), version).await }
+    };
+    let (_, old) =
+        call(r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{}}"#, "A2A-Version: 0.3\r\n").await;
+    assert_eq!(old["error"]["code"], -32009, "{old}");
+    let (_, empty) =
+        call(r#"{"jsonrpc":"2.0","id":2,"method":"SendMessage","params":{"message":{"parts":[]}}}"#, "")
+            .await;
+    assert_eq!(empty["error"]["code"], -32602, "{empty}");
+    let (_, bad) = call(
+        r#"{"jsonrpc":"2.0","id":3,"method":"SendMessage","params":{"message":{"parts":[{"raw":"%%"}]}}}"#,
+        "",
+    )
+    .await;
+    assert!(
+        bad["error"]["message"].as_str().unwrap().contains("params.message.parts[0]: raw is not base64"),
+        "{bad}"
+    );
+    let (_, task) = call(r#"{"jsonrpc":"2.0","id":4,"method":"GetTask","params":{"id":"x"}}"#, "").await;
+    let (_, stream_refused) =
+        call(r#"{"jsonrpc":"2.0","id":6,"method":"SendStreamingMessage","params":{}}"#, "").await;
+    assert_eq!(
+        stream_refused["error"]["code"], -32602,
+        "bad params are a plain JSON-RPC error: {stream_refused}"
+    );
+    assert_eq!(task["error"]["code"], -32001, "{task}");
+    // No route takes it: the message is rejected, with silpgate's error as the status message.
+    let (status, rejected) = call(r#"{"jsonrpc":"2.0","id":5,"method":"SendMessage","params":{"message":{"contextId":"c","parts":[{"text":"hi"}]}}}"#, "").await;
+    assert_eq!(status, 200, "{rejected}");
+    assert_eq!(rejected["result"]["task"]["status"]["state"], "TASK_STATE_REJECTED", "{rejected}");
+    assert_eq!(
+        rejected["result"]["task"]["status"]["message"]["parts"][1]["data"]["code"], "no_route",
+        "{rejected}"
+    );
+    assert_eq!(rejected["id"], 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_check_reads_a2a_cards_and_mcp_tool_lists() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let tools = PythonServer::start("mcp_tool.py");
+    let dir = broker::temp_dir("agents-check-protocols");
+    let mcp = |name: &str, tool: &str| {
+        format!(
+            "[[agents]]\nname = \"{name}\"\nprotocol = \"mcp\"\nfrontends = []\nurl = \"http://127.0.0.1:{}/mcp\"\ntool = \"{tool}\"\n",
+            tools.port
+        )
+    };
+    let config = format!(
+        "[[agents]]\nname = \"a2a-agent\"\nprotocol = \"a2a\"\nfrontends = []\nurl = \"http://127.0.0.1:{}\"\n{}{}",
+        agent.port,
+        mcp("mcp-plan", "plan"),
+        mcp("mcp-missing", "missing"),
+    );
+    let path = dir.join("agents.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut check = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    check.args(["agents", "check", "--config"]).arg(&path);
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(check, gateway::LONG))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "one agent is unreachable: {text}");
+    let line = |name: &str| text.lines().find(|l| l.contains(name)).unwrap_or_default().to_owned();
+    let a2a = line("a2a-agent");
+    assert!(a2a.starts_with("ok") && a2a.contains("a2a"), "{text}");
+    assert!(a2a.contains("card 'test-a2a-agent'") && a2a.contains("skills echo"), "{text}");
+    let plan = line("mcp-plan");
+    assert!(plan.starts_with("ok") && plan.contains("takes the SILP wrapper"), "{text}");
+    let missing = line("mcp-missing");
+    assert!(missing.starts_with("unreachable") && missing.contains("tool 'missing' is not listed"), "{text}");
+    assert!(missing.contains("plan") && missing.contains("broken"), "the listed tools are named: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_rpc_error_from_an_mcp_tool_refuses_the_message_with_the_tools_words() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_for("mcp-strict", &mcp_agent(tool.port, "strict"), 30_000).await;
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("plain words", "mcp-strict-1")).await;
+    assert_eq!(status, 400, "a refusal is not worth retrying: {answer}");
+    assert_eq!(error_code(&answer), "mcp_refused", "{answer}");
+    assert!(answer["content"].as_str().unwrap().contains("strict takes SILP code, not natural"), "{answer}");
+    // The session survives a refusal: the next call on it is answered.
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(6, "mcp-strict-2").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"]["result"], "cancel(order6)", "the tool took the code: {answer}");
+}

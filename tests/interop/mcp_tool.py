@@ -1,0 +1,74 @@
+"""An MCP server (streamable HTTP at /mcp) built with the Python `mcp` package, for the MCP
+bridge tests.
+
+Usage: python mcp_tool.py PORT
+
+Tools:
+- `plan(silp_encoding, silp_payload, priority)`: reads the SILP wrapper of draft -02 §7.2 and
+  answers with one: SILP code `book(<argument>)` for a `code` payload `verb(argument)`,
+  plus the `priority` it was given (a fixed argument of the agent's configuration) and the
+  encoding it saw;
+- `inspect(silp_encoding, silp_payload, priority)`: answers what it was given, as structured
+  content (not a SILP wrapper);
+- `broken(silp_encoding, silp_payload)`: always fails, so the result has isError;
+- `strict(silp_encoding, silp_payload)`: refuses anything but SILP code with a JSON-RPC error
+  (invalid params), as a tool whose contract is violated does.
+"""
+
+import re
+import sys
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+server = MCPServer("test-mcp-tools")
+
+
+class Wrapped(BaseModel):
+    silp_encoding: str
+    silp_payload: str
+    saw_encoding: str
+    priority: str
+
+
+@server.tool(description="Plans a SILP task and answers in SILP code")
+def plan(silp_encoding: str, silp_payload: str, priority: str = "none") -> Wrapped:
+    match = re.fullmatch(r"\s*[a-z_]+\((.*)\)\s*", silp_payload)
+    argument = match.group(1) if match else "unknown"
+    return Wrapped(
+        silp_encoding="code",
+        silp_payload=f"book({argument})",
+        saw_encoding=silp_encoding,
+        priority=priority,
+    )
+
+
+class Seen(BaseModel):
+    saw_encoding: str
+    saw_payload: str
+    priority: str
+
+
+@server.tool(description="Says what it was given")
+def inspect(silp_encoding: str, silp_payload: str, priority: str = "none") -> Seen:
+    return Seen(saw_encoding=silp_encoding, saw_payload=silp_payload, priority=priority)
+
+
+@server.tool(description="Always fails")
+def broken(silp_encoding: str, silp_payload: str) -> str:
+    raise ToolError(f"cannot handle {silp_encoding} payloads today")
+
+
+@server.tool(description="Takes SILP code only")
+def strict(silp_encoding: str, silp_payload: str) -> str:
+    if silp_encoding != "code":
+        raise MCPError(-32602, f"strict takes SILP code, not {silp_encoding}")
+    return silp_payload
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1])
+    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
