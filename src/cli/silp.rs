@@ -128,7 +128,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
         SilpCommand::Tokens(args) => super::tokens::run(args),
         SilpCommand::Hash { file } => {
             let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
-            match silp::parse_json(&text).and_then(|v| schema::parse_ir(&v)) {
+            match schema::parse_ir_text(&text) {
                 Ok(ir) => {
                     println!("{}", ir.ir_hash());
                     ExitCode::SUCCESS
@@ -153,8 +153,7 @@ fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitC
 }
 
 fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Option<&SledStore>) -> Outcome {
-    let value = silp::parse_json(text)?;
-    let ir = schema::parse_ir(&value)?;
+    let ir = schema::parse_ir_text(text)?;
     let report = validate::validate(&ir, rules);
     if !report.valid {
         return Err(SilpError::new(

@@ -98,7 +98,7 @@ fn measure(text: &str, input: Input, tokenizer: Tokenizer, options: &DecodeOptio
             report.insert("tokens".into(), tokenizer.count(text).into());
             return Ok((Value::Object(report).to_string(), Vec::new()));
         }
-        Input::Ir => (schema::parse_ir(&silp::parse_json(text)?)?, Vec::new()),
+        Input::Ir => (schema::parse_ir_text(text)?, Vec::new()),
         Input::Surface(frontend) => {
             let decoded = silp::decode(text, frontend, options)?;
             let input = json!({

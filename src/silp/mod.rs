@@ -17,6 +17,7 @@ pub mod req_id;
 pub mod sanitize;
 pub mod schema;
 pub mod tokens;
+pub mod typed;
 pub mod validate;
 pub mod whitelist;
 

@@ -54,6 +54,19 @@ pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
     Ok(ir)
 }
 
+/// Reads and checks an IR from JSON text: the typed reader ([`super::typed`]) when it accepts
+/// the text, otherwise the JSON tree and the schema validator, which decide and word the error
+/// (a syntax error with its span, or the first violation with its JSON path).
+pub fn parse_ir_text(text: &str) -> Result<Ir, SilpError> {
+    match super::typed::read(text) {
+        Ok(ir) => {
+            check_version(&ir)?;
+            Ok(ir)
+        }
+        Err(_) => parse_ir(&super::parse_json(text)?),
+    }
+}
+
 /// `unsupported_version` for any `silp` other than the one this crate speaks.
 pub fn check_version(ir: &Ir) -> Result<(), SilpError> {
     if ir.silp == SILP_VERSION {
