@@ -2,7 +2,7 @@
 //! valid IR through both lossless frontends, and no input makes a decoder panic.
 
 use proptest::prelude::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use silpgate::gateway::payload::{self, SilpForm};
 use silpgate::nlip::Content;
 use silpgate::silp::equivalence::{Strictness, comparable};

@@ -1,8 +1,9 @@
-//! The typed IR reader (`silp::typed`) against the schema validator (jsonschema over the shipped
-//! schema), which stays the reference for what the draft's schema allows. Both judge the same
-//! text: the public vectors, the property generator's IRs, and those IRs mutated one place at
-//! a time with values chosen at the schema's edges. Any disagreement on validity fails, and
-//! where both accept, the typed IR must be the one the tree path builds.
+//! The typed IR reader (`silp::typed`, over text and over a parsed value) against the schema
+//! validator (jsonschema over the shipped schema), which stays the reference for what the
+//! draft's schema allows. Both judge the same text: the public vectors, the property
+//! generator's IRs, and those IRs mutated one place at a time with values chosen at the
+//! schema's edges. Any disagreement on validity fails, and where both accept, the typed IR
+//! must be the one the tree path builds.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -25,6 +26,18 @@ fn agree(text: &str) -> Result<(), String> {
         };
     };
     let violations = schema::violations(&value);
+    // The same reader over the parsed tree (the gateway's path) has no repeated keys to meet.
+    match (typed::from_value(&value), violations.is_empty()) {
+        (Ok(ir), true) if ir == Ir::from_schema_valid(&value) => {}
+        (Err(Refused), false) => {}
+        (other, _) => {
+            return Err(format!(
+                "over the tree, the typed reader says {:?}, schema says {:?}: {text}",
+                other.map(|_| "valid"),
+                violations.iter().map(ToString::to_string).collect::<Vec<_>>()
+            ));
+        }
+    }
     match (typed, violations.is_empty()) {
         (Ok(ir), true) => {
             let built = Ir::from_schema_valid(&value);

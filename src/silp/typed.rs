@@ -33,6 +33,12 @@ pub fn read(text: &str) -> Result<Ir, Refused> {
     de.deserialize_map(RootVisitor).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
 }
 
+/// Reads an IR from a JSON value that is already parsed (an NLIP envelope's content), with the
+/// same checks; a value has no repeated keys, so here a refusal always means the schema's.
+pub fn from_value(value: &Value) -> Result<Ir, Refused> {
+    value.deserialize_map(RootVisitor).map_err(|_| Refused)
+}
+
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
 /// through the schema validator for the wording.
 fn refuse<E: de::Error>() -> E {
