@@ -126,38 +126,34 @@ impl<'de> Visitor<'de> for RootVisitor {
             alternatives: Vec::new(),
             meta: Meta::with_req_id(Text::default()),
         };
-        let mut seen = 0u16;
+        // The required fields seen, one bit each.
+        let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
             match &*key {
                 "silp" => {
-                    seen |= 1;
                     ir.silp = string(&mut map)?;
                     if !is_silp_version(&ir.silp) {
                         return Err(refuse());
                     }
                 }
                 "version" => {
-                    seen |= 2;
                     ir.version = string(&mut map)?;
                 }
                 "intent" => {
-                    seen |= 4;
+                    seen |= 1;
                     ir.intent = action(&mut map)?;
                 }
                 "entities" => {
-                    seen |= 8;
                     ir.entities = map.next_value_seed(List(EntitySeed))?;
                 }
                 "constraints" => {
-                    seen |= 16;
                     ir.constraints = map.next_value_seed(List(ConstraintSeed))?;
                 }
                 "alternatives" => {
-                    seen |= 32;
                     ir.alternatives = map.next_value_seed(List(AlternativeSeed))?;
                 }
                 "meta" => {
-                    seen |= 64;
+                    seen |= 2;
                     ir.meta = map.next_value_seed(MetaSeed)?;
                 }
                 // additionalProperties: false.
@@ -165,7 +161,7 @@ impl<'de> Visitor<'de> for RootVisitor {
             }
         }
         // required: intent, meta.
-        if seen & (4 | 64) != (4 | 64) {
+        if seen != 3 {
             return Err(refuse());
         }
         Ok(ir)
@@ -234,7 +230,7 @@ impl Item for EntitySeed {
     fn read<'de, A: MapAccess<'de>>(self, mut map: A) -> Result<Entity, A::Error> {
         let mut e =
             Entity { id: Text::default(), value: Text::default(), action: None, extra: Extras::new() };
-        let mut seen = 0u16;
+        let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
             match &*key {
                 "id" => {
@@ -246,7 +242,6 @@ impl Item for EntitySeed {
                     e.value = string(&mut map)?;
                 }
                 "action" => {
-                    seen |= 4;
                     e.action = optional(&mut map)?;
                     if e.action.as_deref().is_some_and(|a| !is_action_code(a)) {
                         return Err(refuse());
@@ -270,7 +265,7 @@ impl Item for ConstraintSeed {
 
     fn read<'de, A: MapAccess<'de>>(self, mut map: A) -> Result<Constraint, A::Error> {
         let mut c = Constraint::new(Text::default(), Text::default());
-        let mut seen = 0u16;
+        let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
             match &*key {
                 "type" => {
@@ -282,7 +277,6 @@ impl Item for ConstraintSeed {
                     c.value = string(&mut map)?;
                 }
                 "time" => {
-                    seen |= 4;
                     c.time = optional(&mut map)?;
                 }
                 _ => extra(&mut map, &mut c.extra, key)?,
@@ -304,7 +298,7 @@ impl Item for AlternativeSeed {
     fn read<'de, A: MapAccess<'de>>(self, mut map: A) -> Result<Alternative, A::Error> {
         let mut a =
             Alternative { action: Text::default(), target: None, location: None, extra: Extras::new() };
-        let mut seen = 0u16;
+        let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
             match &*key {
                 "action" => {
@@ -312,11 +306,9 @@ impl Item for AlternativeSeed {
                     a.action = action(&mut map)?;
                 }
                 "target" => {
-                    seen |= 2;
                     a.target = optional(&mut map)?;
                 }
                 "location" => {
-                    seen |= 4;
                     a.location = optional(&mut map)?;
                 }
                 _ => extra(&mut map, &mut a.extra, key)?,
@@ -347,44 +339,38 @@ impl<'de> Visitor<'de> for MetaSeed {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
         let mut m = Meta::with_req_id(Text::default());
-        let mut seen = 0u16;
+        let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
             match &*key {
                 "priority" => {
-                    seen |= 1;
                     m.priority = map.next_value::<Number>()?.integer().ok_or_else(refuse)?;
                 }
                 "confidence" => {
-                    seen |= 2;
                     m.confidence = map.next_value::<Number>()?.confidence().ok_or_else(refuse)?;
                 }
                 "seq" => {
-                    seen |= 4;
                     m.seq = map.next_value::<Vec<Text>>()?;
                 }
                 "out" => {
-                    seen |= 8;
                     m.out = string(&mut map)?;
                 }
                 "next_agent" => {
-                    seen |= 16;
                     m.next_agent = optional(&mut map)?;
                 }
                 "req_id" => {
-                    seen |= 32;
+                    seen |= 1;
                     m.req_id = string(&mut map)?;
                     if !is_req_id(&m.req_id) {
                         return Err(refuse());
                     }
                 }
                 "session_id" => {
-                    seen |= 64;
                     m.session_id = optional(&mut map)?;
                 }
                 _ => extra(&mut map, &mut m.extra, key)?,
             }
         }
-        if seen & 32 != 32 {
+        if seen != 1 {
             return Err(refuse());
         }
         Ok(m)
