@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv=target/bench-venv
+target=${CARGO_TARGET_DIR:-target}
+venv=$target/bench-venv
 if ! "$venv/bin/python" -c 'import nlip_server, uvicorn' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-server==0.1.3 uvicorn
@@ -29,7 +30,7 @@ plain = true
 client_rate = 0.0
 connection_rate = 0.0
 TOML
-target/release/silpgate run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>/dev/null &
+"$target/release/silpgate" run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>/dev/null &
 silpgate_pid=$!
 (cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) &
 reference_pid=$!

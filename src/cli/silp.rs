@@ -1,13 +1,12 @@
 //! `silpgate silp ...`: the codec on the command line, for people and for other tools.
 
-use super::lines::{Common, Outcome, drive, read_document};
+use super::lines::{Common, OkForm, Outcome, drive, read_document};
 use super::{EXIT_INVALID, EXIT_USAGE};
 use crate::gateway::store::{Changes, Freeze, Store};
 use crate::silp::validate::{self, ValidateOptions};
 use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, ReqIdMode, SilpError, schema};
 use crate::store::SledStore;
 use clap::{Subcommand, ValueEnum};
-use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -82,7 +81,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
             };
             with_frontend(&common, |frontend| {
                 let each = |text: &str| compile_one(text, frontend, rules, store.as_ref());
-                let code = drive(&common, each, Value::String);
+                let code = drive(&common, each, OkForm::Text);
                 if let Some(store) = &store
                     && let Err(e) = store.flush()
                 {
@@ -107,11 +106,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
                     eprintln!("{}", err.render(""));
                     return ExitCode::from(EXIT_USAGE);
                 }
-                drive(
-                    &common,
-                    |text| decode_one(text, frontend, &options),
-                    |ir: String| serde_json::from_str(&ir).expect("compact IR is JSON"),
-                )
+                drive(&common, |text| decode_one(text, frontend, &options), OkForm::IrJson)
             })
         }
         SilpCommand::Validate { no_whitelist, file } => {
@@ -141,7 +136,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
         SilpCommand::Tokens(args) => super::tokens::run(args),
         SilpCommand::Hash { file } => {
             let Some(text) = read_document(file, 1 << 20) else { return ExitCode::from(EXIT_INVALID) };
-            match silp::parse_json(&text).and_then(|v| schema::parse_ir(&v)) {
+            match schema::parse_ir_text(&text) {
                 Ok(ir) => {
                     println!("{}", ir.ir_hash());
                     ExitCode::SUCCESS
@@ -166,8 +161,7 @@ fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitC
 }
 
 fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Option<&SledStore>) -> Outcome {
-    let value = silp::parse_json(text)?;
-    let ir = schema::parse_ir(&value)?;
+    let ir = schema::parse_ir_text(text)?;
     let report = validate::validate(&ir, rules);
     if !report.valid {
         return Err(SilpError::new(

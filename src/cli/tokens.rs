@@ -1,7 +1,7 @@
 //! `silpgate silp tokens ...`: what a payload costs in a model's tokens, per frontend, next to
 //! its bytes and its natural-language baseline; and the draft's single-token verb claim.
 
-use super::lines::{Common, Outcome, drive};
+use super::lines::{Common, OkForm, Outcome, drive};
 use super::{EXIT_INVALID, EXIT_USAGE};
 use crate::silp::tokens::{self, Tokenizer};
 use crate::silp::{self, DecodeOptions, Frontend, schema};
@@ -82,11 +82,7 @@ pub fn run(args: TokensArgs) -> ExitCode {
         file: args.file,
     };
     let options = DecodeOptions { max_input_bytes: args.max_input_bytes, ..DecodeOptions::default() };
-    drive(
-        &common,
-        |text| measure(text, input, tokenizer, &options),
-        |report: String| serde_json::from_str(&report).expect("the report is JSON"),
-    )
+    drive(&common, |text| measure(text, input, tokenizer, &options), OkForm::Json)
 }
 
 fn measure(text: &str, input: Input, tokenizer: Tokenizer, options: &DecodeOptions) -> Outcome {
@@ -98,7 +94,7 @@ fn measure(text: &str, input: Input, tokenizer: Tokenizer, options: &DecodeOptio
             report.insert("tokens".into(), tokenizer.count(text).into());
             return Ok((Value::Object(report).to_string(), Vec::new()));
         }
-        Input::Ir => (schema::parse_ir(&silp::parse_json(text)?)?, Vec::new()),
+        Input::Ir => (schema::parse_ir_text(text)?, Vec::new()),
         Input::Surface(frontend) => {
             let decoded = silp::decode(text, frontend, options)?;
             let input = json!({

@@ -17,12 +17,14 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
@@ -131,12 +133,43 @@ fn frame(message: &Message, encoding: Encoding) -> Frame {
 /// Requests one socket may have in flight; the next waits for one to finish, which in turn
 /// stops reading from the socket (the peer feels back-pressure, memory stays bounded).
 const IN_FLIGHT_PER_SOCKET: usize = 256;
-/// Frames waiting to be written to one socket.
-const OUTGOING_FRAMES: usize = 64;
+
+/// A socket's sending half, shared by the task that reads the socket and the tasks that wait
+/// for agents' answers. A reply known at once is written by the reader itself: handing it to
+/// another task cost a cross-thread wake per message whenever the two ran on different worker
+/// threads (a bimodal WebSocket round trip, about 21 or 70-90 µs on the 2-vCPU VM). A write
+/// never takes longer than `ws_dead`, so a slow peer holds up only its own socket.
+struct Writer<S> {
+    sink: tokio::sync::Mutex<Option<SplitSink<WebSocketStream<S>, Frame>>>,
+    dead: Duration,
+}
+
+impl<S> Writer<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    /// Writes one frame; false once the socket cannot be written (or was finished).
+    async fn send(&self, frame: Frame) -> bool {
+        let mut sink = self.sink.lock().await;
+        let Some(open) = sink.as_mut() else { return false };
+        let sent = matches!(tokio::time::timeout(self.dead, open.send(frame)).await, Ok(Ok(())));
+        if !sent {
+            *sink = None;
+        }
+        sent
+    }
+
+    /// Writes the last frame, if any, and lets the sending half go: later writes fail.
+    async fn finish(&self, last: Option<Frame>) {
+        if let Some(frame) = last {
+            self.send(frame).await;
+        }
+        self.sink.lock().await.take();
+    }
+}
 
 /// One socket: messages in, each taken through the intake in the order it came, agents'
-/// answers awaited side by side (many in flight) and written as they come; pings while idle. One writer task owns the sending half, so that
-/// a slow peer holds up only its own socket, and never longer than `ws_dead` per frame.
+/// answers awaited side by side (many in flight) and written as they come; pings while idle.
 async fn serve_socket<S>(
     front: Arc<Front>,
     socket: WebSocketStream<S>,
@@ -146,18 +179,8 @@ async fn serve_socket<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sink, mut stream) = socket.split();
-    let (outgoing, mut frames) = mpsc::channel::<Frame>(OUTGOING_FRAMES);
-    let dead = front.ws_dead;
-    let writer = tokio::spawn(async move {
-        while let Some(frame) = frames.recv().await {
-            let closing = matches!(frame, Frame::Close(_));
-            let sent = tokio::time::timeout(dead, sink.send(frame)).await;
-            if closing || !matches!(sent, Ok(Ok(()))) {
-                break;
-            }
-        }
-    });
+    let (sink, mut stream) = socket.split();
+    let writer = Arc::new(Writer { sink: tokio::sync::Mutex::new(Some(sink)), dead: front.ws_dead });
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_PER_SOCKET));
     let mut ticker = tokio::time::interval(front.ws_ping);
     ticker.tick().await;
@@ -170,7 +193,7 @@ async fn serve_socket<S>(
                 if last_heard.elapsed() > front.ws_dead {
                     break Some(close(CloseCode::Policy, "no answer to pings"));
                 }
-                if outgoing.send(Frame::Ping(Vec::new().into())).await.is_err() {
+                if !writer.send(Frame::Ping(Vec::new().into())).await {
                     break None;
                 }
                 continue;
@@ -209,7 +232,7 @@ async fn serve_socket<S>(
             front.clients.admit(&client).map_err(|retry| super::rate_limited("this client", retry))
         };
         if let Err(refusal) = admitted {
-            if outgoing.send(frame(&refusal, encoding)).await.is_err() {
+            if !writer.send(frame(&refusal, encoding)).await {
                 break None;
             }
             continue;
@@ -220,28 +243,27 @@ async fn serve_socket<S>(
         match submit(&front, &client, &bytes, encoding, trace.clone()).await {
             Submitted::Answered(answer) => {
                 for message in messages_of(answer) {
-                    if outgoing.send(frame(&message, encoding)).await.is_err() {
+                    if !writer.send(frame(&message, encoding)).await {
                         break;
                     }
                 }
             }
             Submitted::Awaiting(awaiting) => {
-                let outgoing = outgoing.clone();
+                let writer = writer.clone();
                 tokio::spawn(async move {
                     for message in messages_of(awaiting.answer().await) {
-                        let _ = outgoing.send(frame(&message, encoding)).await;
+                        writer.send(frame(&message, encoding)).await;
                     }
                     drop(slot);
                 });
             }
         }
     };
-    if let Some(close) = closing {
-        let _ = outgoing.send(close).await;
+    if closing.is_none() {
+        // Answers still on their way are written first: each task holds its slot until then.
+        let _ = in_flight.acquire_many(IN_FLIGHT_PER_SOCKET as u32).await;
     }
-    drop(outgoing);
-    // Answers still on their way are written, then the writer ends with the last sender.
-    let _ = writer.await;
+    writer.finish(closing).await;
 }
 
 /// Takes one message a socket sent through the intake.

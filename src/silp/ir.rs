@@ -223,8 +223,9 @@ impl Alternative {
 
 impl Meta {
     fn write_json(&self, out: &mut String) {
-        use std::fmt::Write;
-        let _ = write!(out, "{{\"priority\":{},\"confidence\":", self.priority);
+        out.push_str("{\"priority\":");
+        out.push_str(itoa::Buffer::new().format(self.priority));
+        out.push_str(",\"confidence\":");
         json_text::write_float(out, self.confidence, FloatStyle::Pydantic);
         out.push_str(",\"seq\":");
         write_list(out, &self.seq, |out, s| json_text::write_str(out, s));

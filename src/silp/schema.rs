@@ -38,9 +38,35 @@ pub fn violations(value: &Value) -> Vec<Violation> {
         .collect()
 }
 
-/// Checks `value` against the schema and the supported version, then builds the IR.
+/// Checks `value` against the schema and the supported version, then builds the IR: the typed
+/// reader ([`super::typed`]) when it accepts the value, else the schema validator, which
+/// decides and names the first violation by its JSON path.
 pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
-    // The boolean check stops at the first failure and builds no error values: the fast path.
+    match super::typed::from_value(value) {
+        Ok(ir) => {
+            check_version(&ir)?;
+            Ok(ir)
+        }
+        Err(_) => parse_ir_checked(value),
+    }
+}
+
+/// Reads and checks an IR from JSON text: the typed reader ([`super::typed`]) when it accepts
+/// the text, otherwise the JSON tree and the schema validator, which decide and word the error
+/// (a syntax error with its span, or the first violation with its JSON path).
+pub fn parse_ir_text(text: &str) -> Result<Ir, SilpError> {
+    match super::typed::read(text) {
+        Ok(ir) => {
+            check_version(&ir)?;
+            Ok(ir)
+        }
+        Err(_) => parse_ir_checked(&super::parse_json(text)?),
+    }
+}
+
+/// The tree path alone: the schema validator decides, the IR is built from the checked tree.
+fn parse_ir_checked(value: &Value) -> Result<Ir, SilpError> {
+    // The boolean check stops at the first failure and builds no error values.
     if !validator().is_valid(value)
         && let Some(first) = violations(value).into_iter().next()
     {

@@ -36,15 +36,22 @@ const SEQ_KEYWORDS: [&str; 4] = ["reason_first", "reason_last", "parallel", "seq
 /// Validates an IR given as JSON: schema first (stopping there on failure, as the reference
 /// stops at its model check), then the rules.
 pub fn validate_value(value: &Value, options: ValidateOptions) -> Report {
-    let violations = schema::violations(value);
-    if !violations.is_empty() {
-        return Report {
-            valid: false,
-            errors: violations.iter().map(ToString::to_string).collect(),
-            warnings: vec![],
-        };
-    }
-    let ir = Ir::from_schema_valid(value);
+    // The typed reader accepts exactly what the schema accepts; only a refusal needs the
+    // validator's list of violations.
+    let ir = match super::typed::from_value(value) {
+        Ok(ir) => ir,
+        Err(_) => {
+            let violations = schema::violations(value);
+            if !violations.is_empty() {
+                return Report {
+                    valid: false,
+                    errors: violations.iter().map(ToString::to_string).collect(),
+                    warnings: vec![],
+                };
+            }
+            Ir::from_schema_valid(value)
+        }
+    };
     if let Err(e) = schema::check_version(&ir) {
         return Report { valid: false, errors: vec![format!("silp: {}", e.message)], warnings: vec![] };
     }

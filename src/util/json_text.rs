@@ -155,9 +155,11 @@ pub fn write_extras(out: &mut String, extras: &Map<String, Value>, style: Style)
 fn write_number(out: &mut String, n: &Number, style: Style) {
     match n.as_f64() {
         Some(f) if !(n.is_i64() || n.is_u64()) => write_float(out, f, style.float),
-        _ => {
-            let _ = write!(out, "{n}");
-        }
+        _ => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => out.push_str(itoa::Buffer::new().format(i)),
+            (None, Some(u)) => out.push_str(itoa::Buffer::new().format(u)),
+            (None, None) => out.push_str(&n.to_string()),
+        },
     }
 }
 
@@ -168,8 +170,14 @@ pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
         out.push_str("null");
         return;
     }
-    // `{:e}` gives the shortest round-trip digits: "-1.5e300", "1e-7", "0e0". It is written
-    // into a stack buffer: at most 17 digits, a point, a sign and a 4-character exponent.
+    // The default confidence, written for nearly every IR, needs no formatting.
+    if f.to_bits() == 1f64.to_bits() {
+        out.push_str("1.0");
+        return;
+    }
+    // `{:e}` gives the shortest round-trip digits, the nearest where several are shortest, as
+    // Python's repr does: "-1.5e300", "1e-7", "0e0". It is written into a stack buffer: at
+    // most 17 digits, a point, a sign and a 4-character exponent.
     let mut buf = [0u8; 32];
     let len = {
         let mut cursor = std::io::Cursor::new(&mut buf[..]);
@@ -218,14 +226,10 @@ pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
     }
     out.push('e');
     out.push(if exp < 0 { '-' } else { '+' });
-    match style {
-        FloatStyle::Pydantic => {
-            let _ = write!(out, "{}", exp.abs());
-        }
-        FloatStyle::Python => {
-            let _ = write!(out, "{:02}", exp.abs());
-        }
+    if style == FloatStyle::Python && exp.abs() < 10 {
+        out.push('0');
     }
+    out.push_str(itoa::Buffer::new().format(exp.abs()));
 }
 
 #[cfg(test)]
@@ -251,6 +255,33 @@ mod tests {
         assert_eq!(float(0.0001, Python), "0.0001");
         assert_eq!(float(123456.5, Python), "123456.5");
         assert_eq!(float(-2.5e16, Python), "-2.5e+16");
+        assert_eq!(float(5e-324, Pydantic), "5e-324");
+        assert_eq!(float(1.7976931348623157e308, Pydantic), "1.7976931348623157e+308");
+        assert_eq!(float(1e16, Pydantic), "1e+16");
+        assert_eq!(float(9999999999999998.0, Pydantic), "9999999999999998.0");
+        assert_eq!(float(0.00001, Pydantic), "0.00001");
+        assert_eq!(float(0.0001, Pydantic), "0.0001");
+        assert_eq!(float(-0.0, Pydantic), "-0.0");
+        assert_eq!(float(120.0, Python), "120.0");
+        assert_eq!(float(1.25e-5, Python), "1.25e-05");
+    }
+
+    #[test]
+    fn every_float_reads_back_as_itself() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = f64::from_bits(x);
+            if !f.is_finite() {
+                continue;
+            }
+            for style in [FloatStyle::Pydantic, FloatStyle::Python] {
+                let written = float(f, style);
+                assert_eq!(written.parse::<f64>().unwrap().to_bits(), f.to_bits(), "{f:e} -> {written}");
+            }
+        }
     }
 
     #[test]
