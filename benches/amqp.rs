@@ -7,6 +7,9 @@
 //! `relay IN OUT`), so that each one's CPU time can be read from /proc: CPU per message is the
 //! process's user + system time during the throughput run divided by the envelopes relayed.
 //!
+//! `SILPGATE_BENCH_AMQP="workers = 4; window = 128"` adds `[amqp]` settings to silpgate's
+//! (its defaults otherwise), for choosing them by measurement.
+//!
 //! `bash benches/bench-amqp.sh [N] [RATE] [SECONDS]`; the last line printed is
 //! `throughput ratio silpgate/bare: X, p99 at 1000/s silpgate Y ms bare Z ms, cpu per message
 //! silpgate A us bare B us`.
@@ -408,6 +411,7 @@ inbound_exchange = "{prefix}.in-x"
 agents_exchange = "{prefix}.agents"
 dead_letter_exchange = "{prefix}.dlx"
 dead_letter_queue = "{prefix}.dead"
+{tuning}
 [[agents]]
 name = "sink"
 frontends = ["json"]
@@ -418,6 +422,7 @@ name = "transcode-to-sink"
 destination = "sink"
 mode = "transcode"
 "#,
-        store = store.display()
+        store = store.display(),
+        tuning = std::env::var("SILPGATE_BENCH_AMQP").unwrap_or_default().replace(';', "\n"),
     )
 }

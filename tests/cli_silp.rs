@@ -1,20 +1,16 @@
 //! The `silpgate silp` command line, driven as other tools drive it: real process, stdin,
 //! stdout, stderr and exit status.
 
+mod support;
+
 use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn silpgate(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("silpgate runs");
-    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
-    child.wait_with_output().expect("silpgate exits")
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(args);
+    support::process::run_bounded_with_input(command, stdin.as_bytes(), Duration::from_secs(60))
 }
 
 fn stdout(o: &Output) -> String {

@@ -2,6 +2,8 @@
 //! against an independent implementation, `fewest-tokens` in the chooser and the gateway, the
 //! tokens the sanitiser removes, and the `silpgate silp tokens` command.
 
+mod support;
+
 use serde_json::{Value, json};
 use silpgate::config::Config;
 use silpgate::gateway::choose;
@@ -12,8 +14,9 @@ use silpgate::nlip::{self, Encoding, Limits};
 use silpgate::silp::tokens::{self, Tokenizer};
 use silpgate::silp::validate::{self, ValidateOptions};
 use silpgate::silp::{self, DecodeOptions, Frontend, schema, whitelist};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
+use std::time::Duration;
 
 const BOTH: [Tokenizer; 2] = [Tokenizer::O200kBase, Tokenizer::Cl100kBase];
 
@@ -345,16 +348,9 @@ fn configuration_names_tokenizers_and_fewest_tokens_and_refuses_the_rest() {
 }
 
 fn silpgate(args: &[&str], stdin: &str) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("silpgate runs");
-    // A command that does not read its input (a usage error) may close the pipe first.
-    let _ = std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes());
-    let out = child.wait_with_output().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(args);
+    let out = support::process::run_bounded_with_input(command, stdin.as_bytes(), Duration::from_secs(60));
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stdout).unwrap(),

@@ -1,7 +1,8 @@
-//! One inbound delivery, from bytes to acknowledgement: decode, hand to the gateway core,
-//! make its state durable, publish what it produced and wait for the broker's confirms, and
-//! only then acknowledge. Poison goes to the dead-letter exchange with the reason; transient
-//! failures are retried with backoff, then dead-lettered once the attempts run out.
+//! Inbound deliveries, from bytes to acknowledgement, a window at a time: hand each to the
+//! gateway core, make the window's state durable with one flush, publish what each produced
+//! and wait for the broker's confirms, and only then acknowledge. Poison goes to the
+//! dead-letter exchange with the reason; transient failures are retried with backoff, then
+//! dead-lettered once the attempts run out.
 //!
 //! Why this order: an acknowledged message is gone from the broker, so everything it caused
 //! must already be safe elsewhere (sled flushed, downstream confirmed). A crash anywhere before
@@ -201,12 +202,8 @@ impl Pipeline {
         }
     }
 
-    /// Takes one delivery to its end: acknowledged, dead-lettered, or left to the broker.
-    pub async fn process(&self, job: Job) {
-        self.process_window(vec![job]).await;
-    }
-
-    /// Takes a window of deliveries to their end. The core decides each in order and commits
+    /// Takes a window of deliveries to their end: each acknowledged, dead-lettered, or left to
+    /// the broker. The core decides each in order and commits
     /// its state; one flush makes the whole window durable; then each conversation's messages
     /// are delivered one after another while different conversations' deliveries and
     /// confirms overlap. A message that fails goes on alone (retries, dead-lettering), and the
