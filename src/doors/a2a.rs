@@ -10,16 +10,16 @@
 //! `CancelTask` answer TaskNotFound. Bearer tokens, the per-client rate limit and the `Origin`
 //! check apply as on `/mcp`; the card is public, as discovery needs.
 
-use super::http::{Denied, authenticate};
+use super::jsonrpc::{error, reply};
 use super::{Answer, Front};
 use crate::connectors::a2a::{VERSION, map};
 use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -76,40 +76,15 @@ async fn card(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
     reply(StatusCode::OK, &card)
 }
 
-fn reply(status: StatusCode, body: &Value) -> Response {
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-fn error(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
-
 async fn post_a2a(
     State(front): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if super::mcp::foreign_origin(&front, &headers) {
-        return reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, super::mcp::FOREIGN_ORIGIN));
-    }
-    let identity = match authenticate(&front, &headers, peer) {
-        Ok(identity) => identity,
-        Err(denied) => return denied.into_response(),
-    };
-    let client = super::client_key(identity, front.client_address(&headers, peer));
-    if let Err(retry_after) = front.clients.admit(&client) {
-        return Denied::RateLimited(retry_after).into_response();
-    }
-    let bytes: Bytes = match axum::body::to_bytes(body, front.limits.max_bytes).await {
+    let bytes = match super::jsonrpc::admit(&front, peer, &headers, body).await {
         Ok(bytes) => bytes,
-        Err(_) => {
-            let why = format!("the body is larger than the limit of {} bytes", front.limits.max_bytes);
-            return reply(StatusCode::PAYLOAD_TOO_LARGE, &error(Value::Null, -32600, &why));
-        }
+        Err(refused) => return refused,
     };
     let request: Value = match serde_json::from_slice(&bytes) {
         Ok(request) => request,

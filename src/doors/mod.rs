@@ -9,6 +9,7 @@ pub mod a2a;
 pub mod amqp;
 pub mod auth;
 pub mod http;
+pub mod jsonrpc;
 pub mod limit;
 pub mod listener;
 pub mod mcp;

@@ -55,8 +55,9 @@ fn is_req_id(s: &str) -> bool {
     (4..=8).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
 }
 
-/// A key or string that borrows from the input when it has no escapes.
-struct Str<'de>(Cow<'de, str>);
+/// A key or string that borrows from the input when it has no escapes (the JSON frontend's
+/// reader uses it too).
+pub(crate) struct Str<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> de::Deserialize<'de> for Str<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -17,11 +17,11 @@
 pub mod tools;
 
 use super::Front;
-use super::http::{Denied, authenticate};
+use super::jsonrpc::{error, reply};
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Map, Value, json};
@@ -46,52 +46,15 @@ async fn post_mcp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if foreign_origin(&front, &headers) {
-        return reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, FOREIGN_ORIGIN));
-    }
-    let identity = match authenticate(&front, &headers, peer) {
-        Ok(identity) => identity,
-        Err(denied) => return denied.into_response(),
-    };
-    let client = super::client_key(identity, front.client_address(&headers, peer));
-    if let Err(retry_after) = front.clients.admit(&client) {
-        return Denied::RateLimited(retry_after).into_response();
-    }
-    let bytes: Bytes = match axum::body::to_bytes(body, front.limits.max_bytes).await {
+    let bytes = match super::jsonrpc::admit(&front, peer, &headers, body).await {
         Ok(bytes) => bytes,
-        Err(_) => {
-            let why = format!("the body is larger than the limit of {} bytes", front.limits.max_bytes);
-            return reply(StatusCode::PAYLOAD_TOO_LARGE, &error(Value::Null, -32600, &why));
-        }
+        Err(refused) => return refused,
     };
     match answer(&bytes) {
         Some(body) => reply(StatusCode::OK, &body),
         // A notification or a response: nothing to answer.
         None => StatusCode::ACCEPTED.into_response(),
     }
-}
-
-/// Why a request from a browser page of another origin is refused.
-pub(super) const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page may not drive this endpoint";
-
-/// True for a request from a browser page whose origin is not in `http.allowed_origins`: the
-/// MCP transport asks servers to check `Origin`, so that a page cannot reach a server on the
-/// visitor's machine (DNS rebinding). Programs send no `Origin` and are not affected.
-pub(super) fn foreign_origin(front: &Front, headers: &HeaderMap) -> bool {
-    headers.get(header::ORIGIN).is_some_and(|origin| {
-        !origin.to_str().is_ok_and(|o| front.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)))
-    })
-}
-
-fn reply(status: StatusCode, body: &Value) -> Response {
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-fn error(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }
 
 /// The JSON-RPC answer to one body, or `None` when it asks for none.

@@ -10,6 +10,7 @@ use super::ACTION_PREFIX;
 use crate::silp::error::{ErrorCode, SilpError};
 use crate::silp::ir::{Alternative, Constraint, Entity, Extras, Text, is_action_code};
 use crate::silp::sanitize::{self, Notice};
+use crate::silp::typed::Str;
 use crate::util::json_text::{FloatStyle, write_float};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
@@ -52,31 +53,6 @@ fn without_position(e: &serde_json::Error) -> String {
 
 fn failed<E: de::Error>(message: impl fmt::Display) -> E {
     E::custom(message)
-}
-
-/// A string that borrows from the input when it has no escapes.
-struct Str<'de>(Cow<'de, str>);
-
-impl<'de> de::Deserialize<'de> for Str<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Str<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 /// A slot value: a string, or a number or boolean read as its JSON spelling.

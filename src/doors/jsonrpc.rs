@@ -1,0 +1,57 @@
+//! What silpgate's JSON-RPC endpoints (`/a2a`, `/mcp`) share before they read a request: the
+//! `Origin` check, bearer authentication, the per-client rate limit and the body limit, in
+//! that order; and JSON-RPC error bodies.
+
+use super::Front;
+use super::http::{Denied, authenticate};
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+
+/// Why a request from a browser page of another origin is refused.
+const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page may not drive this endpoint";
+
+/// The body of a request that passed every check, or the response that refuses it.
+pub async fn admit(
+    front: &Front,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, Response> {
+    if foreign_origin(front, headers) {
+        return Err(reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, FOREIGN_ORIGIN)));
+    }
+    let identity = authenticate(front, headers, peer).map_err(Denied::into_response)?;
+    let client = super::client_key(identity, front.client_address(headers, peer));
+    if let Err(retry_after) = front.clients.admit(&client) {
+        return Err(Denied::RateLimited(retry_after).into_response());
+    }
+    axum::body::to_bytes(body, front.limits.max_bytes).await.map_err(|_| {
+        let why = format!("the body is larger than the limit of {} bytes", front.limits.max_bytes);
+        reply(StatusCode::PAYLOAD_TOO_LARGE, &error(Value::Null, -32600, &why))
+    })
+}
+
+/// True for a request from a browser page whose origin is not in `http.allowed_origins`: the
+/// MCP transport asks servers to check `Origin`, so that a page cannot reach a server on the
+/// visitor's machine (DNS rebinding). Programs send no `Origin` and are not affected.
+fn foreign_origin(front: &Front, headers: &HeaderMap) -> bool {
+    headers.get(header::ORIGIN).is_some_and(|origin| {
+        !origin.to_str().is_ok_and(|o| front.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)))
+    })
+}
+
+/// A JSON response.
+pub fn reply(status: StatusCode, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A JSON-RPC error object answering the request `id`.
+pub fn error(id: Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
