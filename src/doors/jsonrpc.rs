@@ -3,7 +3,7 @@
 //! that order; and JSON-RPC error bodies.
 
 use super::Front;
-use super::http::{Denied, authenticate};
+use super::admission::{Denied, authenticate};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

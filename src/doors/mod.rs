@@ -6,6 +6,7 @@
 //! clients in the same way; [`mcp`] serves the SILP codec to MCP clients.
 
 pub mod a2a;
+pub mod admission;
 pub mod amqp;
 pub mod auth;
 pub mod http;

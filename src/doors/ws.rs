@@ -7,7 +7,7 @@
 //! Close codes: 1003 for the wrong frame type on an endpoint, 1007 for a text message that is
 //! not UTF-8, 1009 for a message over the size limit, 1008 for a dead peer (no pong).
 
-use super::http::authenticate;
+use super::admission::authenticate;
 use super::limit::Bucket;
 use super::{Answer, Front, Submitted};
 use crate::gateway::Transport;
