@@ -46,6 +46,8 @@ struct Settled {
     /// `None` once nothing is left to send for it (acknowledged alone, or nacked).
     acker: Option<Acker>,
     since: Instant,
+    /// The message's `amqp ack` span: it ends once the frame acknowledging it is sent.
+    span: Option<tracing::Span>,
 }
 
 /// What to send, computed under the book's lock.
@@ -55,6 +57,8 @@ struct Frames {
     up_to: Option<Acker>,
     /// Acknowledgements of single deliveries.
     single: Vec<Acker>,
+    /// The spans of the deliveries these frames acknowledge, ended once they are sent.
+    spans: Vec<tracing::Span>,
 }
 
 impl AckBook {
@@ -62,20 +66,21 @@ impl AckBook {
         AckBook { book: Mutex::new(Book { next: 1, settled: BTreeMap::new() }), sending: Default::default() }
     }
 
-    /// The delivery is safe to forget: it is to be acknowledged.
-    pub fn settled(&self, delivery: &Delivery) {
-        self.record(delivery.delivery_tag, Some(delivery.acker.clone()));
+    /// The delivery is safe to forget: it is to be acknowledged. `span` (the message's `amqp
+    /// ack`) ends when the acknowledgement is sent.
+    pub fn settled(&self, delivery: &Delivery, span: tracing::Span) {
+        self.record(delivery.delivery_tag, Some(delivery.acker.clone()), Some(span));
     }
 
     /// The delivery was given back to the broker on its own (a nack): nothing to send for it.
     pub fn returned(&self, delivery: &Delivery) {
-        self.record(delivery.delivery_tag, None);
+        self.record(delivery.delivery_tag, None, None);
     }
 
-    fn record(&self, tag: u64, acker: Option<Acker>) {
+    fn record(&self, tag: u64, acker: Option<Acker>, span: Option<tracing::Span>) {
         let mut book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if tag >= book.next {
-            book.settled.insert(tag, Settled { acker, since: Instant::now() });
+            book.settled.insert(tag, Settled { acker, since: Instant::now(), span });
         }
     }
 
@@ -95,7 +100,7 @@ impl AckBook {
     pub async fn send_lingering(&self) -> lapin::Result<()> {
         self.send_with(|book| {
             let mut frames = book.run();
-            frames.single = book.older_than(LINGER);
+            book.older_than(LINGER, &mut frames);
             frames
         })
         .await
@@ -109,7 +114,7 @@ impl AckBook {
     pub async fn send_all(&self) -> lapin::Result<()> {
         self.send_with(|book| {
             let mut frames = book.run();
-            frames.single = book.older_than(Duration::ZERO);
+            book.older_than(Duration::ZERO, &mut frames);
             frames
         })
         .await
@@ -117,16 +122,17 @@ impl AckBook {
 
     async fn send_with(&self, compute: impl FnOnce(&mut Book) -> Frames) -> lapin::Result<()> {
         let _sending = self.sending.lock().await;
-        let frames = {
+        let Frames { up_to, single, spans } = {
             let mut book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             compute(&mut book)
         };
-        if let Some(top) = frames.up_to {
+        if let Some(top) = up_to {
             top.ack(BasicAckOptions { multiple: true }).await?;
         }
-        for acker in frames.single {
+        for acker in single {
             acker.ack(BasicAckOptions { multiple: false }).await?;
         }
+        drop(spans);
         Ok(())
     }
 
@@ -142,27 +148,30 @@ impl Book {
     /// acknowledgement up to the highest of them that still needs one covers them all (the
     /// others the broker no longer holds).
     fn run(&mut self) -> Frames {
-        let mut up_to = None;
+        let mut frames = Frames::default();
         while let Some(entry) = self.settled.first_entry() {
             if *entry.key() != self.next {
                 break;
             }
-            if let Some(acker) = entry.remove().acker {
-                up_to = Some(acker);
+            let settled = entry.remove();
+            if let Some(acker) = settled.acker {
+                frames.up_to = Some(acker);
             }
+            frames.spans.extend(settled.span);
             self.next += 1;
         }
-        Frames { up_to, single: Vec::new() }
+        frames
     }
 
-    /// Takes the acknowledgements of settled deliveries older than `age`, to be sent one by
+    /// Adds the acknowledgements of settled deliveries older than `age`, to be sent one by
     /// one; their tags stay in the book until the run reaches them.
-    fn older_than(&mut self, age: Duration) -> Vec<Acker> {
-        self.settled
-            .values_mut()
-            .filter(|s| s.since.elapsed() >= age)
-            .filter_map(|s| s.acker.take())
-            .collect()
+    fn older_than(&mut self, age: Duration, frames: &mut Frames) {
+        for settled in self.settled.values_mut().filter(|s| s.since.elapsed() >= age) {
+            if let Some(acker) = settled.acker.take() {
+                frames.single.push(acker);
+                frames.spans.extend(settled.span.take());
+            }
+        }
     }
 }
 
@@ -173,7 +182,7 @@ mod tests {
     fn book_with(tags: &[u64]) -> Book {
         let mut book = Book { next: 1, settled: BTreeMap::new() };
         for &tag in tags {
-            book.settled.insert(tag, Settled { acker: None, since: Instant::now() });
+            book.settled.insert(tag, Settled { acker: None, since: Instant::now(), span: None });
         }
         book
     }
@@ -184,7 +193,7 @@ mod tests {
         book.run();
         assert_eq!(book.next, 4, "tag 4 is still in work");
         assert_eq!(book.settled.keys().copied().collect::<Vec<_>>(), vec![5, 6]);
-        book.settled.insert(4, Settled { acker: None, since: Instant::now() });
+        book.settled.insert(4, Settled { acker: None, since: Instant::now(), span: None });
         book.run();
         assert_eq!(book.next, 7);
         assert!(book.settled.is_empty());
@@ -193,9 +202,9 @@ mod tests {
     #[test]
     fn nothing_below_the_run_is_recorded_twice() {
         let book = AckBook::new();
-        book.record(1, None);
+        book.record(1, None, None);
         book.book.lock().unwrap().run();
-        book.record(1, None);
+        book.record(1, None, None);
         assert!(book.book.lock().unwrap().settled.is_empty(), "tag 1 is already behind the run");
     }
 }

@@ -254,8 +254,16 @@ impl Pipeline {
             .collect();
         let durable = planned.iter().flatten().filter(|p| p.needs_flush()).count();
         if durable > 0 {
-            let span = info_span!("store flush", messaging.batch.message_count = durable);
-            if self.intake.gateway().store().flush_async().instrument(span).await.is_err() {
+            // One flush for the window; each message's trace shows it as its own stage.
+            let spans: Vec<_> = jobs
+                .iter()
+                .zip(&planned)
+                .filter(|(_, p)| p.as_ref().is_ok_and(Planned::needs_flush))
+                .map(|(job, _)| info_span!(parent: &job.span, "store flush", messaging.batch.message_count = durable))
+                .collect();
+            let flushed = self.intake.gateway().store().flush_async().await;
+            drop(spans);
+            if flushed.is_err() {
                 // Each message meets the failure again on its own path, which knows what to do.
                 for plan in planned.iter_mut().filter(|p| p.is_ok()) {
                     *plan = Err(None);
@@ -575,7 +583,7 @@ impl Pipeline {
         };
         match self.publisher.publish_all(vec![publication]).instrument(info_span!("amqp dead-letter")).await {
             Ok(()) => {
-                self.ack_delivery(delivery, own_channel).await;
+                self.ack_delivery(delivery, own_channel, info_span!("amqp ack")).await;
                 true
             }
             Err(e) => {
@@ -586,18 +594,18 @@ impl Pipeline {
     }
 
     async fn ack(&self, job: &Job) {
-        self.ack_delivery(&job.delivery, job.partition.is_some()).await;
+        let span = info_span!(parent: &job.span, "amqp ack");
+        self.ack_delivery(&job.delivery, job.partition.is_some(), span).await;
     }
 
     /// A delivery of the consuming channel goes into its acknowledgement book (sent with the
-    /// window); one from a partition's own channel is acknowledged at once.
-    async fn ack_delivery(&self, delivery: &Delivery, own_channel: bool) {
+    /// window; `span` ends then); one from a partition's own channel is acknowledged at once.
+    async fn ack_delivery(&self, delivery: &Delivery, own_channel: bool, span: tracing::Span) {
         if !own_channel {
-            self.acks.settled(delivery);
+            self.acks.settled(delivery, span);
             return;
         }
-        let acked =
-            delivery.acker.ack(BasicAckOptions { multiple: false }).instrument(info_span!("amqp ack")).await;
+        let acked = delivery.acker.ack(BasicAckOptions { multiple: false }).instrument(span).await;
         if let Err(e) = acked {
             // The channel is gone and the broker will redeliver: the ledger handles that.
             debug!(error = %e, "Acknowledgement not sent.");
@@ -648,7 +656,7 @@ impl Pipeline {
             let result = self.intake.answer(correlation, answer, from.clone()).await;
             let (code, reason) = match (result, unreadable) {
                 (Ok(()), None) => {
-                    self.ack_delivery(&delivery, false).await;
+                    self.ack_delivery(&delivery, false, info_span!("amqp ack")).await;
                     return self.send_acks().await;
                 }
                 (Ok(()), Some(e)) => (e.kind.code().to_owned(), e.to_string()),
