@@ -112,8 +112,15 @@ impl Names {
         if partitions > 0 {
             queues.push(self.lock_stream());
             queues.push(format!("{}.p.members", self.prefix));
+            // Each cluster instance has a reply queue of its own; the tests name them a to d.
+            queues.extend(["a", "b", "c", "d"].map(|instance| format!("{}.{instance}", self.answers())));
         }
-        queues.push(format!("{}.quorum-probe", self.answers()));
+        let probes: Vec<String> = queues
+            .iter()
+            .filter(|q| q.starts_with(&self.answers()))
+            .map(|q| format!("{q}.quorum-probe"))
+            .collect();
+        queues.extend(probes);
         for q in queues {
             let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
         }
