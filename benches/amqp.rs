@@ -79,9 +79,19 @@ enum Relay {
 struct Running(Child);
 
 impl Running {
+    /// SIGTERM, then SIGKILL if the relay has not exited within 60 s.
     async fn stop(mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        let _ = self.0.wait();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.0.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                eprintln!("the relay did not stop within 60 s after SIGTERM; killing it");
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The process's user + system CPU time so far.

@@ -118,11 +118,9 @@ pub fn is_action_code(s: &str) -> bool {
 }
 
 impl Ir {
-    /// Builds the IR from a JSON value that already passed the schema ([`super::schema`]), so
-    /// every field has its schema type. Absent defaults are filled in as the reference does.
-    pub fn from_schema_valid(value: &Value) -> Ir {
-        let root = value.as_object().expect("schema: root is an object");
-        let mut ir = Ir {
+    /// The fixed versions and nothing else: what a reader fills in field by field.
+    pub(crate) fn unfilled() -> Ir {
+        Ir {
             silp: Text::const_new(SILP_VERSION),
             version: Text::const_new(IR_VERSION),
             intent: Text::default(),
@@ -130,7 +128,14 @@ impl Ir {
             constraints: Vec::new(),
             alternatives: Vec::new(),
             meta: Meta::with_req_id(Text::default()),
-        };
+        }
+    }
+
+    /// Builds the IR from a JSON value that already passed the schema ([`super::schema`]), so
+    /// every field has its schema type. Absent defaults are filled in as the reference does.
+    pub fn from_schema_valid(value: &Value) -> Ir {
+        let root = value.as_object().expect("schema: root is an object");
+        let mut ir = Ir::unfilled();
         // One pass over each object's fields: no hashing per declared field.
         for (key, v) in root {
             match key.as_str() {

@@ -14,9 +14,7 @@
 //! repeated with an earlier value of the wrong type. The tree sees only the last value and may
 //! accept; this reader refuses at the first, and the caller's fallback accepts it.
 
-use super::ir::{
-    Alternative, Constraint, Entity, Extras, IR_VERSION, Ir, Meta, SILP_VERSION, Text, is_action_code,
-};
+use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_action_code};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -118,15 +116,7 @@ impl<'de> Visitor<'de> for RootVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ir, A::Error> {
-        let mut ir = Ir {
-            silp: Text::const_new(SILP_VERSION),
-            version: Text::const_new(IR_VERSION),
-            intent: Text::default(),
-            entities: Vec::new(),
-            constraints: Vec::new(),
-            alternatives: Vec::new(),
-            meta: Meta::with_req_id(Text::default()),
-        };
+        let mut ir = Ir::unfilled();
         // The required fields seen, one bit each.
         let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
