@@ -8,7 +8,8 @@
 //! process's user + system time during the throughput run divided by the envelopes relayed.
 //!
 //! `SILPGATE_BENCH_AMQP="workers = 4; window = 128"` adds `[amqp]` settings to silpgate's
-//! (its defaults otherwise), for choosing them by measurement.
+//! (its defaults otherwise), for choosing them by measurement. `SILPGATE_BENCH_BIN=PATH` runs
+//! another silpgate binary (an earlier build, for a before/after in one sitting).
 //!
 //! `bash benches/bench-amqp.sh [N] [RATE] [SECONDS]`; the last line printed is
 //! `throughput ratio silpgate/bare: X, p99 at 1000/s silpgate Y ms bare Z ms, cpu per message
@@ -158,7 +159,9 @@ impl Relay {
                 let dir = self.store();
                 let config_path = std::env::temp_dir().join(format!("{prefix}.toml"));
                 std::fs::write(&config_path, silpgate_config(prefix, &dir)).unwrap();
-                let child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                let binary = std::env::var_os("SILPGATE_BENCH_BIN")
+                    .unwrap_or_else(|| env!("CARGO_BIN_EXE_silpgate").into());
+                let child = Command::new(binary)
                     .args(["run", "--config"])
                     .arg(&config_path)
                     .env("SILPGATE_LOG", "warn")

@@ -193,7 +193,7 @@ fn the_ledger_is_bounded_by_age_and_size() {
     let swept = store.sweep(100, &retention).unwrap();
     // Older than 50 ms: m0..m49 go; then the cap of 30 takes the next oldest 20.
     assert_eq!(swept.ledger_dropped, 70);
-    assert_eq!(store.ledger_len(), 30);
+    assert_eq!(store.ledger_len().unwrap(), 30);
     assert_eq!(store.ledger("m69").unwrap(), None);
     assert_eq!(store.ledger("m70").unwrap(), Some(LedgerState::Published));
 }

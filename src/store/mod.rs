@@ -2,14 +2,16 @@
 //! processed-message ledger, behind the gateway core's [`Store`] interface.
 //!
 //! sled (0.34.7, unmaintained) stays behind this one module, with a schema version key, so that
-//! it can be replaced. It only makes a write durable on an explicit flush: a message's changes
-//! are written as one atomic batch, and [`Store::flush`] (or [`Store::flush_async`]) is called
-//! before the message is acknowledged.
+//! it can be replaced. A write is durable only after an explicit flush, and [`Store::flush`]
+//! (or [`Store::flush_async`]) is called before a message is acknowledged. So a commit is
+//! staged in memory ([`staged`]), where reads see it, and each flush hands everything staged
+//! since the last one to sled as one atomic batch: one batch per window of messages, not one
+//! per message.
 //!
-//! Everything lives in sled's default tree under key prefixes, so that one message is one
-//! atomic `apply_batch` and costs one log flush; sled's multi-tree transactions measured twice
-//! the flush cost here (docs/performance.md). Commits are serialised by a mutex, which makes
-//! their read-check-write steps (session id ownership, first freeze wins, chain order) atomic.
+//! Everything lives in sled's default tree under key prefixes, so that a batch is one atomic
+//! `apply_batch`; sled's multi-tree transactions measured twice the flush cost here
+//! (docs/performance.md). Commits are serialised by a mutex, which makes their read-check-write
+//! steps (session turns, first freeze wins, chain order) atomic.
 //!
 //! The compile.lock is checked where it is opened: the stored head (record count, last hash)
 //! is sealed with the chain's key and must match the chain's last record, and a fingerprint
@@ -25,6 +27,7 @@
 pub mod chain;
 mod migrate;
 pub mod replica;
+mod staged;
 
 use crate::gateway::store::{
     AgentProfile, Changes, Frozen, LedgerState, Millis, ProfileSource, SessionRecord, Store, StoreError,
@@ -33,6 +36,7 @@ use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
 pub use migrate::SCHEMA_VERSION;
 use serde::{Deserialize, Serialize};
+use staged::{Found, Staged, Writes};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -79,6 +83,8 @@ pub struct SledStore {
     chain_follows_stream: AtomicBool,
     /// Opened without its key to read sessions and lock records: every write is refused.
     read_only: bool,
+    /// Commits not yet handed to sled.
+    staged: Staged,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -200,6 +206,7 @@ impl SledStore {
             flush_turn: tokio::sync::Mutex::new(()),
             chain_follows_stream: AtomicBool::new(false),
             read_only,
+            staged: Staged::default(),
         }
     }
 
@@ -238,18 +245,47 @@ impl SledStore {
         Ok(())
     }
 
+    /// The value of `key`: staged, or else in sled.
+    fn get(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        match self.staged.get(key) {
+            Found::Staged(value) => Ok(value),
+            Found::Sled => self.db.get(key).map_err(unavailable),
+        }
+    }
+
+    /// Stages one commit's writes (the caller holds the write lock). They go to sled at the
+    /// next flush, or now if too many are waiting.
+    fn stage(&self, writes: Writes) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let waiting = self.staged.stage(writes);
+        self.written.fetch_add(1, Ordering::AcqRel);
+        if waiting > staged::LIMIT {
+            self.settle()?;
+        }
+        Ok(())
+    }
+
+    /// Hands everything staged to sled, as one batch. Scans call it first: they read sled
+    /// alone.
+    fn settle(&self) -> Result<(), StoreError> {
+        self.staged.settle(|batch| self.db.apply_batch(batch).map_err(unavailable))
+    }
+
     fn write_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, StoreError> {
         self.writer.lock().map_err(|_| corrupt("a writer panicked mid-commit"))
     }
 
     /// Every compile.lock record, in chain order.
     pub fn lock_records(&self) -> impl Iterator<Item = Result<LockRecord, ChainError>> + '_ {
-        self.db.scan_prefix(LOCK).values().enumerate().map(|(i, entry)| {
+        let unsettled = self.settle().err().map(|e| Err(ChainError { position: 0, reason: e.to_string() }));
+        unsettled.into_iter().chain(self.db.scan_prefix(LOCK).values().enumerate().map(|(i, entry)| {
             let bytes =
                 entry.map_err(|e| ChainError { position: i as u64, reason: format!("cannot read: {e}") })?;
             serde_json::from_slice(&bytes)
                 .map_err(|e| ChainError { position: i as u64, reason: format!("not a lock record: {e}") })
-        })
+        }))
     }
 
     /// The stored head sealing the current chain.
@@ -268,6 +304,7 @@ impl SledStore {
     }
 
     fn verify_index(&self, records: u64) -> Result<(), ChainError> {
+        self.settle().map_err(|e| ChainError { position: 0, reason: e.to_string() })?;
         let mut indexed = 0u64;
         for entry in self.db.scan_prefix(LOCK_INDEX) {
             let (index_key, seq) = entry.map_err(|e| ChainError {
@@ -312,7 +349,7 @@ impl SledStore {
     /// The record the index holds for (frontend, IR hash), checked to be that entry's: an
     /// index pointed at another record must not hand out that record's output.
     fn indexed_record(&self, frontend: Frontend, ir_hash: &str) -> Result<Option<LockRecord>, StoreError> {
-        let Some(seq) = self.db.get(lock_index_key(frontend, ir_hash)).map_err(unavailable)? else {
+        let Some(seq) = self.get(&lock_index_key(frontend, ir_hash))? else {
             return Ok(None);
         };
         let record = self.lock_record(&seq)?;
@@ -326,26 +363,25 @@ impl SledStore {
     }
 
     fn lock_record(&self, seq: &[u8]) -> Result<LockRecord, StoreError> {
-        let bytes = self
-            .db
-            .get(key(LOCK, seq))
-            .map_err(unavailable)?
-            .ok_or_else(|| corrupt("the lock index points at a missing record"))?;
+        let bytes =
+            self.get(&key(LOCK, seq))?.ok_or_else(|| corrupt("the lock index points at a missing record"))?;
         decode(&bytes, "lock record")
     }
 
     /// Every session, live or expired.
     pub fn sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        self.settle()?;
         self.db.scan_prefix(SESSION).values().map(|v| decode(&v.map_err(unavailable)?, "session")).collect()
     }
 
     /// Number of ledger entries.
-    pub fn ledger_len(&self) -> usize {
-        self.db.scan_prefix(LEDGER).count()
+    pub fn ledger_len(&self) -> Result<usize, StoreError> {
+        self.settle()?;
+        Ok(self.db.scan_prefix(LEDGER).count())
     }
 
     /// Writes a session and its id index into `batch`.
-    fn put_session(batch: &mut sled::Batch, s: &SessionRecord) {
+    fn put_session(batch: &mut Writes, s: &SessionRecord) {
         batch.insert(key(SESSION, s.token.as_bytes()), encode(s));
     }
 
@@ -354,12 +390,12 @@ impl SledStore {
     /// written once: marking a message published costs one write, not three.
     fn put_ledger(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Writes,
         id: &str,
         state: &LedgerState,
         now: Millis,
     ) -> Result<(), StoreError> {
-        let at = match self.db.get(key(LEDGER, id.as_bytes())).map_err(unavailable)? {
+        let at = match self.get(&key(LEDGER, id.as_bytes()))? {
             Some(old) => decode::<LedgerEntry>(&old, "ledger entry")?.at,
             None => {
                 batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
@@ -374,7 +410,7 @@ impl SledStore {
     /// sealed.
     fn put_lock_record(
         &self,
-        batch: &mut sled::Batch,
+        batch: &mut Writes,
         chain: &Head,
         freeze: &crate::gateway::store::Freeze,
         at: Millis,
@@ -395,7 +431,7 @@ impl SledStore {
 
     /// The stored head; every store of this layout has one (an empty chain's seals genesis).
     fn chain_head(&self) -> Result<Head, StoreError> {
-        match self.db.get(HEAD_KEY).map_err(unavailable)? {
+        match self.get(HEAD_KEY)? {
             Some(bytes) => decode(&bytes, "compile.lock head"),
             None => Err(corrupt("the compile.lock head is missing: it was deleted")),
         }
@@ -407,7 +443,7 @@ impl SledStore {
         self.writable()?;
         let _writer = self.write_lock()?;
         let mut swept = Swept::default();
-        let mut batch = sled::Batch::default();
+        let mut batch = Writes::default();
         for record in self.sessions()? {
             let idle = now.saturating_sub(record.last_activity);
             if !record.expired && idle > retention.session_idle_ms {
@@ -422,7 +458,7 @@ impl SledStore {
             }
         }
         swept.profiles_forgotten = self.sweep_profiles(&mut batch, now, retention.session_idle_ms)?;
-        let over = self.ledger_len().saturating_sub(retention.ledger_max_entries);
+        let over = self.ledger_len()?.saturating_sub(retention.ledger_max_entries);
         for (i, entry) in self.db.scan_prefix(LEDGER_TIME).keys().enumerate() {
             let time_key = entry.map_err(unavailable)?;
             let rest = &time_key[LEDGER_TIME.len()..];
@@ -432,12 +468,24 @@ impl SledStore {
                 break;
             }
             batch.remove(key(LEDGER, &rest[8..]));
-            batch.remove(time_key.to_vec());
+            batch.remove(time_key);
             swept.ledger_dropped += 1;
         }
-        self.db.apply_batch(batch).map_err(unavailable)?;
-        self.written.fetch_add(1, Ordering::AcqRel);
+        self.stage(batch)?;
         Ok(swept)
+    }
+}
+
+impl Drop for SledStore {
+    /// What was committed reaches the disk even if nobody flushed it (the last marks of a
+    /// stopping relay, a command that commits and exits).
+    fn drop(&mut self) {
+        if self.read_only {
+            return;
+        }
+        if let Err(e) = self.settle().and_then(|()| self.db.flush().map(drop).map_err(unavailable)) {
+            tracing::warn!(error = %e, "Could not write the store's last changes.");
+        }
     }
 }
 
@@ -464,12 +512,7 @@ fn check_key(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
 impl SledStore {
     /// Forgets profiles learnt from `//ping` that were not renewed within `idle_ms`, as idle
     /// sessions are: any client can leave one behind.
-    fn sweep_profiles(
-        &self,
-        batch: &mut sled::Batch,
-        now: Millis,
-        idle_ms: Millis,
-    ) -> Result<usize, StoreError> {
+    fn sweep_profiles(&self, batch: &mut Writes, now: Millis, idle_ms: Millis) -> Result<usize, StoreError> {
         let mut forgotten = 0;
         for entry in self.db.scan_prefix(PROFILE) {
             let (profile_key, bytes) = entry.map_err(unavailable)?;
@@ -485,22 +528,15 @@ impl SledStore {
 
 impl Store for SledStore {
     fn session_by_token(&self, token: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.db
-            .get(key(SESSION, token.as_bytes()))
-            .map_err(unavailable)?
-            .map(|b| decode(&b, "session"))
-            .transpose()
+        self.get(&key(SESSION, token.as_bytes()))?.map(|b| decode(&b, "session")).transpose()
     }
 
     fn profile(&self, agent: &str) -> Result<Option<AgentProfile>, StoreError> {
-        self.db
-            .get(key(PROFILE, agent.as_bytes()))
-            .map_err(unavailable)?
-            .map(|b| decode(&b, "profile"))
-            .transpose()
+        self.get(&key(PROFILE, agent.as_bytes()))?.map(|b| decode(&b, "profile")).transpose()
     }
 
     fn profile_count(&self) -> Result<usize, StoreError> {
+        self.settle()?;
         Ok(self.db.scan_prefix(PROFILE).count())
     }
 
@@ -509,7 +545,7 @@ impl Store for SledStore {
     }
 
     fn ledger(&self, message_id: &str) -> Result<Option<LedgerState>, StoreError> {
-        let entry = self.db.get(key(LEDGER, message_id.as_bytes())).map_err(unavailable)?;
+        let entry = self.get(&key(LEDGER, message_id.as_bytes()))?;
         Ok(entry.map(|b| decode::<LedgerEntry>(&b, "ledger entry")).transpose()?.map(|e| e.state))
     }
 
@@ -527,19 +563,15 @@ impl Store for SledStore {
                 )));
             }
         }
-        let mut batch = sled::Batch::default();
-        let mut writes = 0usize;
+        let mut batch = Writes::default();
         for s in &changes.sessions {
             Self::put_session(&mut batch, s);
-            writes += 1;
         }
         for (agent, profile) in &changes.profiles {
             batch.insert(key(PROFILE, agent.as_bytes()), encode(profile));
-            writes += 1;
         }
         for (id, state) in &changes.ledger {
             self.put_ledger(&mut batch, id, state, now)?;
-            writes += 1;
         }
         let follows_stream = self.chain_follows_stream.load(Ordering::Relaxed);
         let mut head: Option<Head> = None;
@@ -569,12 +601,10 @@ impl Store for SledStore {
         }
         if let Some(head) = &head {
             batch.insert(HEAD_KEY, encode(head));
-            writes += 1;
         }
         // A commit that only looked things up leaves nothing to write (or to flush).
-        if writes > 0 {
-            self.db.apply_batch(batch).map_err(unavailable)?;
-            self.written.fetch_add(1, Ordering::AcqRel);
+        if !batch.is_empty() {
+            self.stage(batch)?;
         }
         Ok(frozen)
     }
@@ -584,6 +614,7 @@ impl Store for SledStore {
         if self.flushed.load(Ordering::Acquire) >= target {
             return Ok(());
         }
+        self.settle()?;
         self.db.flush().map_err(unavailable)?;
         self.flushed.fetch_max(target, Ordering::AcqRel);
         Ok(())
@@ -602,6 +633,7 @@ impl Store for SledStore {
                 return Ok(());
             }
             let covers = self.written.load(Ordering::Acquire);
+            self.settle()?;
             let db = self.db.clone();
             tokio::task::spawn_blocking(move || db.flush())
                 .await

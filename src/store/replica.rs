@@ -7,7 +7,8 @@
 //! changes this replica made itself, leaves the same state: replay never needs to know which
 //! records are already here.
 
-use super::{SESSION, SledStore, encode, key, unavailable};
+use super::staged::Writes;
+use super::{SESSION, SledStore, encode, key};
 use crate::gateway::session::Partition;
 use crate::gateway::store::{Freeze, LedgerState, Millis, SessionRecord, StoreError};
 use crate::silp::Frontend;
@@ -75,12 +76,12 @@ impl SledStore {
 
     /// The last offset of `partition`'s changelog applied here, if any.
     pub fn partition_offset(&self, partition: u16) -> Result<Option<u64>, StoreError> {
-        read_offset(self.db.get(applied_key(partition)).map_err(unavailable)?)
+        read_offset(self.get(&applied_key(partition))?)
     }
 
     /// The last offset of the lock stream applied here, if any.
     pub fn lock_offset(&self) -> Result<Option<u64>, StoreError> {
-        read_offset(self.db.get(LOCK_APPLIED).map_err(unavailable)?)
+        read_offset(self.get(LOCK_APPLIED)?)
     }
 
     /// The sessions of one partition: those that name it (a session of the layout before
@@ -102,7 +103,7 @@ impl SledStore {
     ) -> Result<(), StoreError> {
         self.writable()?;
         let _writer = self.write_lock()?;
-        let mut batch = sled::Batch::default();
+        let mut batch = Writes::default();
         match change {
             PartitionChange::Session { session, message } => {
                 self.replace_session(&mut batch, session)?;
@@ -124,21 +125,21 @@ impl SledStore {
         if let Some(offset) = offset {
             batch.insert(applied_key(partition.index), &offset.to_be_bytes());
         }
-        self.db.apply_batch(batch).map_err(unavailable)?;
-        self.written.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        self.stage(batch)
     }
 
     /// Records `offset` of `partition`'s changelog as applied.
     pub fn set_partition_offset(&self, partition: u16, offset: u64) -> Result<(), StoreError> {
-        self.db.insert(applied_key(partition), &offset.to_be_bytes()).map_err(unavailable)?;
-        self.written.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        self.writable()?;
+        let _writer = self.write_lock()?;
+        let mut batch = Writes::default();
+        batch.insert(applied_key(partition), &offset.to_be_bytes());
+        self.stage(batch)
     }
 
     /// Writes `session` over whatever this replica holds for its conversation: the changelog
     /// is the truth.
-    fn replace_session(&self, batch: &mut sled::Batch, session: &SessionRecord) -> Result<(), StoreError> {
+    fn replace_session(&self, batch: &mut Writes, session: &SessionRecord) -> Result<(), StoreError> {
         Self::put_session(batch, session);
         Ok(())
     }
@@ -151,9 +152,9 @@ impl SledStore {
             proposal.frontend.parse().map_err(|_| super::corrupt("a lock proposal names no frontend"))?;
         self.writable()?;
         let _writer = self.write_lock()?;
-        let mut batch = sled::Batch::default();
+        let mut batch = Writes::default();
         let index = super::lock_index_key(frontend, &proposal.ir_hash);
-        let fresh = self.db.get(&index).map_err(unavailable)?.is_none();
+        let fresh = self.get(&index)?.is_none();
         if fresh {
             let chain = self.chain_head()?;
             let freeze =
@@ -162,8 +163,7 @@ impl SledStore {
             batch.insert(super::HEAD_KEY, encode(&head));
         }
         batch.insert(LOCK_APPLIED, &offset.to_be_bytes());
-        self.db.apply_batch(batch).map_err(unavailable)?;
-        self.written.fetch_add(1, Ordering::AcqRel);
+        self.stage(batch)?;
         Ok(fresh)
     }
 }
