@@ -8,7 +8,9 @@
 //! process's user + system time during the throughput run divided by the envelopes relayed.
 //!
 //! `SILPGATE_BENCH_AMQP="workers = 4; window = 128"` adds `[amqp]` settings to silpgate's
-//! (its defaults otherwise), for choosing them by measurement. `SILPGATE_BENCH_BIN=PATH` runs
+//! (its defaults otherwise), for choosing them by measurement; `SILPGATE_BENCH_TELEMETRY` does the
+//! same for `[telemetry]` (span export and its sampling: `OTLP_SAMPLE=0.1 bash
+//! benches/bench-amqp.sh` sets it, with a local OTLP receiver). `SILPGATE_BENCH_BIN=PATH` runs
 //! another silpgate binary (an earlier build, for a before/after in one sitting).
 //!
 //! `bash benches/bench-amqp.sh [N] [RATE] [SECONDS]`; the last line printed is
@@ -425,6 +427,8 @@ agents_exchange = "{prefix}.agents"
 dead_letter_exchange = "{prefix}.dlx"
 dead_letter_queue = "{prefix}.dead"
 {tuning}
+[telemetry]
+{telemetry}
 [[agents]]
 name = "sink"
 frontends = ["json"]
@@ -437,5 +441,6 @@ mode = "transcode"
 "#,
         store = store.display(),
         tuning = std::env::var("SILPGATE_BENCH_AMQP").unwrap_or_default().replace(';', "\n"),
+        telemetry = std::env::var("SILPGATE_BENCH_TELEMETRY").unwrap_or_default().replace(';', "\n"),
     )
 }

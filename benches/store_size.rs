@@ -1,5 +1,5 @@
-//! Disk and memory used by 1,000,000 compile.lock records and 1,000,000 ledger entries (plus
-//! 1,296 sessions), against the live data they hold.
+//! Disk and memory used by 1,000,000 live sessions, 1,000,000 compile.lock records and
+//! 1,000,000 ledger entries, against the live data they hold.
 //! `cargo bench --bench store_size`; figures in docs/performance.md.
 
 use silpgate::gateway::session::{SessionPolicy, count_turn};
@@ -50,15 +50,14 @@ fn main() {
     let rss_before = rss_kib();
     let start = Instant::now();
     let mut live = 0u64;
-    for i in 0..1296u64 {
-        let (_, s) = count_turn(&store, &format!("conversation-{i:06}"), 0, &policy).unwrap();
-        live += serde_json::to_vec(&s).unwrap().len() as u64 + s.token.len() as u64 + 2 * s.id.len() as u64;
-        store.commit(&Changes { sessions: vec![s], ..Changes::default() }, 0).unwrap();
-    }
     for batch in 0..n / BATCH {
         let mut changes = Changes::default();
         for j in 0..BATCH {
             let i = batch * BATCH + j;
+            // One conversation per message: every session stays live (no idle timeout here).
+            let (_, s) = count_turn(&store, &format!("conversation-{i:09}"), 0, &policy).unwrap();
+            live += serde_json::to_vec(&s).unwrap().len() as u64 + "session:".len() as u64 + s.token.len() as u64;
+            changes.sessions.push(s);
             let output = format!("if budget<=500: book(hotel{i},city=Shanghai)");
             changes.freezes.push(Freeze {
                 ir_hash: format!("sha256:{i:064x}"),
@@ -82,11 +81,22 @@ fn main() {
     let ledger_entry = br#"{"state":"Published","at":999}"#.len() as u64 + 20;
     live += n * (ledger_entry + 8 + 20);
     let rss_after = rss_kib();
+    let sessions = store.sessions().unwrap().len() as u64;
+    assert_eq!(sessions, n, "every conversation keeps its session: no cap, nothing evicted");
+    // A conversation's lookup at this size: what each message of a live conversation pays.
+    let lookups = 10_000u64;
+    let started = Instant::now();
+    for k in 0..lookups {
+        let token = format!("conversation-{:09}", (k * 7919) % n);
+        assert!(store.session_by_token(&token).unwrap().is_some());
+    }
+    let lookup_us = started.elapsed().as_secs_f64() * 1e6 / lookups as f64;
     drop(store);
     let disk = dir_size(&dir);
-    println!("wrote 1,296 sessions, {n} lock records, {n} ledger entries in {:.1} s", elapsed.as_secs_f64());
+    println!("wrote {n} sessions, {n} lock records, {n} ledger entries in {:.1} s", elapsed.as_secs_f64());
     println!("live data  {:>8.1} MiB", live as f64 / 1048576.0);
     println!("disk       {:>8.1} MiB  ({:.2}x live)", disk as f64 / 1048576.0, disk as f64 / live as f64);
+    println!("lookup     {lookup_us:>8.1} µs per session, mean of {lookups}");
     println!("RSS growth {:>8.1} MiB", (rss_after.saturating_sub(rss_before)) as f64 / 1024.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
