@@ -56,7 +56,8 @@ fn main() {
             let i = batch * BATCH + j;
             // One conversation per message: every session stays live (no idle timeout here).
             let (_, s) = count_turn(&store, &format!("conversation-{i:09}"), 0, &policy).unwrap();
-            live += serde_json::to_vec(&s).unwrap().len() as u64 + "session:".len() as u64 + s.token.len() as u64;
+            live +=
+                serde_json::to_vec(&s).unwrap().len() as u64 + "session:".len() as u64 + s.token.len() as u64;
             changes.sessions.push(s);
             let output = format!("if budget<=500: book(hotel{i},city=Shanghai)");
             changes.freezes.push(Freeze {

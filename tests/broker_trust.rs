@@ -88,8 +88,9 @@ async fn a_producer_cannot_choose_its_route_source_with_a_header() {
         broker::collect(&channel, &privileged, Duration::from_secs(1), |got| !got.is_empty()).await;
     assert_eq!(to_privileged.len(), 0, "the forged source chose the admin route");
     assert_eq!(to_sink.len(), 1, "the message takes its queue's route");
+    // The daemon goes first: deleting the queues it consumes would make it declare them again.
+    daemon.kill();
     let _ = channel.queue_delete(privileged.as_str().into(), Default::default()).await;
     names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
-    daemon.kill();
 }

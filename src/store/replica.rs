@@ -173,10 +173,30 @@ mod tests {
     use super::*;
     use crate::gateway::store::Store;
 
-    fn store(name: &str) -> SledStore {
+    /// A store in a directory of its own, removed when the store is dropped.
+    struct Scratch {
+        store: Option<SledStore>,
+        dir: std::path::PathBuf,
+    }
+
+    impl std::ops::Deref for Scratch {
+        type Target = SledStore;
+        fn deref(&self) -> &SledStore {
+            self.store.as_ref().expect("open until dropped")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            drop(self.store.take());
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn store(name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("silpgate-replica-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        SledStore::open(&dir, None).unwrap()
+        Scratch { store: Some(SledStore::open(&dir, None).unwrap()), dir }
     }
 
     fn session(id: &str, token: &str, turns: u64) -> SessionRecord {
