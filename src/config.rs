@@ -442,9 +442,16 @@ pub struct ClusterConfig {
     /// Retention of each changelog stream in bytes (`x-max-length-bytes`); keep it above a few
     /// snapshot intervals. Default 256 MiB.
     pub changelog_max_bytes: u64,
-    /// This instance's name in partition claims, logs and `cluster status`. Default: the
-    /// `HOSTNAME` environment variable, else `silpgate-<pid>`.
+    /// This instance's name in partition claims, heartbeats, logs and `cluster status`; it also
+    /// decides which partitions the instance owns (rendezvous hashing over the members' names),
+    /// so it must be unique and should stay the same across restarts. Default: the `HOSTNAME`
+    /// environment variable, else `silpgate-<pid>`.
     pub instance: Option<String>,
+    /// Instances waiting behind each partition's owner, ready to take it over the moment the
+    /// owner dies, 0..=8. Each instance consumes about P × (1 + standby) / instances
+    /// partitions. With 0, a crashed owner's partitions wait until the members miss its
+    /// heartbeats (3.5 s). Default 1.
+    pub standby: u16,
 }
 
 impl Default for ClusterConfig {
@@ -458,6 +465,7 @@ impl Default for ClusterConfig {
             snapshot_every: 1000,
             changelog_max_bytes: 256 * 1024 * 1024,
             instance: None,
+            standby: 1,
         }
     }
 }
@@ -474,10 +482,8 @@ impl ClusterConfig {
         format!("{}.{}", self.queue_prefix, self.suffix(index))
     }
 
-    /// The queue every instance consumes (nothing is ever published to it), so that its
-    /// consumer count is the number of live instances: `<queue_prefix>.members`. (Single
-    /// active consumer queues count only their active consumer.)
-    pub fn members_queue(&self) -> String {
+    /// The fanout exchange the instances' heartbeats go through: `<queue_prefix>.members`.
+    pub fn members_exchange(&self) -> String {
         format!("{}.members", self.queue_prefix)
     }
 
@@ -965,6 +971,12 @@ impl Config {
                 return Err(ConfigError::Invalid(format!(
                     "cluster.partitions = {} must be in 1..=1296 and cluster.snapshot_every above 0",
                     cluster.partitions
+                )));
+            }
+            if cluster.standby > 8 {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.standby = {} must be in 0..=8",
+                    cluster.standby
                 )));
             }
         }
