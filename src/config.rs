@@ -1268,4 +1268,13 @@ mod tests {
         let e = Config::parse_with_env("", env(&[("SILPGATE_SESSIONS_HEARTBEAT", "7")])).unwrap_err();
         assert!(e.to_string().contains("heartbeat"), "{e}");
     }
+
+    #[test]
+    fn a_cluster_keeps_one_standby_per_partition_unless_told_and_at_most_eight() {
+        let base = "[amqp]\n[cluster]\n";
+        assert_eq!(Config::parse(base).unwrap().cluster.unwrap().standby, 1);
+        assert_eq!(Config::parse(&format!("{base}standby = 0\n")).unwrap().cluster.unwrap().standby, 0);
+        let e = Config::parse(&format!("{base}standby = 9\n")).unwrap_err();
+        assert!(e.to_string().contains("cluster.standby = 9"), "{e}");
+    }
 }

@@ -248,8 +248,12 @@ impl Cluster {
         self.observe(Vec::new(), &[]);
     }
 
-    /// The live members and the partitions consumed here now, for the status.
+    /// The live members and the partitions consumed here now, for the status and the metrics.
     pub fn observe(&self, members: Vec<String>, subscribed: &[u16]) {
+        let standby = subscribed.iter().filter(|&&index| !self.owns(self.partition(index))).count();
+        let metrics = crate::metrics::get();
+        metrics.partitions_standby.set(i64::try_from(standby).unwrap_or(i64::MAX));
+        metrics.cluster_members.set(i64::try_from(members.len()).unwrap_or(i64::MAX));
         let mut view = self.view.lock().expect("view");
         view.members = members;
         subscribed.clone_into(&mut view.subscribed);
