@@ -45,6 +45,8 @@ pub struct ClusterSide {
     follower: JoinHandle<()>,
     members: Arc<Mutex<Members>>,
     heartbeats: JoinHandle<()>,
+    /// Closed before the connection: the others' heartbeats keep arriving on it until then.
+    heartbeat_channel: Channel,
     /// Wakes the heartbeats when the instance starts leaving.
     leaving_now: Arc<Notify>,
     takeovers: Vec<JoinHandle<()>>,
@@ -71,8 +73,9 @@ impl ClusterSide {
         let ownership = Ownership::new(pipeline.amqp.prefetch);
         let members = Arc::new(Mutex::new(Members::new(&cluster.instance)));
         let leaving_now = Arc::new(Notify::new());
+        let heartbeat_channel = connection.create_channel().await?;
         let heartbeats = tokio::spawn(beat(
-            connection.create_channel().await?,
+            heartbeat_channel.clone(),
             cluster.clone(),
             members.clone(),
             leaving_now.clone(),
@@ -95,6 +98,7 @@ impl ClusterSide {
             follower,
             members,
             heartbeats,
+            heartbeat_channel,
             leaving_now,
             takeovers: Vec::new(),
             taken_over,
@@ -271,13 +275,14 @@ impl ClusterSide {
             && self.cluster.owned().is_empty()
     }
 
-    /// Stops following the lock stream and any takeover still running.
+    /// Stops the heartbeats, following the lock stream and any takeover still running.
     pub async fn stop(self) {
         self.ingress.stop().await;
         for task in self.takeovers.into_iter().chain([self.follower, self.heartbeats]) {
             task.abort();
             let _ = task.await;
         }
+        let _ = self.heartbeat_channel.close(200, "leaving".into()).await;
     }
 }
 
