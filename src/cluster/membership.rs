@@ -146,10 +146,10 @@ impl Members {
 }
 
 /// Publishes this instance's heartbeats and hears the others' until the channel fails.
+/// `leaving` is notified when the instance starts to leave: that heartbeat goes at once.
 ///
 /// # Errors
 /// The broker failed.
-/// `leaving` is notified when the instance starts to leave: that heartbeat goes at once.
 pub async fn run(
     channel: Channel,
     config: &ClusterConfig,
@@ -177,14 +177,8 @@ pub async fn run(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = async { tokio::select! { _ = every.tick() => {}, () = leaving.notified() => {} } } => {
-                let body = {
-                    let mut members = members.lock().expect("members");
-                    members.forget_the_gone();
-                    serde_json::to_vec(&members.own).expect("a heartbeat serializes")
-                };
-                publish(&channel, &exchange, &body, &expiration).await?;
-            }
+            _ = every.tick() => publish(&channel, &exchange, &members, &expiration).await?,
+            () = leaving.notified() => publish(&channel, &exchange, &members, &expiration).await?,
             delivery = heard.next() => match delivery {
                 Some(Ok(delivery)) => {
                     if let Ok(heartbeat) = serde_json::from_slice::<Heartbeat>(&delivery.data) {
@@ -198,17 +192,23 @@ pub async fn run(
     }
 }
 
+/// Publishes this instance's heartbeat as `members` has it now.
 async fn publish(
     channel: &Channel,
     exchange: &str,
-    body: &[u8],
+    members: &Mutex<Members>,
     expiration: &str,
 ) -> Result<(), ClusterError> {
+    let body = {
+        let mut members = members.lock().expect("members");
+        members.forget_the_gone();
+        serde_json::to_vec(&members.own).expect("a heartbeat serializes")
+    };
     let properties = BasicProperties::default()
         .with_content_type("application/json".into())
         .with_expiration(expiration.into());
     channel
-        .basic_publish(exchange.into(), "".into(), BasicPublishOptions::default(), body, properties)
+        .basic_publish(exchange.into(), "".into(), BasicPublishOptions::default(), &body, properties)
         .await?;
     Ok(())
 }

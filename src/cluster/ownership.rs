@@ -118,6 +118,10 @@ pub struct Ownership {
     dropped: BTreeSet<u16>,
     /// The partitions of this instance's share, as of the last reconcile.
     share: BTreeSet<u16>,
+    /// The members the share was computed for, and each partition's owner and standbys among
+    /// them: computed again only when the members change.
+    ranked_for: Vec<String>,
+    leaders: Vec<Vec<String>>,
     prefetch: u16,
 }
 
@@ -130,6 +134,8 @@ impl Ownership {
             releases: BTreeMap::new(),
             dropped: BTreeSet::new(),
             share: BTreeSet::new(),
+            ranked_for: Vec::new(),
+            leaders: Vec::new(),
             prefetch: prefetch.clamp(1, PARTITION_PREFETCH),
         }
     }
@@ -161,21 +167,25 @@ impl Ownership {
         taking_over: &BTreeSet<u16>,
         deliveries: &mut Deliveries,
     ) -> lapin::Result<()> {
-        let standby = usize::from(cluster.config.standby);
-        self.share.clear();
+        if self.ranked_for != live {
+            let count = 1 + usize::from(cluster.config.standby);
+            self.leaders = (0..cluster.config.partitions)
+                .map(|index| rendezvous::leaders(index, live, count).into_iter().map(str::to_owned).collect())
+                .collect();
+            self.share = (0..cluster.config.partitions)
+                .filter(|&index| self.leaders[usize::from(index)].contains(&cluster.instance))
+                .collect();
+            live.clone_into(&mut self.ranked_for);
+        }
         for index in 0..cluster.config.partitions {
-            let ranking = rendezvous::ranking(index, live);
-            let rank = ranking.iter().position(|m| *m == cluster.instance);
-            let in_share = rank.is_some_and(|r| r <= standby);
-            if in_share {
-                self.share.insert(index);
-            }
+            let leaders = &self.leaders[usize::from(index)];
+            let in_share = self.share.contains(&index);
             let partition = cluster.partition(index);
             if cluster.owns(partition) {
-                let owner = ranking.first().copied();
+                let owner = leaders.first().map(String::as_str);
                 // This instance may still wait on it too, whatever its rank: it is the one
                 // handing it on.
-                let mut allowed: Vec<&str> = ranking.iter().take(1 + standby).copied().collect();
+                let mut allowed: Vec<&str> = leaders.iter().map(String::as_str).collect();
                 allowed.push(&cluster.instance);
                 let hand_on = owner.is_some_and(|owner| {
                     owner != cluster.instance && members.ready_for(index, owner, &allowed)

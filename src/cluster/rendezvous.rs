@@ -28,13 +28,24 @@ pub fn weight(partition: u16, instance: &str) -> u64 {
     hash ^ (hash >> 31)
 }
 
-/// `members` ranked for `partition`, first the owner (ties, which need equal 64-bit weights,
-/// go by name).
+/// `members` (distinct names) ranked for `partition`, first the owner (ties, which need equal
+/// 64-bit weights, go by name).
 pub fn ranking<S: AsRef<str>>(partition: u16, members: &[S]) -> Vec<&str> {
+    leaders(partition, members, members.len())
+}
+
+/// The first `count` of `members` (distinct names) ranked for `partition`: its owner and
+/// standbys. Only those are sorted, so that a thousand members cost one pass each.
+pub fn leaders<S: AsRef<str>>(partition: u16, members: &[S], count: usize) -> Vec<&str> {
     let mut ranked: Vec<(u64, &str)> =
         members.iter().map(|m| (weight(partition, m.as_ref()), m.as_ref())).collect();
-    ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    ranked.dedup_by(|a, b| a.1 == b.1);
+    let order = |a: &(u64, &str), b: &(u64, &str)| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1));
+    let count = count.min(ranked.len());
+    if count < ranked.len() && count > 0 {
+        ranked.select_nth_unstable_by(count - 1, order);
+    }
+    ranked.truncate(count);
+    ranked.sort_unstable_by(order);
     ranked.into_iter().map(|(_, name)| name).collect()
 }
 
@@ -107,6 +118,17 @@ mod tests {
             let ranked = ranking(p, &four);
             let expected = if ranked[0] == "silpgate-1" { ranked[1] } else { ranked[0] };
             assert_eq!(owner(p, &three), Some(expected), "partition {p}");
+        }
+    }
+
+    #[test]
+    fn the_leaders_are_the_head_of_the_ranking() {
+        let members = names(50);
+        for p in 0..64 {
+            let ranking = ranking(p, &members);
+            for count in [0, 1, 2, 3, 50, 60] {
+                assert_eq!(leaders(p, &members, count), ranking[..count.min(50)], "partition {p}, {count}");
+            }
         }
     }
 
