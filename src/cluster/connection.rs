@@ -255,8 +255,9 @@ impl ClusterSide {
         self.ownership.expected_end(&self.cluster, queue) || self.leaving
     }
 
-    /// Starts leaving the cluster: stops forwarding and hands every partition on, the way a
-    /// rebalance does, so that the next owners take over in order. [`ClusterSide::left`] says
+    /// Starts leaving the cluster: says so in its heartbeats (the members count it out at
+    /// once), stops forwarding and hands every partition it serves on, the way a change of
+    /// members does, so that the standbys take over in order. [`ClusterSide::left`] says
     /// when it is done.
     pub fn leave(&mut self) {
         self.leaving = true;
