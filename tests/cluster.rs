@@ -544,7 +544,18 @@ async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_o
                 .output()
                 .unwrap();
             let table = String::from_utf8(out.stdout).unwrap();
-            let standby = rendezvous::share(PARTITIONS, &four, 1, "d").standby.len();
+            let url = format!("http://{}", cluster.running["d"].http);
+            let json = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                .args(["cluster", "status", "--json", "--url", &url])
+                .output()
+                .unwrap();
+            let json: serde_json::Value =
+                serde_json::from_slice(&json.stdout).expect("cluster status --json");
+            let share = rendezvous::share(PARTITIONS, &four, 1, "d");
+            assert_eq!(json["owned"], serde_json::json!(share.owned), "{json}");
+            assert_eq!(json["standby"], serde_json::json!(share.standby), "{json}");
+            assert_eq!(json["channels"]["total"], serde_json::json!(share.subscribed().len() + 4), "{json}");
+            let standby = share.standby.len();
             assert!(table.contains(&format!("standby for {standby}: ")), "{table}");
             assert!(table.contains("members: a b c d"), "{table}");
 
