@@ -451,7 +451,7 @@ pub struct ClusterConfig {
     /// owner dies, 0..=8; the same on every instance (an owner hands a partition on only once
     /// no member beyond the owner and its standbys waits on it). Each instance consumes about
     /// P × (1 + standby) / instances partitions. With 0, a crashed owner's partitions wait
-    /// until the members miss its heartbeats (3.5 s). Default 1.
+    /// until the members miss its heartbeats (5 s). Default 1.
     pub standby: u16,
 }
 

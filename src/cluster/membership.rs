@@ -25,9 +25,11 @@ use tracing::info;
 
 /// How often an instance says it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// A member not heard for this long is gone (three heartbeats and a half: one lost heartbeat,
-/// or a busy broker, does not move partitions).
-pub const GONE_AFTER: Duration = Duration::from_millis(3500);
+/// A member not heard for this long is gone (five heartbeats: a busy broker or a stalled
+/// instance does not move partitions). A crash is taken over by the standby at once anyway;
+/// this decides when a new standby steps in, and when the partitions of an owner that died
+/// with its standby get a new owner.
+pub const GONE_AFTER: Duration = Duration::from_secs(5);
 /// How long a starting instance listens before it consumes any partition: long enough to have
 /// heard every member once, so that it does not take partitions that are not its own.
 pub const WARM_UP: Duration = Duration::from_secs(2);
