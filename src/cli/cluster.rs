@@ -150,3 +150,40 @@ fn render(status: &Value) -> String {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_the_share_the_channels_and_each_partitions_part() {
+        let status = serde_json::json!({
+            "instance": "d",
+            "partitions_total": 3,
+            "broker": "127.0.0.1:5672",
+            "owned": [0],
+            "standby": [2],
+            "subscribed": [0, 2],
+            "channels": { "partitions": 2, "total": 6 },
+            "members": ["a", "d"],
+            "takeovers": 1,
+            "partitions": [
+                { "partition": 0, "queue": "q.0", "owned": true, "subscribed": true, "replayed_entries": 5 },
+                { "partition": 1, "queue": "q.1", "owned": false, "subscribed": false },
+                { "partition": 2, "queue": "q.2", "owned": false, "subscribed": true },
+            ],
+            "lock": { "stream": "lock", "applied_offset": 7, "records": 2, "follow_lag": 0 },
+        });
+        let table = render(&status);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "instance d: owns 1 of 3 partitions; broker node 127.0.0.1:5672");
+        assert_eq!(lines[1], "owned: 0");
+        assert_eq!(lines[2], "standby for 1: 2");
+        assert_eq!(lines[3], "channels: 6 (2 for partitions)");
+        assert_eq!(lines[4], "members: a d");
+        assert_eq!(lines[5], "takeovers since start: 1");
+        let parts: Vec<&str> = lines[7..10].iter().map(|l| l.split_whitespace().nth(2).unwrap()).collect();
+        assert_eq!(parts, ["yes", "no", "standby"]);
+        assert!(lines[10].starts_with("lock stream lock: applied offset 7"), "{table}");
+    }
+}
