@@ -9,11 +9,11 @@
 
 use futures_util::StreamExt;
 use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -102,24 +102,50 @@ impl Cluster {
         let channel = connection.create_channel().await.unwrap();
         channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
         let cluster = Cluster { prefix: prefix.to_owned(), instances, dir, connection, channel };
-        // Ready once every instance is a member.
-        for _ in 0..300 {
-            if cluster.members().await == count as u32 {
-                return cluster;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the instances did not all join");
+        // Ready once every instance is heard as a member.
+        cluster.wait_members(count).await;
+        cluster
     }
 
-    async fn members(&self) -> u32 {
+    /// Listens to the members' heartbeats (the fanout exchange `<prefix>.p.members`, declared
+    /// here as the instances declare it) until `count` instances have been heard.
+    async fn wait_members(&self, count: usize) {
         let channel = self.connection.create_channel().await.unwrap();
-        let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
-        let queue = format!("{}.p.members", self.prefix);
-        match channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await {
-            Ok(q) => q.consumer_count(),
-            Err(_) => 0,
+        let exchange = format!("{}.p.members", self.prefix);
+        let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+        channel
+            .exchange_declare(exchange.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default())
+            .await
+            .unwrap();
+        let own =
+            QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+        let queue = channel.queue_declare("".into(), own, FieldTable::default()).await.unwrap();
+        channel
+            .queue_bind(
+                queue.name().as_str().into(),
+                exchange.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+        let mut heartbeats = channel
+            .basic_consume(queue.name().as_str().into(), "".into(), options, FieldTable::default())
+            .await
+            .unwrap();
+        let mut heard = std::collections::BTreeSet::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while heard.len() < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(Some(Ok(delivery))) = tokio::time::timeout(left, heartbeats.next()).await else {
+                panic!("the instances did not all join: heard {heard:?}");
+            };
+            let heartbeat: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
+            heard.insert(heartbeat["instance"].as_str().unwrap_or_default().to_owned());
         }
+        let _ = tokio::time::timeout(Duration::from_secs(5), channel.close(200, "joined".into())).await;
     }
 
     /// Publishes envelopes `range` straight to the partition exchange, with confirms.
@@ -260,7 +286,6 @@ impl Cluster {
         let p = &self.prefix;
         let mut queues =
             vec![format!("{p}.in"), format!("{p}.sink"), format!("{p}.dead"), format!("{p}.lock")];
-        queues.push(format!("{p}.p.members"));
         for i in 0..PARTITIONS {
             queues.push(format!("{p}.p.{i:02}"));
             queues.push(format!("{p}.log.{i:02}"));
@@ -268,7 +293,7 @@ impl Cluster {
         for q in queues {
             let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
         }
-        for x in ["in-x", "agents", "dlx", "parts"] {
+        for x in ["in-x", "agents", "dlx", "parts", "p.members"] {
             let _ = channel.exchange_delete(format!("{p}.{x}").as_str().into(), Default::default()).await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);

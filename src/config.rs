@@ -442,9 +442,17 @@ pub struct ClusterConfig {
     /// Retention of each changelog stream in bytes (`x-max-length-bytes`); keep it above a few
     /// snapshot intervals. Default 256 MiB.
     pub changelog_max_bytes: u64,
-    /// This instance's name in partition claims, logs and `cluster status`. Default: the
-    /// `HOSTNAME` environment variable, else `silpgate-<pid>`.
+    /// This instance's name in partition claims, heartbeats, logs and `cluster status`; it also
+    /// decides which partitions the instance owns (rendezvous hashing over the members' names),
+    /// so it must be unique and should stay the same across restarts. Default: the `HOSTNAME`
+    /// environment variable, else `silpgate-<pid>`.
     pub instance: Option<String>,
+    /// Instances waiting behind each partition's owner, ready to take it over the moment the
+    /// owner dies, 0..=8; the same on every instance (an owner hands a partition on only once
+    /// no member beyond the owner and its standbys waits on it). Each instance consumes about
+    /// P × (1 + standby) / instances partitions. With 0, a crashed owner's partitions wait
+    /// until the members miss its heartbeats (5 s). Default 1.
+    pub standby: u16,
 }
 
 impl Default for ClusterConfig {
@@ -458,6 +466,7 @@ impl Default for ClusterConfig {
             snapshot_every: 1000,
             changelog_max_bytes: 256 * 1024 * 1024,
             instance: None,
+            standby: 1,
         }
     }
 }
@@ -474,10 +483,8 @@ impl ClusterConfig {
         format!("{}.{}", self.queue_prefix, self.suffix(index))
     }
 
-    /// The queue every instance consumes (nothing is ever published to it), so that its
-    /// consumer count is the number of live instances: `<queue_prefix>.members`. (Single
-    /// active consumer queues count only their active consumer.)
-    pub fn members_queue(&self) -> String {
+    /// The fanout exchange the instances' heartbeats go through: `<queue_prefix>.members`.
+    pub fn members_exchange(&self) -> String {
         format!("{}.members", self.queue_prefix)
     }
 
@@ -967,6 +974,12 @@ impl Config {
                     cluster.partitions
                 )));
             }
+            if cluster.standby > 8 {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.standby = {} must be in 0..=8",
+                    cluster.standby
+                )));
+            }
         }
         if !(0.0..=1.0).contains(&self.telemetry.sample_ratio) {
             return Err(ConfigError::Invalid(format!(
@@ -1255,5 +1268,14 @@ mod tests {
         assert!(!e.contains("s3cr3t"), "{e}");
         let e = Config::parse_with_env("", env(&[("SILPGATE_SESSIONS_HEARTBEAT", "7")])).unwrap_err();
         assert!(e.to_string().contains("heartbeat"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_keeps_one_standby_per_partition_unless_told_and_at_most_eight() {
+        let base = "[amqp]\n[cluster]\n";
+        assert_eq!(Config::parse(base).unwrap().cluster.unwrap().standby, 1);
+        assert_eq!(Config::parse(&format!("{base}standby = 0\n")).unwrap().cluster.unwrap().standby, 0);
+        let e = Config::parse(&format!("{base}standby = 9\n")).unwrap_err();
+        assert!(e.to_string().contains("cluster.standby = 9"), "{e}");
     }
 }

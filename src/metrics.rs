@@ -73,6 +73,10 @@ pub struct Metrics {
     pub broker_reconnects: IntCounter,
     /// Cluster: partitions this instance serves now.
     pub partitions_owned: IntGauge,
+    /// Cluster: partitions this instance consumes as a standby behind their owner.
+    pub partitions_standby: IntGauge,
+    /// Cluster: live members this instance hears (itself included).
+    pub cluster_members: IntGauge,
     /// Cluster: partitions taken over (replayed, then served), by partition.
     pub partition_takeovers: IntCounterVec,
     /// Cluster: changelog replay before serving a partition taken over.
@@ -215,6 +219,16 @@ impl Metrics {
             .expect("valid metric"),
             partitions_owned: IntGauge::new("silpgate_partitions_owned", "Cluster partitions served here")
                 .expect("valid metric"),
+            partitions_standby: IntGauge::new(
+                "silpgate_partitions_standby",
+                "Cluster partitions consumed here as a standby behind their owner",
+            )
+            .expect("valid metric"),
+            cluster_members: IntGauge::new(
+                "silpgate_cluster_members",
+                "Cluster members heard, this one included",
+            )
+            .expect("valid metric"),
             partition_takeovers: counter_vec(
                 "silpgate_partition_takeovers_total",
                 "Cluster partitions taken over, by partition",
@@ -264,6 +278,8 @@ impl Metrics {
         register(Box::new(m.broker_holding.clone()));
         register(Box::new(m.broker_reconnects.clone()));
         register(Box::new(m.partitions_owned.clone()));
+        register(Box::new(m.partitions_standby.clone()));
+        register(Box::new(m.cluster_members.clone()));
         register(Box::new(m.partition_takeovers.clone()));
         register(Box::new(m.replay_seconds.clone()));
         register(Box::new(m.replayed_entries.clone()));

@@ -10,10 +10,13 @@ mod support;
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
+use silpgate::cluster::rendezvous;
 use silpgate::nlip::{self, Encoding, Limits};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use support::broker::{self, Daemon, Names, Received};
 
@@ -71,6 +74,50 @@ impl Instances {
         let (code, body) = self.running[name].get("/cluster");
         assert_eq!(code, 200, "GET /cluster: {body}");
         serde_json::from_str(&body).expect("the cluster status is JSON")
+    }
+
+    /// Waits until the running instances agree on the members and each owns and waits on
+    /// exactly its rendezvous share (owner plus one standby per partition), and that has held,
+    /// takeover counts unchanged, for 3 s. Returns each instance's takeovers since its start.
+    async fn wait_stable(&self) -> BTreeMap<String, u64> {
+        let members: Vec<String> = self.running.keys().cloned().collect();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut stable_since: Option<(Instant, BTreeMap<String, u64>)> = None;
+        loop {
+            let mut takeovers = BTreeMap::new();
+            let mut off = Vec::new();
+            for name in &members {
+                let status = self.status(name);
+                let share = rendezvous::share(PARTITIONS, &members, 1, name);
+                let numbers = |v: &serde_json::Value| -> Vec<u16> {
+                    v.as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u16).collect()
+                };
+                let heard: Vec<String> = status["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.as_str().unwrap().to_owned())
+                    .collect();
+                if numbers(&status["owned"]) != share.owned
+                    || numbers(&status["subscribed"]) != share.subscribed()
+                    || heard != members
+                {
+                    off.push(format!("{name}: expected {share:?} among {members:?}, status {status}"));
+                }
+                takeovers.insert(name.clone(), status["takeovers"].as_u64().unwrap());
+            }
+            if !off.is_empty() {
+                stable_since = None;
+            } else if stable_since.as_ref().is_none_or(|(_, seen)| *seen != takeovers) {
+                stable_since = Some((Instant::now(), takeovers));
+            } else if let Some((since, seen)) = &stable_since
+                && since.elapsed() >= Duration::from_secs(3)
+            {
+                return seen.clone();
+            }
+            assert!(Instant::now() < deadline, "the shares did not settle:\n{}", off.join("\n"));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Waits until every running instance has applied the lock stream to the same offset.
@@ -425,5 +472,115 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         assert_sessions(&stores, &delivered, count);
         names.clean_up(&channel, PARTITIONS).await;
     })
+    .await;
+}
+
+/// Takeovers between two readings, summed over the instances of the first.
+fn takeovers_between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
+    after.iter().map(|(name, &n)| n - before.get(name).copied().unwrap_or(0)).sum()
+}
+
+/// Publishes 50 envelopes every 250 ms, in order, until told to stop; returns how many it
+/// published. An instance learns it owns a partition from the partition's first delivery, so
+/// steady traffic is what makes ownership (and every takeover) visible.
+fn steady_traffic(names: &Names, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
+    let names = names.clone();
+    tokio::spawn(async move {
+        let (_connection, channel) = broker::channel().await;
+        let mut published = 0;
+        while !stop.load(Ordering::Relaxed) {
+            publish(&channel, batch(&names, published..published + 50)).await;
+            published += 50;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        published
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_owner_changes() {
+    let _serial = SERIAL.lock().await;
+    within_limit(
+        "a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_owner_changes",
+        async {
+            let mut cluster = Instances::new("cluster-join");
+            let (_connection, channel) = broker::channel().await;
+            let (three, four) = (["a", "b", "c"], ["a", "b", "c", "d"]);
+            for name in three {
+                cluster.start(name);
+            }
+            let names = cluster.names.clone();
+            let stop = Arc::new(AtomicBool::new(false));
+            let traffic = steady_traffic(&names, stop.clone());
+            let settled = cluster.wait_stable().await;
+
+            // d joins under traffic: only the partitions d ranks first for move, each once, to d.
+            cluster.start("d");
+            let joined = cluster.wait_stable().await;
+            let moved = takeovers_between(&settled, &joined);
+            let expected = rendezvous::moved(PARTITIONS, &three, &four) as u64;
+            eprintln!("3 -> 4 instances: {moved} takeovers, {expected} partitions change owner");
+            assert_eq!(moved, expected, "takeovers on the join: {settled:?} -> {joined:?}");
+            assert_eq!(joined["d"], expected, "every partition that moved went to d");
+            assert!(expected > 0 && expected <= u64::from(PARTITIONS) / 2, "{expected} of {PARTITIONS} move");
+
+            // Each instance consumes its owned and standby partitions, each on a channel, not all P.
+            for name in four {
+                let status = cluster.status(name);
+                let share = rendezvous::share(PARTITIONS, &four, 1, name);
+                let channels = status["channels"]["partitions"].as_u64().unwrap();
+                eprintln!(
+                    "{name}: owns {:?}, standby for {:?}, {channels} partition channels",
+                    share.owned, share.standby
+                );
+                assert_eq!(channels as usize, share.owned.len() + share.standby.len(), "{name}: {status}");
+                assert!(
+                    channels < u64::from(PARTITIONS),
+                    "{name} does not consume every partition: {status}"
+                );
+            }
+            let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                .args(["cluster", "status", "--url", &format!("http://{}", cluster.running["d"].http)])
+                .output()
+                .unwrap();
+            let table = String::from_utf8(out.stdout).unwrap();
+            let url = format!("http://{}", cluster.running["d"].http);
+            let json = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                .args(["cluster", "status", "--json", "--url", &url])
+                .output()
+                .unwrap();
+            let json: serde_json::Value =
+                serde_json::from_slice(&json.stdout).expect("cluster status --json");
+            let share = rendezvous::share(PARTITIONS, &four, 1, "d");
+            assert_eq!(json["owned"], serde_json::json!(share.owned), "{json}");
+            assert_eq!(json["standby"], serde_json::json!(share.standby), "{json}");
+            assert_eq!(json["channels"]["total"], serde_json::json!(share.subscribed().len() + 4), "{json}");
+            let standby = share.standby.len();
+            assert!(table.contains(&format!("standby for {standby}: ")), "{table}");
+            assert!(table.contains("members: a b c d"), "{table}");
+
+            // d leaves (SIGTERM) under traffic: only its partitions move, each once, to its standby.
+            cluster.terminate("d");
+            let left = cluster.wait_stable().await;
+            let moved = takeovers_between(&joined, &left);
+            let expected = rendezvous::moved(PARTITIONS, &four, &three) as u64;
+            eprintln!("4 -> 3 instances: {moved} takeovers, {expected} partitions change owner");
+            let after_leave: BTreeMap<String, u64> = joined.into_iter().filter(|(n, _)| n != "d").collect();
+            assert_eq!(moved, expected, "takeovers on the leave: {after_leave:?} -> {left:?}");
+            assert_eq!(expected, rendezvous::share(PARTITIONS, &four, 1, "d").owned.len() as u64);
+
+            stop.store(true, Ordering::Relaxed);
+            let count = traffic.await.expect("the traffic ran");
+            eprintln!("{count} envelopes published during the test");
+            let delivered = collect_all(&channel, &names, count).await;
+            assert_delivered(&delivered, count);
+            for name in three {
+                cluster.terminate(name);
+            }
+            let stores: Vec<PathBuf> = four.iter().map(|n| cluster.store(n)).collect();
+            assert_sessions(&stores, &delivered, count);
+            names.clean_up(&channel, PARTITIONS).await;
+        },
+    )
     .await;
 }

@@ -141,7 +141,12 @@ impl Topology {
                 queues.push(stream(cluster.changelog_stream(index), cluster.changelog_max_bytes));
             }
             queues.push(stream(cluster.lock_stream.clone(), cluster.changelog_max_bytes));
-            queues.push(quorum(&cluster.members_queue(), amqp));
+            // The members' heartbeats; each instance binds an exclusive queue of its own.
+            exchanges.push(Exchange {
+                name: cluster.members_exchange(),
+                kind: "fanout",
+                arguments: Arguments::new(),
+            });
         }
         for agent in agents {
             if let Some(queue) = &agent.queue {

@@ -1,5 +1,6 @@
 //! `silpgate cluster status`: asks a running instance (`GET /cluster` on its listener) which
-//! partitions it serves, what their takeovers cost, and how far its streams are applied.
+//! members it hears, which partitions it serves and waits on as a standby, how many channels
+//! that takes, what their takeovers cost, and how far its streams are applied.
 
 use super::EXIT_INVALID;
 use clap::Subcommand;
@@ -11,7 +12,8 @@ use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Show which partitions the instance owns, its replays and its changelog and lock lag.
+    /// Show the members, which partitions the instance owns and stands by for, its channels,
+    /// its replays and its changelog and lock lag.
     Status {
         /// The instance's configuration: its `http.listen` address is asked.
         #[arg(long, conflicts_with = "url")]
@@ -88,15 +90,33 @@ async fn fetch(url: &str) -> Result<Value, String> {
     Ok(value)
 }
 
-/// The status as a table: one line per partition, then the lock stream.
+/// The status as a table: the instance's share, one line per partition, then the lock stream.
 fn render(status: &Value) -> String {
     let number = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
+    let list = |v: &Value| {
+        let items: Vec<String> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|item| item.as_str().map_or_else(|| item.to_string(), str::to_owned))
+            .collect();
+        if items.is_empty() { "none".to_owned() } else { items.join(" ") }
+    };
     let owned = status["owned"].as_array().map_or(0, Vec::len);
+    let standby = status["standby"].as_array().map_or(0, Vec::len);
     let mut out = format!(
-        "instance {}: owns {owned} of {} partitions; broker node {}\n{:<10} {:<28} {:>6} {:>9} {:>10} {:>15}\n",
+        "instance {}: owns {owned} of {} partitions; broker node {}\n\
+         owned: {}\nstandby for {standby}: {}\nchannels: {} ({} for partitions)\nmembers: {}\ntakeovers since start: {}\n\
+         {:<10} {:<28} {:>7} {:>9} {:>10} {:>15}\n",
         status["instance"].as_str().unwrap_or("?"),
         number(&status["partitions_total"]),
         status["broker"].as_str().unwrap_or("none (not connected)"),
+        list(&status["owned"]),
+        list(&status["standby"]),
+        number(&status["channels"]["total"]),
+        number(&status["channels"]["partitions"]),
+        list(&status["members"]),
+        number(&status["takeovers"]),
         "partition",
         "queue",
         "owned",
@@ -105,11 +125,16 @@ fn render(status: &Value) -> String {
         "applied_offset",
     );
     for p in status["partitions"].as_array().into_iter().flatten() {
+        let owned = match (&p["owned"], &p["subscribed"]) {
+            (Value::Bool(true), _) => "yes",
+            (_, Value::Bool(true)) => "standby",
+            _ => "no",
+        };
         out.push_str(&format!(
-            "{:<10} {:<28} {:>6} {:>9} {:>10} {:>15}\n",
+            "{:<10} {:<28} {:>7} {:>9} {:>10} {:>15}\n",
             number(&p["partition"]),
             p["queue"].as_str().unwrap_or("?"),
-            if p["owned"] == true { "yes" } else { "no" },
+            owned,
             number(&p["replayed_entries"]),
             number(&p["replay_ms"]),
             number(&p["changelog_applied_offset"]),
@@ -124,4 +149,41 @@ fn render(status: &Value) -> String {
         number(&lock["follow_lag"]),
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_the_share_the_channels_and_each_partitions_part() {
+        let status = serde_json::json!({
+            "instance": "d",
+            "partitions_total": 3,
+            "broker": "127.0.0.1:5672",
+            "owned": [0],
+            "standby": [2],
+            "subscribed": [0, 2],
+            "channels": { "partitions": 2, "total": 6 },
+            "members": ["a", "d"],
+            "takeovers": 1,
+            "partitions": [
+                { "partition": 0, "queue": "q.0", "owned": true, "subscribed": true, "replayed_entries": 5 },
+                { "partition": 1, "queue": "q.1", "owned": false, "subscribed": false },
+                { "partition": 2, "queue": "q.2", "owned": false, "subscribed": true },
+            ],
+            "lock": { "stream": "lock", "applied_offset": 7, "records": 2, "follow_lag": 0 },
+        });
+        let table = render(&status);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "instance d: owns 1 of 3 partitions; broker node 127.0.0.1:5672");
+        assert_eq!(lines[1], "owned: 0");
+        assert_eq!(lines[2], "standby for 1: 2");
+        assert_eq!(lines[3], "channels: 6 (2 for partitions)");
+        assert_eq!(lines[4], "members: a d");
+        assert_eq!(lines[5], "takeovers since start: 1");
+        let parts: Vec<&str> = lines[7..10].iter().map(|l| l.split_whitespace().nth(2).unwrap()).collect();
+        assert_eq!(parts, ["yes", "no", "standby"]);
+        assert!(lines[10].starts_with("lock stream lock: applied offset 7"), "{table}");
+    }
 }

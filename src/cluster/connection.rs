@@ -1,6 +1,7 @@
-//! The cluster's part of one broker connection: the partition consumers and their sharing
-//! ([`Ownership`]), takeovers, the [`Ingress`] forwarding, and the lock stream follower. It
-//! lives and dies with the connection; [`Cluster`] keeps what outlives it.
+//! The cluster's part of one broker connection: the members' heartbeats ([`membership`]), the
+//! partition consumers of this instance's share ([`Ownership`]), takeovers, the [`Ingress`]
+//! forwarding, and the lock stream follower. It lives and dies with the connection;
+//! [`Cluster`] keeps what outlives it.
 //!
 //! A takeover runs beside the dispatcher, so that one partition's replay (which may wait for
 //! another instance's hand-over) never holds up the others: the partition's deliveries wait,
@@ -8,6 +9,7 @@
 
 use super::handover::{Handover, STRAY_GRACE};
 use super::ingress::Ingress;
+use super::membership::{self, Members};
 use super::ownership::{Deliveries, Ownership};
 use super::{Cluster, ClusterError, lock};
 use crate::broker::properties::Envelope;
@@ -15,16 +17,15 @@ use crate::doors::amqp::worker::Pipeline;
 use crate::gateway::session::Partition;
 use lapin::message::Delivery;
 use lapin::{Channel, Connection};
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-/// How often hand-overs are checked; the instance count is read every `REBALANCE_EVERY` ticks.
+/// How often hand-overs are moved on and the share compared with the members.
 pub const REBALANCE_TICK: Duration = Duration::from_millis(250);
-const REBALANCE_EVERY: u32 = 8;
 
 /// A delivery held back while a queue is handed over to this instance.
 pub struct Parked {
@@ -42,30 +43,44 @@ pub struct ClusterSide {
     ownership: Ownership,
     ingress: Ingress,
     follower: JoinHandle<()>,
+    members: Arc<Mutex<Members>>,
+    heartbeats: JoinHandle<()>,
+    /// Closed before the connection: the others' heartbeats keep arriving on it until then.
+    heartbeat_channel: Channel,
+    /// Wakes the heartbeats when the instance starts leaving.
+    leaving_now: Arc<Notify>,
     takeovers: Vec<JoinHandle<()>>,
     taken_over: mpsc::UnboundedSender<TakenOver>,
     /// Partitions being taken over.
     waiting: HashMap<u16, Handover>,
     /// The instance is shutting down: it hands every partition on and takes none.
     leaving: bool,
-    ticks: u32,
 }
 
 impl ClusterSide {
-    /// Subscribes to every partition, starts forwarding and following the lock stream.
-    /// Finished takeovers are reported on `taken_over`.
+    /// Starts the heartbeats, forwarding and following the lock stream; the ticks subscribe
+    /// to this instance's share once it has heard the members. Finished takeovers are reported
+    /// on `taken_over`.
     ///
     /// # Errors
-    /// The broker refused a channel or a subscription.
+    /// The broker refused a channel.
     pub async fn start(
         connection: &Connection,
         cluster: &Arc<Cluster>,
         pipeline: &Arc<Pipeline>,
-        deliveries: &mut Deliveries,
         taken_over: mpsc::UnboundedSender<TakenOver>,
     ) -> lapin::Result<ClusterSide> {
-        let ownership =
-            Ownership::subscribe_all(connection, cluster, pipeline.amqp.prefetch, deliveries).await?;
+        let ownership = Ownership::new(pipeline.amqp.prefetch);
+        let members = Arc::new(Mutex::new(Members::new(&cluster.instance)));
+        let leaving_now = Arc::new(Notify::new());
+        let heartbeat_channel = connection.create_channel().await?;
+        let heartbeats = tokio::spawn(beat(
+            heartbeat_channel.clone(),
+            cluster.clone(),
+            members.clone(),
+            leaving_now.clone(),
+            pipeline.clone(),
+        ));
         let ingress = Ingress::start(
             connection.create_channel().await?,
             &pipeline.amqp.inbound,
@@ -81,11 +96,14 @@ impl ClusterSide {
             ownership,
             ingress,
             follower,
+            members,
+            heartbeats,
+            heartbeat_channel,
+            leaving_now,
             takeovers: Vec::new(),
             taken_over,
             waiting: HashMap::new(),
             leaving: false,
-            ticks: 0,
         })
     }
 
@@ -102,6 +120,11 @@ impl ClusterSide {
         partition: Partition,
         parked: Parked,
     ) -> Result<Vec<Parked>, ClusterError> {
+        if !self.ownership.consumes(partition) {
+            // A waiting consumer dropped from this instance's share that the broker made active
+            // just before: its channel is closed, so the broker has this delivery back.
+            return Ok(Vec::new());
+        }
         if let Some(handover) = self.waiting.get_mut(&partition.index) {
             let passed = handover.receive(parked);
             let settled = handover.settled();
@@ -166,15 +189,14 @@ impl ClusterSide {
         Ok(self.complete(partition, ready))
     }
 
-    /// One tick: moves the hand-overs to other instances on, and now and then reads the
-    /// instance count to hand on this instance's surplus. Returns deliveries now ready for
-    /// the workers.
+    /// One tick: moves the hand-overs to other instances on, and brings the partitions
+    /// consumed here in line with the members. Returns deliveries now ready for the workers.
     ///
     /// # Errors
     /// The broker failed.
     pub async fn tick(
         &mut self,
-        channel: &Channel,
+        connection: &Connection,
         pipeline: &Pipeline,
         deliveries: &mut Deliveries,
     ) -> Result<Vec<(Partition, Vec<Parked>)>, ClusterError> {
@@ -196,14 +218,35 @@ impl ClusterSide {
         let mut ready: Vec<(Partition, Vec<Parked>)> =
             ready.into_iter().map(|(p, parked)| (p, self.hand_out(p, parked))).collect();
         ready.extend(settled);
-        self.ticks = self.ticks.wrapping_add(1);
-        if self.ticks.is_multiple_of(REBALANCE_EVERY)
-            && self.waiting.is_empty()
-            && !self.ownership.releasing()
-        {
-            self.ownership.rebalance(channel, &self.cluster).await?;
-        }
+        self.reconcile(connection, deliveries).await?;
         Ok(ready)
+    }
+
+    /// Compares what is consumed here with the members' ranking (once they have been heard),
+    /// and publishes the outcome: in the next heartbeat and in the cluster's status.
+    async fn reconcile(
+        &mut self,
+        connection: &Connection,
+        deliveries: &mut Deliveries,
+    ) -> Result<(), ClusterError> {
+        let (live, members) = {
+            let members = self.members.lock().expect("members");
+            if !members.warmed_up() {
+                return Ok(());
+            }
+            // A copy: the lock is not held across the broker's answers.
+            (members.live(), members.clone())
+        };
+        if !self.leaving {
+            let taking_over: BTreeSet<u16> = self.waiting.keys().copied().collect();
+            self.ownership
+                .reconcile(connection, &self.cluster, &live, &members, &taking_over, deliveries)
+                .await?;
+        }
+        let subscribed = self.ownership.subscribed();
+        self.cluster.observe(live, &subscribed);
+        self.members.lock().expect("members").subscribed(subscribed);
+        Ok(())
     }
 
     /// Whether a consumer that ended was cancelled on purpose (a partition handed on, or any
@@ -212,11 +255,14 @@ impl ClusterSide {
         self.ownership.expected_end(&self.cluster, queue) || self.leaving
     }
 
-    /// Starts leaving the cluster: stops forwarding and hands every partition on, the way a
-    /// rebalance does, so that the next owners take over in order. [`ClusterSide::left`] says
+    /// Starts leaving the cluster: says so in its heartbeats (the members count it out at
+    /// once), stops forwarding and hands every partition it serves on, the way a change of
+    /// members does, so that the standbys take over in order. [`ClusterSide::left`] says
     /// when it is done.
     pub fn leave(&mut self) {
         self.leaving = true;
+        self.members.lock().expect("members").leave();
+        self.leaving_now.notify_one();
         self.ingress.leave();
         self.ownership.release_all(&self.cluster);
     }
@@ -230,14 +276,28 @@ impl ClusterSide {
             && self.cluster.owned().is_empty()
     }
 
-    /// Stops following the lock stream and any takeover still running.
+    /// Stops the heartbeats, following the lock stream and any takeover still running.
     pub async fn stop(self) {
         self.ingress.stop().await;
-        for task in self.takeovers.into_iter().chain(std::iter::once(self.follower)) {
+        for task in self.takeovers.into_iter().chain([self.follower, self.heartbeats]) {
             task.abort();
             let _ = task.await;
         }
+        let _ = self.heartbeat_channel.close(200, "leaving".into()).await;
     }
+}
+
+/// Publishes and hears heartbeats until the connection fails, then says so.
+async fn beat(
+    channel: Channel,
+    cluster: Arc<Cluster>,
+    members: Arc<Mutex<Members>>,
+    leaving_now: Arc<Notify>,
+    pipeline: Arc<Pipeline>,
+) {
+    let Err(e) = membership::run(channel, &cluster.config, members, leaving_now).await else { return };
+    warn!(error = %e, "The cluster heartbeats failed.");
+    pipeline.endings.broken(&e);
 }
 
 /// Follows the cluster's lock stream until the connection fails, then says so.

@@ -3,8 +3,10 @@
 //!
 //! - conversations are spread over P partition queues by a consistent-hash exchange
 //!   ([`ingress`] forwards what arrives on the inbound queues there, keyed by conversation);
-//! - every instance consumes every partition with single active consumer, so the broker gives
-//!   each partition to one live instance at a time and hands it on when that one goes;
+//! - the instances hear each other's heartbeats ([`membership`]) and rank themselves for every
+//!   partition by rendezvous hashing ([`rendezvous`]): each consumes the partitions it owns and
+//!   waits, as a standby, on a few more; single active consumer makes the broker deliver each
+//!   partition to one live instance at a time and hand it on to the standby when that one goes;
 //! - each partition's session changes are appended to its changelog stream before the message
 //!   is acknowledged, and an instance replays the changelog before it serves a partition it
 //!   took over ([`changelog`]);
@@ -18,7 +20,9 @@ pub mod connection;
 pub mod handover;
 pub mod ingress;
 pub mod lock;
+pub mod membership;
 pub mod ownership;
+pub mod rendezvous;
 
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};
@@ -28,8 +32,8 @@ use crate::gateway::store::{Freeze, Store, StoreError};
 use crate::store::SledStore;
 use crate::store::replica::{LockProposal, PartitionChange};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tracing::info;
 
 /// Why a cluster step failed: the broker (reconnect and try again) or the store.
@@ -77,6 +81,17 @@ struct PartitionState {
     in_flight: AtomicUsize,
 }
 
+/// The members and the partitions consumed here, as the last tick saw them.
+#[derive(Debug, Default)]
+struct View {
+    members: Vec<String>,
+    subscribed: Vec<u16>,
+}
+
+/// Channels an instance opens besides its partitions' (the connection's own, the heartbeats',
+/// the ingress's and the lock follower's).
+pub const FIXED_CHANNELS: usize = 4;
+
 /// The cluster side of one instance.
 pub struct Cluster {
     pub config: ClusterConfig,
@@ -90,6 +105,9 @@ pub struct Cluster {
     /// applied since: the difference is the follower's lag.
     proposed: AtomicU64,
     followed: AtomicU64,
+    /// Partitions taken over since the start.
+    takeovers: AtomicU64,
+    view: Mutex<View>,
     handover_wait: std::time::Duration,
 }
 
@@ -110,6 +128,8 @@ impl Cluster {
             partitions,
             proposed: AtomicU64::new(0),
             followed: AtomicU64::new(0),
+            takeovers: AtomicU64::new(0),
+            view: Mutex::new(View::default()),
             handover_wait,
         }
     }
@@ -195,6 +215,7 @@ impl Cluster {
         state.replay_ms.store(elapsed.as_millis() as u64, Ordering::Relaxed);
         state.since.store(crate::util::time::now_millis(), Ordering::Relaxed);
         state.since_snapshot.store(0, Ordering::Relaxed);
+        self.takeovers.fetch_add(1, Ordering::Relaxed);
         let metrics = crate::metrics::get();
         metrics.partition_takeovers.with_label_values(&[&partition.index.to_string()]).inc();
         metrics.replay_seconds.observe(elapsed.as_secs_f64());
@@ -224,6 +245,18 @@ impl Cluster {
         for index in 0..self.config.partitions {
             self.release(self.partition(index));
         }
+        self.observe(Vec::new(), &[]);
+    }
+
+    /// The live members and the partitions consumed here now, for the status and the metrics.
+    pub fn observe(&self, members: Vec<String>, subscribed: &[u16]) {
+        let standby = subscribed.iter().filter(|&&index| !self.owns(self.partition(index))).count();
+        let metrics = crate::metrics::get();
+        metrics.partitions_standby.set(i64::try_from(standby).unwrap_or(i64::MAX));
+        metrics.cluster_members.set(i64::try_from(members.len()).unwrap_or(i64::MAX));
+        let mut view = self.view.lock().expect("view");
+        view.members = members;
+        subscribed.clone_into(&mut view.subscribed);
     }
 
     /// The stream entries a handled message adds: its conversation's session as it now
@@ -306,9 +339,14 @@ impl Cluster {
         crate::metrics::get().lock_follow_lag.set(i64::try_from(lag).unwrap_or(i64::MAX));
     }
 
-    /// What `silpgate cluster status` shows: which partitions this instance serves, what each
-    /// replay took, and how far the local view has applied the streams.
+    /// What `silpgate cluster status` shows: the members, which partitions this instance serves
+    /// and waits on and how many channels that takes, what each replay took, and how far the
+    /// local view has applied the streams.
     pub fn status(&self) -> serde_json::Value {
+        let (members, subscribed) = {
+            let view = self.view.lock().expect("view");
+            (view.members.clone(), view.subscribed.clone())
+        };
         let partitions: Vec<serde_json::Value> = self
             .partitions
             .iter()
@@ -320,6 +358,7 @@ impl Cluster {
                     "partition": index,
                     "queue": self.config.partition_queue(index),
                     "owned": owned,
+                    "subscribed": subscribed.contains(&index),
                     "since_ms": owned.then(|| state.since.load(Ordering::Relaxed)),
                     "replayed_entries": owned.then(|| state.replayed.load(Ordering::Relaxed)),
                     "replay_ms": owned.then(|| state.replay_ms.load(Ordering::Relaxed)),
@@ -329,11 +368,21 @@ impl Cluster {
             })
             .collect();
         let owned: Vec<u16> = self.owned().iter().map(|p| p.index).collect();
+        let standby: Vec<u16> = subscribed.iter().copied().filter(|p| !owned.contains(p)).collect();
         let lag = self.proposed.load(Ordering::Relaxed).saturating_sub(self.followed.load(Ordering::Relaxed));
         serde_json::json!({
             "instance": self.instance,
             "partitions_total": self.config.partitions,
             "owned": owned,
+            "standby": standby,
+            "subscribed": subscribed,
+            "channels": {
+                "partitions": subscribed.len(),
+                "total": subscribed.len() + FIXED_CHANNELS,
+            },
+            "members": members,
+            "standby_per_partition": self.config.standby,
+            "takeovers": self.takeovers.load(Ordering::Relaxed),
             "partitions": partitions,
             "lock": {
                 "stream": self.config.lock_stream,

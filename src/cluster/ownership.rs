@@ -1,12 +1,13 @@
-//! Which partitions this instance consumes, and handing some on so that the instances share
-//! them. Each partition queue is consumed on a channel of its own.
+//! Which partitions this instance consumes, and handing partitions on as the members change.
+//! Each partition queue this instance consumes is consumed on a channel of its own.
 //!
-//! Single active consumer gives a partition to whichever instance subscribed first, so the
-//! first instance up would keep them all. Every few seconds each instance reads how many
-//! instances there are (the consumer count of the members queue, which every instance
-//! consumes and nobody publishes to; a single-active-consumer queue counts only its active
-//! consumer) and, if it serves more than its share (P divided by the instances, rounded up),
-//! hands the surplus on:
+//! The members ([`super::membership`]) rank the instances for every partition
+//! ([`super::rendezvous`]): this instance consumes the partitions it ranks first for (their
+//! owner) and those it ranks within the next `standby` for, where it waits as a
+//! single-active consumer to take over at once if the owner dies. When the members change
+//! ([`Ownership::reconcile`]) it subscribes to partitions new to its share, cancels the waiting
+//! consumers of those it no longer ranks for and closes their channels, and hands on the
+//! partitions it serves but no longer ranks first for, once the new owner waits on them:
 //!
 //! 1. quiesce: hold the partition's new deliveries until every one handed out is settled and
 //!    the broker has nothing more on its way (the prefetch window is full of held deliveries,
@@ -16,7 +17,8 @@
 //!    waiting consumer active, which replays and waits for step 4;
 //! 3. handle what was held (it stays this instance's after the cancel) and anything that
 //!    arrived before the cancel went through;
-//! 4. once all is settled, append `Released`, and subscribe again, at the back of the line.
+//! 4. once all is settled, append `Released`, and subscribe again at the back of the line if
+//!    the partition is still in this instance's share (as a standby), else close its channel.
 //!
 //! The new owner gets only messages after the ones handled here, and starts on them once it
 //! has read everything this instance appended: order and state both hold. (What quiescing
@@ -26,16 +28,18 @@
 use super::changelog::{self, Entry, Marker};
 use super::connection::Parked;
 use super::handover::STRAY_GRACE;
+use super::membership::Members;
+use super::rendezvous;
 use super::{Cluster, ClusterError};
 use crate::broker::publish::Publisher;
 use crate::gateway::session::Partition;
 use futures_util::StreamExt;
 use futures_util::stream::{BoxStream, SelectAll};
 use lapin::message::Delivery;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tracing::info;
 
@@ -105,45 +109,115 @@ impl Release {
 
 /// The partition consumers of one connection.
 pub struct Ownership {
-    channels: HashMap<u16, Channel>,
+    /// The partitions consumed here (owned, being taken over or handed on, or waiting), each
+    /// on its channel.
+    channels: BTreeMap<u16, Channel>,
     releases: BTreeMap<u16, Release>,
+    /// Waiting consumers cancelled because the partition left this instance's share: their
+    /// end is expected.
+    dropped: BTreeSet<u16>,
+    /// The partitions of this instance's share, as of the last reconcile.
+    share: BTreeSet<u16>,
+    /// The members the share was computed for, and each partition's owner and standbys among
+    /// them: computed again only when the members change.
+    ranked_for: Vec<String>,
+    leaders: Vec<Vec<String>>,
     prefetch: u16,
-    /// This instance's consumer on the members queue: it only has to exist.
-    _member: lapin::Consumer,
 }
 
 impl Ownership {
-    /// Joins the members and subscribes to every partition queue, each on its own channel.
+    /// Consumes no partition yet: [`Ownership::reconcile`] subscribes to this instance's share
+    /// once it knows the members.
+    pub fn new(prefetch: u16) -> Ownership {
+        Ownership {
+            channels: BTreeMap::new(),
+            releases: BTreeMap::new(),
+            dropped: BTreeSet::new(),
+            share: BTreeSet::new(),
+            ranked_for: Vec::new(),
+            leaders: Vec::new(),
+            prefetch: prefetch.clamp(1, PARTITION_PREFETCH),
+        }
+    }
+
+    /// The partitions consumed here, each on a channel of its own.
+    pub fn subscribed(&self) -> Vec<u16> {
+        self.channels.keys().copied().collect()
+    }
+
+    /// Whether `partition` is consumed here.
+    pub fn consumes(&self, partition: Partition) -> bool {
+        self.channels.contains_key(&partition.index)
+    }
+
+    /// Brings what this instance consumes in line with the `live` members' ranking: subscribes
+    /// to partitions new to its share, cancels the waiting consumers of partitions no longer
+    /// in it (not those in `taking_over`: they are handed on once served), and starts handing
+    /// on the partitions it serves but another member now ranks first for, once that member
+    /// waits on them ([`Members::ready_for`]).
     ///
     /// # Errors
-    /// The broker refused a channel or a subscription.
-    pub async fn subscribe_all(
+    /// The broker refused a channel, a subscription or a cancel.
+    pub async fn reconcile(
+        &mut self,
         connection: &Connection,
         cluster: &Cluster,
-        prefetch: u16,
+        live: &[String],
+        members: &Members,
+        taking_over: &BTreeSet<u16>,
         deliveries: &mut Deliveries,
-    ) -> lapin::Result<Ownership> {
-        let members = connection.create_channel().await?;
-        let member = members
-            .basic_consume(
-                cluster.config.members_queue().as_str().into(),
-                format!("silpgate-{}-member", cluster.instance).as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        let prefetch = prefetch.clamp(1, PARTITION_PREFETCH);
-        let mut ownership =
-            Ownership { channels: HashMap::new(), releases: BTreeMap::new(), prefetch, _member: member };
-        for index in 0..cluster.config.partitions {
-            let channel = connection.create_channel().await?;
-            channel.basic_qos(prefetch, BasicQosOptions { global: false }).await?;
-            deliveries.push(
-                subscribe(&channel, &cluster.config.partition_queue(index), &tag(cluster, index)).await?,
-            );
-            ownership.channels.insert(index, channel);
+    ) -> lapin::Result<()> {
+        if self.ranked_for != live {
+            let count = 1 + usize::from(cluster.config.standby);
+            self.leaders = (0..cluster.config.partitions)
+                .map(|index| rendezvous::leaders(index, live, count).into_iter().map(str::to_owned).collect())
+                .collect();
+            self.share = (0..cluster.config.partitions)
+                .filter(|&index| self.leaders[usize::from(index)].contains(&cluster.instance))
+                .collect();
+            live.clone_into(&mut self.ranked_for);
         }
-        Ok(ownership)
+        for index in 0..cluster.config.partitions {
+            let leaders = &self.leaders[usize::from(index)];
+            let in_share = self.share.contains(&index);
+            let partition = cluster.partition(index);
+            if cluster.owns(partition) {
+                let owner = leaders.first().map(String::as_str);
+                // This instance may still wait on it too, whatever its rank: it is the one
+                // handing it on.
+                let mut allowed: Vec<&str> = leaders.iter().map(String::as_str).collect();
+                allowed.push(&cluster.instance);
+                let hand_on = owner.is_some_and(|owner| {
+                    owner != cluster.instance && members.ready_for(index, owner, &allowed)
+                });
+                if hand_on && !self.releases.contains_key(&index) {
+                    info!(instance = %cluster.instance, partition = index, owner, "Handing a partition on to its owner.");
+                    self.releases.insert(index, Release::new(cluster));
+                }
+            } else if in_share && !self.channels.contains_key(&index) {
+                let channel = connection.create_channel().await?;
+                channel.basic_qos(self.prefetch, BasicQosOptions { global: false }).await?;
+                let queue = cluster.config.partition_queue(index);
+                deliveries.push(subscribe(&channel, &queue, &tag(cluster, index)).await?);
+                self.channels.insert(index, channel);
+            } else if !in_share
+                && self.channels.contains_key(&index)
+                && !self.releases.contains_key(&index)
+                && !taking_over.contains(&index)
+            {
+                self.drop_partition(cluster, index).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops waiting on a partition and closes its channel: whatever the broker gave it in the
+    /// meantime (it may just have turned active) goes back to the queue, unacknowledged.
+    async fn drop_partition(&mut self, cluster: &Cluster, index: u16) -> lapin::Result<()> {
+        let Some(channel) = self.channels.remove(&index) else { return Ok(()) };
+        self.dropped.insert(index);
+        channel.basic_cancel(tag(cluster, index).as_str().into(), BasicCancelOptions::default()).await?;
+        channel.close(200, "not in this instance's share".into()).await
     }
 
     /// Holds a delivery of a partition that is quiescing before its hand-over; gives it back
@@ -159,9 +233,12 @@ impl Ownership {
         }
     }
 
-    /// Whether a consumer that ended is a partition this instance is handing on.
+    /// Whether a consumer that ended is a partition this instance is handing on or dropped.
     pub fn expected_end(&mut self, cluster: &Cluster, queue: &str) -> bool {
         let Some(partition) = cluster.partition_of(queue) else { return false };
+        if self.dropped.remove(&partition.index) {
+            return true;
+        }
         match self.releases.get_mut(&partition.index) {
             Some(release) if matches!(release.step, Step::Cancelled) => {
                 release.step = Step::Finishing;
@@ -186,29 +263,9 @@ impl Ownership {
         }
     }
 
-    /// Reads how many instances there are and starts handing on this instance's surplus.
-    ///
-    /// # Errors
-    /// The broker failed.
-    pub async fn rebalance(&mut self, channel: &Channel, cluster: &Cluster) -> Result<(), ClusterError> {
-        let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
-        let members = cluster.config.members_queue();
-        let instances = channel
-            .queue_declare(members.as_str().into(), passive, FieldTable::default())
-            .await?
-            .consumer_count();
-        let share = usize::from(cluster.config.partitions).div_ceil(instances.max(1) as usize);
-        let owned = cluster.owned();
-        // The highest partitions go first, so that the shares stay predictable.
-        for partition in owned.iter().rev().take(owned.len().saturating_sub(share)) {
-            info!(instance = %cluster.instance, partition = partition.index, instances, share, "Handing a partition on.");
-            self.releases.insert(partition.index, Release::new(cluster));
-        }
-        Ok(())
-    }
-
-    /// Moves every hand-over on as far as it can go, subscribing again to the partitions
-    /// handed on when `resubscribe`; returns held deliveries that are now to be handled here.
+    /// Moves every hand-over on as far as it can go; a partition handed on is consumed again,
+    /// at the back of the line, when `resubscribe` and it is still in this instance's share,
+    /// else its channel is closed. Returns held deliveries that are now to be handled here.
     ///
     /// # Errors
     /// The broker failed.
@@ -251,9 +308,15 @@ impl Ownership {
         }
         for index in released {
             self.releases.remove(&index);
-            if resubscribe {
+            if !resubscribe {
+                // Leaving: the channel goes with the connection.
+                continue;
+            }
+            if self.share.contains(&index) {
                 let queue = cluster.config.partition_queue(index);
                 deliveries.push(subscribe(&self.channels[&index], &queue, &tag(cluster, index)).await?);
+            } else if let Some(channel) = self.channels.remove(&index) {
+                channel.close(200, "handed on".into()).await?;
             }
         }
         Ok(ready)

@@ -83,6 +83,10 @@ impl Names {
     pub fn changelog(&self, index: u16) -> String {
         format!("{}.log.{index:02}", self.prefix)
     }
+    /// The cluster members' heartbeat exchange.
+    pub fn members_exchange(&self) -> String {
+        format!("{}.p.members", self.prefix)
+    }
     pub fn lock_stream(&self) -> String {
         format!("{}.lock", self.prefix)
     }
@@ -111,7 +115,6 @@ impl Names {
         queues.extend((0..partitions).flat_map(|i| [self.partition(i), self.changelog(i)]));
         if partitions > 0 {
             queues.push(self.lock_stream());
-            queues.push(format!("{}.p.members", self.prefix));
             // Each cluster instance has a reply queue of its own; the tests name them a to d.
             queues.extend(["a", "b", "c", "d"].map(|instance| format!("{}.{instance}", self.answers())));
         }
@@ -124,7 +127,12 @@ impl Names {
         for q in queues {
             let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
         }
-        for x in [self.inbound_exchange(), self.agents_exchange(), self.dlx(), self.partition_exchange()] {
+        let mut exchanges =
+            vec![self.inbound_exchange(), self.agents_exchange(), self.dlx(), self.partition_exchange()];
+        if partitions > 0 {
+            exchanges.push(self.members_exchange());
+        }
+        for x in exchanges {
             let _ = channel.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()).await;
         }
     }

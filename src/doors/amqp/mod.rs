@@ -345,12 +345,10 @@ impl Amqp {
         }
         let (taken_over, mut takeovers) = mpsc::unbounded_channel();
         let mut cluster_side = match &self.cluster {
-            Some(cluster) => {
-                match ClusterSide::start(connection, cluster, &pipeline, &mut deliveries, taken_over).await {
-                    Ok(side) => Some(side),
-                    Err(e) => return Ended::Lost(e.to_string()),
-                }
-            }
+            Some(cluster) => match ClusterSide::start(connection, cluster, &pipeline, taken_over).await {
+                Ok(side) => Some(side),
+                Err(e) => return Ended::Lost(e.to_string()),
+            },
             None => None,
         };
 
@@ -411,7 +409,7 @@ impl Amqp {
                     if side.left() || leaving.is_some_and(|deadline| tokio::time::Instant::now() >= deadline) {
                         break Ended::Shutdown;
                     }
-                    match side.tick(channel, &pipeline, &mut deliveries).await {
+                    match side.tick(connection, &pipeline, &mut deliveries).await {
                         Ok(ready) => {
                             for (partition, parked) in ready {
                                 if !dispatch_all(&senders, parked, Some(partition)).await {

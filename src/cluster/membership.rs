@@ -1,0 +1,263 @@
+//! Who the cluster's members are, as this instance hears them. Every instance binds an
+//! exclusive, auto-deleted queue of its own to the members fanout exchange
+//! (`<queue_prefix>.members`) and publishes a heartbeat there every [`HEARTBEAT`]: its name,
+//! the partitions it consumes, and whether it is leaving. A member not heard for [`GONE_AFTER`]
+//! is gone; one that says it is leaving is gone at once. Nothing is stored on the broker: the
+//! queue goes with the connection, and a heartbeat expires unread after [`GONE_AFTER`].
+//!
+//! The partitions a heartbeat lists let an owner hand a partition on only once the next owner
+//! is waiting on it and the member it replaces is not ([`Members::ready_for`]), so that the
+//! broker gives the partition straight to the right instance.
+
+use super::ClusterError;
+use crate::config::ClusterConfig;
+use futures_util::StreamExt;
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::info;
+
+/// How often an instance says it is alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A member not heard for this long is gone (five heartbeats: a busy broker or a stalled
+/// instance does not move partitions). A crash is taken over by the standby at once anyway;
+/// this decides when a new standby steps in, and when the partitions of an owner that died
+/// with its standby get a new owner.
+pub const GONE_AFTER: Duration = Duration::from_secs(5);
+/// How long a starting instance listens before it consumes any partition: long enough to have
+/// heard every member once, so that it does not take partitions that are not its own.
+pub const WARM_UP: Duration = Duration::from_secs(2);
+
+/// What an instance publishes every [`HEARTBEAT`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub instance: String,
+    /// The partitions it consumes (owned and standby).
+    #[serde(default)]
+    pub subscribed: Vec<u16>,
+    /// It is shutting down and hands its partitions on: count it out now.
+    #[serde(default)]
+    pub leaving: bool,
+}
+
+#[derive(Clone)]
+struct Heard {
+    first: Instant,
+    last: Instant,
+    heartbeat: Heartbeat,
+}
+
+/// The members as heard on one connection, and what this instance says of itself.
+#[derive(Clone)]
+pub struct Members {
+    instance: String,
+    listening_since: Instant,
+    heard: HashMap<String, Heard>,
+    /// This instance's next heartbeat.
+    own: Heartbeat,
+}
+
+impl Members {
+    pub fn new(instance: &str) -> Members {
+        Members {
+            instance: instance.to_owned(),
+            listening_since: Instant::now(),
+            heard: HashMap::new(),
+            own: Heartbeat { instance: instance.to_owned(), subscribed: Vec::new(), leaving: false },
+        }
+    }
+
+    fn heard(&mut self, heartbeat: Heartbeat) {
+        let now = Instant::now();
+        match self.heard.get_mut(&heartbeat.instance) {
+            Some(heard) => {
+                heard.last = now;
+                heard.heartbeat = heartbeat;
+            }
+            None => {
+                if heartbeat.instance != self.instance {
+                    info!(member = %heartbeat.instance, leaving = heartbeat.leaving, "A cluster member is heard.");
+                }
+                self.heard.insert(heartbeat.instance.clone(), Heard { first: now, last: now, heartbeat });
+            }
+        }
+    }
+
+    /// Whether this instance has listened long enough to know the members.
+    pub fn warmed_up(&self) -> bool {
+        self.listening_since.elapsed() >= WARM_UP
+    }
+
+    fn alive(heard: &Heard) -> bool {
+        !heard.heartbeat.leaving && heard.last.elapsed() < GONE_AFTER
+    }
+
+    /// The live members, this instance among them unless it is leaving, sorted by name.
+    pub fn live(&self) -> Vec<String> {
+        let mut live: Vec<String> = self
+            .heard
+            .values()
+            .filter(|h| h.heartbeat.instance != self.instance && Self::alive(h))
+            .map(|h| h.heartbeat.instance.clone())
+            .collect();
+        if !self.own.leaving {
+            live.push(self.instance.clone());
+        }
+        live.sort_unstable();
+        live
+    }
+
+    /// Whether `partition` can be handed on to `owner` now: it has said (in a heartbeat heard
+    /// after it knew the members) that it waits on the partition, and no live member other
+    /// than those `allowed` to (this one, the owner, the standbys) still says it does: the
+    /// broker makes the first consumer in line active, which must be the owner.
+    pub fn ready_for(&self, partition: u16, owner: &str, allowed: &[&str]) -> bool {
+        let Some(heard) = self.heard.get(owner) else { return false };
+        if !Self::alive(heard) || heard.last.duration_since(heard.first) < WARM_UP {
+            return false;
+        }
+        if !heard.heartbeat.subscribed.contains(&partition) {
+            return false;
+        }
+        self.heard.values().all(|h| {
+            allowed.contains(&h.heartbeat.instance.as_str())
+                || !Self::alive(h)
+                || !h.heartbeat.subscribed.contains(&partition)
+        })
+    }
+
+    /// What the next heartbeat says: the partitions this instance consumes.
+    pub fn subscribed(&mut self, partitions: Vec<u16>) {
+        self.own.subscribed = partitions;
+    }
+
+    /// The next heartbeats say this instance is leaving.
+    pub fn leave(&mut self) {
+        self.own.leaving = true;
+    }
+
+    fn forget_the_gone(&mut self) {
+        self.heard.retain(|_, h| h.last.elapsed() < GONE_AFTER * 4);
+    }
+}
+
+/// Publishes this instance's heartbeats and hears the others' until the channel fails.
+/// `leaving` is notified when the instance starts to leave: that heartbeat goes at once.
+///
+/// # Errors
+/// The broker failed.
+pub async fn run(
+    channel: Channel,
+    config: &ClusterConfig,
+    members: Arc<Mutex<Members>>,
+    leaving: Arc<Notify>,
+) -> Result<(), ClusterError> {
+    let exchange = config.members_exchange();
+    let own = QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+    let queue = channel.queue_declare("".into(), own, FieldTable::default()).await?;
+    channel
+        .queue_bind(
+            queue.name().as_str().into(),
+            exchange.as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let options = BasicConsumeOptions { no_ack: true, exclusive: true, ..BasicConsumeOptions::default() };
+    let mut heard = channel
+        .basic_consume(queue.name().as_str().into(), "".into(), options, FieldTable::default())
+        .await?;
+    let expiration = GONE_AFTER.as_millis().to_string();
+    let mut every = tokio::time::interval(HEARTBEAT);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => publish(&channel, &exchange, &members, &expiration).await?,
+            () = leaving.notified() => publish(&channel, &exchange, &members, &expiration).await?,
+            delivery = heard.next() => match delivery {
+                Some(Ok(delivery)) => {
+                    if let Ok(heartbeat) = serde_json::from_slice::<Heartbeat>(&delivery.data) {
+                        members.lock().expect("members").heard(heartbeat);
+                    }
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(ClusterError::Stream("the members consumer ended".into())),
+            },
+        }
+    }
+}
+
+/// Publishes this instance's heartbeat as `members` has it now.
+async fn publish(
+    channel: &Channel,
+    exchange: &str,
+    members: &Mutex<Members>,
+    expiration: &str,
+) -> Result<(), ClusterError> {
+    let body = {
+        let mut members = members.lock().expect("members");
+        members.forget_the_gone();
+        serde_json::to_vec(&members.own).expect("a heartbeat serializes")
+    };
+    let properties = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_expiration(expiration.into());
+    channel
+        .basic_publish(exchange.into(), "".into(), BasicPublishOptions::default(), &body, properties)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat(instance: &str, subscribed: &[u16], leaving: bool) -> Heartbeat {
+        Heartbeat { instance: instance.into(), subscribed: subscribed.to_vec(), leaving }
+    }
+
+    /// Moves everything `members` heard `by` into the past.
+    fn age(members: &mut Members, by: Duration) {
+        for heard in members.heard.values_mut() {
+            heard.first -= by;
+            heard.last -= by;
+        }
+    }
+
+    #[test]
+    fn members_come_and_go_with_their_heartbeats() {
+        let mut members = Members::new("a");
+        assert_eq!(members.live(), ["a"]);
+        members.heard(beat("b", &[], false));
+        members.heard(beat("c", &[], false));
+        assert_eq!(members.live(), ["a", "b", "c"]);
+        members.heard(beat("c", &[], true));
+        assert_eq!(members.live(), ["a", "b"], "a leaving member is out at once");
+        age(&mut members, GONE_AFTER);
+        assert_eq!(members.live(), ["a"], "a silent member is out after {GONE_AFTER:?}");
+        members.leave();
+        assert!(members.live().is_empty());
+    }
+
+    #[test]
+    fn a_partition_is_handed_on_once_its_owner_waits_on_it_and_nobody_else_does() {
+        let mut members = Members::new("a");
+        members.heard(beat("b", &[3], false));
+        assert!(!members.ready_for(3, "b", &["a", "b"]), "b has only just been heard");
+        age(&mut members, WARM_UP);
+        members.heard(beat("b", &[3], false));
+        members.heard(beat("c", &[3], false));
+        assert!(!members.ready_for(3, "b", &["a", "b"]), "c still waits on 3: it could get it");
+        assert!(members.ready_for(3, "b", &["a", "b", "c"]), "unless c is a standby");
+        members.heard(beat("c", &[], false));
+        assert!(members.ready_for(3, "b", &["a", "b"]));
+        assert!(!members.ready_for(4, "b", &["a", "b"]), "b does not wait on 4");
+    }
+}
