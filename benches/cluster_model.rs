@@ -7,7 +7,7 @@
 //! replay cost of a takeover is measured here, on a real sled store: `snapshot_every` changelog
 //! entries decoded and applied (reading them from the stream is not included). The other costs
 //! are inputs measured elsewhere (docs/performance.md says where); change them with `--cpu-us`,
-//! `--cores`, `--rate`, `--grace-ms`, `--new-ir` to see another deployment.
+//! `--cores`, `--broker-ops`, `--grace-ms`, `--new-ir` to see another deployment.
 //!
 //! `cargo bench --bench cluster_model` prints the table that docs/cluster.md carries;
 //! `cargo test --all-targets` runs it as a smoke test.
@@ -26,8 +26,9 @@ struct Costs {
     cpu_us: f64,
     /// Cores each instance has.
     cores: f64,
-    /// Messages per second the cluster is offered.
-    rate: f64,
+    /// Operations per second one broker node carries (benches/amqp.rs: the bare relay's
+    /// messages per second times its 4 operations per message, on this machine).
+    broker_ops: f64,
     /// Replaying one changelog entry in a takeover (measured: [`measure_replay_us`]).
     replay_us: f64,
     /// Grace a new owner gives the previous owner's deliveries to return (handover.rs).
@@ -44,7 +45,7 @@ impl Default for Costs {
         Costs {
             cpu_us: 150.0,
             cores: 2.0,
-            rate: 50_000.0,
+            broker_ops: 75_000.0,
             replay_us: 0.0,
             grace_ms: 500.0,
             new_ir: 0.01,
@@ -72,7 +73,8 @@ struct Row {
     ops_messages: f64,
     ops_heartbeats: f64,
     ops_lock: f64,
-    capacity: f64,
+    throughput: f64,
+    broker_nodes: f64,
     moved_on_join: usize,
     moved_on_crash: usize,
     takeover_ms: f64,
@@ -84,15 +86,12 @@ fn members(n: usize) -> Vec<String> {
 
 /// Partitions whose owner differs between two member lists.
 fn moved(partitions: u16, before: &[String], after: &[String]) -> usize {
-    (0..partitions)
-        .filter(|&p| rendezvous::owner(p, before) != rendezvous::owner(p, after))
-        .count()
+    (0..partitions).filter(|&p| rendezvous::owner(p, before) != rendezvous::owner(p, after)).count()
 }
 
 fn model(instances: usize, partitions: u16, standby: u16, costs: Costs) -> Row {
     let names = members(instances);
-    let shares: Vec<_> =
-        names.iter().map(|n| rendezvous::share(partitions, &names, standby, n)).collect();
+    let shares: Vec<_> = names.iter().map(|n| rendezvous::share(partitions, &names, standby, n)).collect();
     let channels: Vec<usize> = shares.iter().map(|s| s.subscribed().len() + FIXED_CHANNELS).collect();
     let owned: Vec<usize> = shares.iter().map(|s| s.owned.len()).collect();
 
@@ -104,18 +103,18 @@ fn model(instances: usize, partitions: u16, standby: u16, costs: Costs) -> Row {
     joined.push(format!("silpgate-{instances}"));
     let moved_on_join = moved(partitions, &names, &joined);
 
-    // An instance relays only what its partitions carry: the cluster's capacity is reached
-    // when the busiest instance (the most partitions) is saturated.
-    let per_partition = costs.rate / f64::from(partitions);
-    let busiest_load = per_partition * owned[busiest] as f64;
+    // Conversations spread evenly over partitions, and an instance relays only what its
+    // partitions carry: the cluster saturates when the busiest instance (the most partitions)
+    // does.
     let instance_capacity = costs.cores * 1e6 / costs.cpu_us;
-    let capacity = costs.rate * (instance_capacity / busiest_load).min(1.0);
+    let throughput = instance_capacity * f64::from(partitions) / owned[busiest] as f64;
 
     let n = instances as f64;
+    let ops_messages = throughput * OPS_PER_MESSAGE;
     // Each heartbeat is one publish and a delivery to every member's queue.
     let ops_heartbeats = n + n * n;
     // Every proposal is one publish and confirm, and every instance reads it.
-    let ops_lock = costs.rate * costs.new_ir * (2.0 + n);
+    let ops_lock = throughput * costs.new_ir * (2.0 + n);
     // A takeover replays at most one snapshot interval per partition it takes; the partitions of
     // the crashed owner are taken by different standbys side by side, so the slowest is one.
     let takeover_ms = costs.grace_ms + costs.snapshot_every * costs.replay_us / 1_000.0;
@@ -126,10 +125,11 @@ fn model(instances: usize, partitions: u16, standby: u16, costs: Costs) -> Row {
         channels_mean: channels.iter().sum::<usize>() as f64 / n,
         owned_max: owned[busiest],
         idle: owned.iter().filter(|&&o| o == 0).count(),
-        ops_messages: costs.rate * OPS_PER_MESSAGE,
+        ops_messages,
         ops_heartbeats,
         ops_lock,
-        capacity,
+        throughput,
+        broker_nodes: (ops_messages + ops_heartbeats + ops_lock) / costs.broker_ops,
         moved_on_join,
         moved_on_crash,
         takeover_ms,
@@ -187,7 +187,7 @@ fn main() {
     let costs = Costs {
         cpu_us: flag(&args, "--cpu-us", d.cpu_us),
         cores: flag(&args, "--cores", d.cores),
-        rate: flag(&args, "--rate", d.rate),
+        broker_ops: flag(&args, "--broker-ops", d.broker_ops),
         replay_us: measure_replay_us(d.snapshot_every as u64),
         grace_ms: flag(&args, "--grace-ms", d.grace_ms),
         new_ir: flag(&args, "--new-ir", d.new_ir),
@@ -201,10 +201,9 @@ fn main() {
     };
     println!("{costs:?}, standby 1, {OPS_PER_MESSAGE} broker operations per message");
     println!(
-        "| instances | partitions | channels per instance (max / mean) | most partitions owned | owning none | broker ops/s: messages + heartbeats + lock stream | throughput at {} msg/s offered | moved on a join | moved on a crash | takeover after a crash |",
-        costs.rate
+        "| instances | P | channels per instance (max / mean) | most partitions on one instance | instances owning none | throughput the instances carry | broker ops/s at that rate: messages + heartbeats + lock stream | broker nodes that takes | partitions moved by a join | by a crash | takeover after a crash |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &(instances, partitions) in sizes {
         let r = model(instances, partitions, 1, costs);
         // What the simulation must show, or the model is wrong: a crash moves exactly the
@@ -215,17 +214,18 @@ fn main() {
         let expected_mean = FIXED_CHANNELS as f64 + 2.0 * f64::from(partitions) / instances as f64;
         assert!((r.channels_mean - expected_mean).abs() < 1e-9, "{} != {expected_mean}", r.channels_mean);
         println!(
-            "| {} | {} | {} / {:.1} | {} | {} | {:.0} + {:.0} + {:.0} | {:.0} msg/s | {} | {} | {:.0} ms |",
+            "| {} | {} | {} / {:.1} | {} | {} | {:.0} msg/s | {:.0} + {:.0} + {:.0} | {:.1} | {} | {} | {:.0} ms |",
             r.instances,
             r.partitions,
             r.channels_max,
             r.channels_mean,
             r.owned_max,
             r.idle,
+            r.throughput,
             r.ops_messages,
             r.ops_heartbeats,
             r.ops_lock,
-            r.capacity,
+            r.broker_nodes,
             r.moved_on_join,
             r.moved_on_crash,
             r.takeover_ms,
