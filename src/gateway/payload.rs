@@ -118,9 +118,7 @@ pub fn read(
             let ir = if has_req_id {
                 schema::parse_ir(value)?
             } else {
-                let mut value = value.clone();
-                assign_req_id(&mut value, req_id_len);
-                schema::parse_ir(&value)?
+                schema::parse_ir_assigning(value, &derived_req_id(value, req_id_len))?
             };
             let sanitized = sanitized.as_ref().map(|after| (content_text(content), after.to_string()));
             Ok(ReadPayload { ir, notices, explicit_out, sanitized })
@@ -171,22 +169,12 @@ fn changed_text(text: &str, notices: &[Notice]) -> Option<(String, String)> {
     Some((text.to_owned(), after))
 }
 
-/// Gives an IR without `meta.req_id` one: a prefix of the SHA-256 of its JSON text.
-fn assign_req_id(value: &mut Value, len: usize) {
-    let missing = value.get("meta").is_none_or(|m| m.is_object() && m.get("req_id").is_none());
-    if !missing {
-        return;
-    }
-    let req_id = {
-        let mut hex = sha256_hex(value.to_string().as_bytes());
-        hex.truncate(len);
-        hex
-    };
-    let object = value.as_object_mut().expect("checked to be an object");
-    let meta = object.entry("meta").or_insert_with(|| Value::Object(Default::default()));
-    if let Value::Object(meta) = meta {
-        meta.insert("req_id".into(), Value::String(req_id));
-    }
+/// The `req_id` given to an IR that names none: the first `len` hex digits of the SHA-256 of
+/// the IR as received, so that a redelivered message gets the same one.
+fn derived_req_id(value: &Value, len: usize) -> String {
+    let mut hex = sha256_hex(value.to_string().as_bytes());
+    hex.truncate(len);
+    hex
 }
 
 /// `(format, subformat, content)` of an IR written in `form`; `text` is the compiled surface

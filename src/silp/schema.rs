@@ -51,6 +51,28 @@ pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
     }
 }
 
+/// [`parse_ir`] for an IR that names no `meta.req_id`, with `req_id` assigned to it: the typed
+/// reader takes it as it is; only an IR it refuses is copied, given the `req_id`, and checked
+/// by the schema validator (so that the error is the one the IR with its `req_id` has).
+pub fn parse_ir_assigning(value: &Value, req_id: &str) -> Result<Ir, SilpError> {
+    match super::typed::from_value_assigning(value, req_id) {
+        Ok(ir) => {
+            check_version(&ir)?;
+            Ok(ir)
+        }
+        Err(_) => {
+            let mut value = value.clone();
+            if let Some(object) = value.as_object_mut() {
+                let meta = object.entry("meta").or_insert_with(|| Value::Object(Default::default()));
+                if let Value::Object(meta) = meta {
+                    meta.insert("req_id".into(), Value::String(req_id.into()));
+                }
+            }
+            parse_ir_checked(&value)
+        }
+    }
+}
+
 /// Reads and checks an IR from JSON text: the typed reader ([`super::typed`]) when it accepts
 /// the text, otherwise the JSON tree and the schema validator, which decide and word the error
 /// (a syntax error with its span, or the first violation with its JSON path).

@@ -28,13 +28,26 @@ pub struct Refused;
 /// Reads an IR from JSON `text`, or refuses it.
 pub fn read(text: &str) -> Result<Ir, Refused> {
     let mut de = serde_json::Deserializer::from_str(text);
-    de.deserialize_map(RootVisitor).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
+    de.deserialize_map(RootVisitor { req_id: None }).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
 }
 
 /// Reads an IR from a JSON value that is already parsed (an NLIP envelope's content), with the
 /// same checks; a value has no repeated keys, so here a refusal always means the schema's.
 pub fn from_value(value: &Value) -> Result<Ir, Refused> {
-    value.deserialize_map(RootVisitor).map_err(|_| Refused)
+    value.deserialize_map(RootVisitor { req_id: None }).map_err(|_| Refused)
+}
+
+/// [`from_value`] for an IR whose `meta.req_id` is assigned by the reader when it has none: as
+/// if `req_id` had been inserted into its meta (or a meta holding only it), without copying
+/// the tree to insert it.
+///
+/// # Errors
+/// [`Refused`] as [`from_value`] would refuse the IR with `req_id` inserted.
+pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> {
+    if !is_req_id(req_id) {
+        return Err(Refused);
+    }
+    value.deserialize_map(RootVisitor { req_id: Some(req_id) }).map_err(|_| Refused)
 }
 
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
@@ -106,9 +119,12 @@ fn extra<'de, A: MapAccess<'de>>(
     Ok(())
 }
 
-struct RootVisitor;
+/// Reads the root object; `req_id` is the one assigned to an IR that names none.
+struct RootVisitor<'r> {
+    req_id: Option<&'r str>,
+}
 
-impl<'de> Visitor<'de> for RootVisitor {
+impl<'de> Visitor<'de> for RootVisitor<'_> {
     type Value = Ir;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -145,11 +161,18 @@ impl<'de> Visitor<'de> for RootVisitor {
                 }
                 "meta" => {
                     seen |= 2;
-                    ir.meta = map.next_value_seed(MetaSeed)?;
+                    ir.meta = map.next_value_seed(MetaSeed { req_id: self.req_id })?;
                 }
                 // additionalProperties: false.
                 _ => return Err(refuse()),
             }
+        }
+        // An assigned req_id brings its meta with it.
+        if seen & 2 == 0
+            && let Some(req_id) = self.req_id
+        {
+            seen |= 2;
+            ir.meta = Meta::with_req_id(req_id.into());
         }
         // required: intent, meta.
         if seen != 3 {
@@ -312,16 +335,19 @@ impl Item for AlternativeSeed {
     }
 }
 
-struct MetaSeed;
+/// Reads `meta`; `req_id` is the one assigned when it names none.
+struct MetaSeed<'r> {
+    req_id: Option<&'r str>,
+}
 
-impl<'de> DeserializeSeed<'de> for MetaSeed {
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
     type Value = Meta;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Meta, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for MetaSeed {
+impl<'de> Visitor<'de> for MetaSeed<'_> {
     type Value = Meta;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -360,6 +386,12 @@ impl<'de> Visitor<'de> for MetaSeed {
                 }
                 _ => extra(&mut map, &mut m.extra, key)?,
             }
+        }
+        if seen == 0
+            && let Some(req_id) = self.req_id
+        {
+            seen = 1;
+            m.req_id = req_id.into();
         }
         if seen != 1 {
             return Err(refuse());
@@ -462,5 +494,30 @@ mod tests {
         let ir = read(r#"{"intent":"!A","meta":{"req_id":"abcd","priority":2.0,"confidence":0}}"#).unwrap();
         assert_eq!(ir.meta.priority, 2);
         assert_eq!(ir.meta.confidence, 0.0);
+    }
+
+    #[test]
+    fn an_assigned_req_id_reads_as_if_it_had_been_inserted() {
+        let with_inserted = |text: &str| {
+            let mut value: Value = serde_json::from_str(text).unwrap();
+            let object = value.as_object_mut().unwrap();
+            let meta = object.entry("meta").or_insert_with(|| Value::Object(Default::default()));
+            meta.as_object_mut().unwrap().insert("req_id".into(), Value::String("beef".into()));
+            from_value(&value)
+        };
+        for text in [
+            r#"{"intent":"!CANCEL"}"#,
+            r#"{"intent":"!CANCEL","meta":{}}"#,
+            r#"{"intent":"!CANCEL","meta":{"priority":2,"x-note":"kept"}}"#,
+            r#"{"intent":"!CANCEL","entities":[{"id":"o1","type":"order"}],"meta":{"out":"code"}}"#,
+            r#"{"intent":"cancel"}"#,
+            r#"{"intent":"!CANCEL","meta":{"confidence":2}}"#,
+            r#"{"meta":{}}"#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(from_value_assigning(&value, "beef"), with_inserted(text), "{text}");
+        }
+        let value: Value = serde_json::from_str(r#"{"intent":"!CANCEL"}"#).unwrap();
+        assert_eq!(from_value_assigning(&value, "BEEF"), Err(Refused), "the assigned req_id is checked too");
     }
 }
