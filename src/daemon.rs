@@ -69,7 +69,8 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         ));
     }
     let store_dir = overrides.store.unwrap_or_else(|| config.store.path.clone());
-    let key = crate::cli::lock_key(config.store.hmac_key_env.as_deref()).map_err(RunError::Key)?;
+    let key =
+        crate::store::chain::key_from_env(config.store.hmac_key_env.as_deref()).map_err(RunError::Key)?;
     let store = Arc::new(SledStore::open(&store_dir, key)?);
     let auth = Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref())?;
     if auth.is_open() {

@@ -64,8 +64,6 @@ enum Command {
     },
 }
 
-pub use store::key_from_env as lock_key;
-
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
     /// Parse and check FILE: exit 0 when valid, else exit 1 with the error, its line and column.

@@ -69,7 +69,7 @@ pub fn run(command: SilpCommand) -> ExitCode {
         SilpCommand::Compile { common, no_whitelist, lock, key_env } => {
             let rules = ValidateOptions { enforce_whitelist: !no_whitelist };
             let store = match lock.map(|dir| {
-                let key = super::store::key_from_env(key_env.as_deref())?;
+                let key = crate::store::chain::key_from_env(key_env.as_deref())?;
                 SledStore::open(&dir, key).map_err(|e| e.to_string())
             }) {
                 None => None,

@@ -57,20 +57,6 @@ pub enum SessionsCommand {
     },
 }
 
-/// The HMAC key named by `--key-env` (or `store.hmac_key_env`), if any; a key shorter than
-/// [`chain::MIN_KEY_BYTES`] is refused here, before any store is opened.
-pub fn key_from_env(var: Option<&str>) -> Result<Option<Vec<u8>>, String> {
-    let Some(var) = var else { return Ok(None) };
-    match std::env::var_os(var) {
-        Some(v) if !v.is_empty() => {
-            let key = v.into_encoded_bytes();
-            Sealer::new(Some(key.clone())).map_err(|e| format!("environment variable {var}: {e}"))?;
-            Ok(Some(key))
-        }
-        _ => Err(format!("environment variable {var} (the lock key) is not set")),
-    }
-}
-
 fn open(dir: &Path, key: Option<Vec<u8>>) -> Result<SledStore, ExitCode> {
     SledStore::open(dir, key).map_err(report)
 }
@@ -88,7 +74,7 @@ fn report(e: impl std::fmt::Display) -> ExitCode {
 pub fn run_lock(command: LockCommand) -> ExitCode {
     match command {
         LockCommand::Verify { store, file, key_env } => {
-            let key = match key_from_env(key_env.as_deref()) {
+            let key = match chain::key_from_env(key_env.as_deref()) {
                 Ok(k) => k,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -134,7 +120,7 @@ pub fn run_lock(command: LockCommand) -> ExitCode {
             }
         }
         LockCommand::Export { store, format, output, key_env } => {
-            let key = match key_from_env(key_env.as_deref()) {
+            let key = match chain::key_from_env(key_env.as_deref()) {
                 Ok(k) => k,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -13,6 +13,21 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::fmt;
 
+/// The chain's HMAC key from the environment variable named by `store.hmac_key_env` (or a
+/// command's `--key-env`), if one is named; the daemon and the commands read it alike. A key
+/// shorter than [`MIN_KEY_BYTES`] is refused here, before any store is opened.
+pub fn key_from_env(var: Option<&str>) -> Result<Option<Vec<u8>>, String> {
+    let Some(var) = var else { return Ok(None) };
+    match std::env::var_os(var) {
+        Some(v) if !v.is_empty() => {
+            let key = v.into_encoded_bytes();
+            Sealer::new(Some(key.clone())).map_err(|e| format!("environment variable {var}: {e}"))?;
+            Ok(Some(key))
+        }
+        _ => Err(format!("environment variable {var} (the lock key) is not set")),
+    }
+}
+
 /// `prev_hash` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
