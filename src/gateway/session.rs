@@ -13,6 +13,7 @@
 //! In a cluster, a session remembers its conversation's partition, whose changelog carries it.
 
 use super::error::GatewayError;
+use super::store::Turn;
 use super::store::{Millis, SessionRecord, Store};
 
 const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
@@ -47,15 +48,6 @@ pub struct SessionPolicy {
     pub idle_timeout_ms: Millis,
     /// The slice new sessions take their ids from; `None`: the whole space.
     pub partition: Option<Partition>,
-}
-
-/// The session state after counting one turn.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Turn {
-    pub id: String,
-    pub turn: u64,
-    /// The session renewed after the previous turn: send a renewal notice with this message.
-    pub renewed: bool,
 }
 
 /// Counts one turn of the conversation `token`, creating its session on the first turn.

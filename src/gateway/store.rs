@@ -77,9 +77,19 @@ pub struct Frozen {
 pub enum LedgerState {
     /// Handled, state changed, publishes not yet all confirmed. `turn` is the session turn the
     /// message counted: a redelivery sends the same envelopes again without counting it twice.
-    Pending { turn: Option<super::session::Turn> },
+    Pending { turn: Option<Turn> },
     /// Every publish confirmed; a redelivery must not publish again.
     Published,
+}
+
+/// The session state after counting one turn. A pending ledger entry keeps it, so that a
+/// redelivered message reports the turn it counted instead of counting another.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Turn {
+    pub id: String,
+    pub turn: u64,
+    /// The session renewed after the previous turn: send a renewal notice with this message.
+    pub renewed: bool,
 }
 
 /// Everything one message changes.
