@@ -8,6 +8,7 @@
 
 mod support;
 
+use futures_util::{SinkExt, StreamExt};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use silpgate::cluster::rendezvous;
@@ -672,15 +673,28 @@ async fn front_door_compiles_and_pinged_profiles_reach_every_instance() {
         wait_lock_applied(&cluster, 0).await;
 
         // A request through instance b is written for the profile learnt on a, and the compile
-        // it froze reaches both compile.locks; so does one through a.
+        // it froze reaches both compile.locks; so does one through a, and one over a socket.
         for (i, name) in [(1, "b"), (2, "a")] {
             let request = pinged_request(i, &format!("doors-{i}"));
             let (code, reply) = support::gateway::post(&cluster.running[name].http, "/nlip", &request).await;
             assert_eq!(code, 202, "the agent's delivery is confirmed through {name}: {reply}");
             wait_lock_records(&cluster, i as u64).await;
         }
-        let delivered = broker::collect(&channel, &cluster.names.sink(), LONG, |got| got.len() >= 2).await;
-        assert_eq!(delivered.len(), 2, "both requests reached the agent");
+        // A WebSocket message's compile is the cluster's too.
+        let url = format!("ws://{}/nlip/ws/text", cluster.running["b"].http);
+        let (mut socket, _) = tokio_tungstenite::connect_async(url).await.expect("the socket opens");
+        let request = String::from_utf8(pinged_request(3, "doors-3")).unwrap();
+        socket.send(tokio_tungstenite::tungstenite::Message::Text(request.into())).await.unwrap();
+        let frame = tokio::time::timeout(LONG, socket.next()).await.expect("an answer on the socket");
+        let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) = frame else {
+            panic!("a text frame: {frame:?}")
+        };
+        assert!(text.contains("delivered"), "the agent's delivery is confirmed: {text}");
+        wait_lock_records(&cluster, 3).await;
+        drop(socket);
+
+        let delivered = broker::collect(&channel, &cluster.names.sink(), LONG, |got| got.len() >= 3).await;
+        assert_eq!(delivered.len(), 3, "every request reached the agent");
         for received in &delivered {
             let message = nlip::decode(&received.body, Encoding::Cbor, &Limits::default()).unwrap();
             let code = support::agents::silp_code_of(&message);
