@@ -99,7 +99,13 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let (link, broker) = BrokerLink::new();
     let answers = AnswerSink::new();
     let agents = Agents::new(&config, config.amqp.is_some().then_some(broker.clone()), answers.clone())?;
-    let intake = Arc::new(Intake::new(Gateway::new(config.clone(), store.clone()), agents));
+    let mut intake = Intake::new(Gateway::new(config.clone(), store.clone()), agents);
+    if let Some(cluster) = &cluster {
+        // Front-door messages share what they froze and learnt on the lock stream, as the
+        // partition owners do.
+        intake = intake.in_cluster(cluster.clone(), broker.clone());
+    }
+    let intake = Arc::new(intake);
     let answer_path: std::sync::Weak<dyn AnswerPath> = Arc::downgrade(&intake) as std::sync::Weak<Intake>;
     answers.bind(answer_path);
     let amqp = config.amqp.clone().map(|amqp| {

@@ -8,6 +8,7 @@
 
 mod support;
 
+use futures_util::{SinkExt, StreamExt};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use silpgate::cluster::rendezvous;
@@ -51,10 +52,15 @@ impl Instances {
 
     /// Starts (or restarts, on its store) the instance `name`, and waits until it is ready.
     fn start(&mut self, name: &str) {
+        self.start_with(name, |config| config);
+    }
+
+    /// [`Instances::start`] with the configuration as `edit` makes it.
+    fn start_with(&mut self, name: &str, edit: impl Fn(String) -> String) {
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let amqp = "prefetch = 256\nworkers = 32\n";
-        let config = self.names.config(&self.store(name), amqp, true)
+        let config = edit(self.names.config(&self.store(name), amqp, true))
             + &self.names.cluster_section(PARTITIONS, name, 100);
         let daemon = Daemon::start(&config, &dir);
         daemon.wait_ready(Duration::from_secs(30));
@@ -582,5 +588,129 @@ async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_o
             names.clean_up(&channel, PARTITIONS).await;
         },
     )
+    .await;
+}
+
+/// The front-door agent of [`front_door_compiles_and_pinged_profiles_reach_every_instance`]: the
+/// agent a plain HTTP client speaks for (its messages come from the source `http`, and only an
+/// agent's own `//ping` changes a configured agent's profile). It is configured to take JSON and
+/// its messages land in the sink queue; the route before the catch-all sends `label =
+/// "pinged"` to it without waiting for an answer.
+fn with_front_door_agent(names: &broker::Names, config: String) -> String {
+    let agent = format!(
+        "[[agents]]\nname = \"http\"\nfrontends = [\"json\"]\nrouting_key = \"{}\"\ncontent_type = \"application/cbor\"\n\n[[routes]]\nname = \"to-pinged\"\ndestination = \"http\"\nmode = \"transcode\"\nawait = \"none\"\n[routes.match]\nlabel = \"pinged\"\n\n",
+        names.sink()
+    );
+    let first_route = "[[routes]]\nname = \"decode-for-sender\"";
+    assert!(config.contains(first_route), "the test configuration has its routes");
+    config.replacen(first_route, &format!("{agent}{first_route}"), 1)
+}
+
+/// A SILP IR request to the front-door agent: `cancel(order<i>)` in conversation `conv`.
+fn pinged_request(i: usize, conv: &str) -> Vec<u8> {
+    let mut request = support::gateway::ir_request(i, conv);
+    request["label"] = serde_json::json!("pinged");
+    serde_json::to_vec(&request).unwrap()
+}
+
+/// The compile.lock records an instance's status counts.
+fn lock_records(cluster: &Instances, name: &str) -> u64 {
+    cluster.status(name)["lock"]["records"].as_u64().expect("lock records in the status")
+}
+
+/// Waits until every running instance has applied the lock stream up to `offset`.
+async fn wait_lock_applied(cluster: &Instances, offset: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let applied: BTreeMap<String, Option<u64>> = cluster
+            .running
+            .keys()
+            .map(|n| (n.clone(), cluster.status(n)["lock"]["applied_offset"].as_u64()))
+            .collect();
+        if applied.values().all(|a| a.is_some_and(|a| a >= offset)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the lock stream not applied up to {offset}: {applied:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every running instance holds `records` compile.lock records.
+async fn wait_lock_records(cluster: &Instances, records: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held: BTreeMap<String, u64> =
+            cluster.running.keys().map(|n| (n.clone(), lock_records(cluster, n))).collect();
+        if held.values().all(|&r| r == records) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "expected {records} compile.lock records everywhere: {held:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_door_compiles_and_pinged_profiles_reach_every_instance() {
+    let _serial = SERIAL.lock().await;
+    within_limit("front_door_compiles_and_pinged_profiles_reach_every_instance", async {
+        let mut cluster = Instances::new("cluster-doors");
+        let (_connection, channel) = broker::channel().await;
+        for name in ["a", "b"] {
+            let names = cluster.names.clone();
+            cluster.start_with(name, |config| with_front_door_agent(&names, config));
+        }
+        assert_eq!((lock_records(&cluster, "a"), lock_records(&cluster, "b")), (0, 0));
+
+        // The agent pings instance a: it takes SILP code now.
+        let ping = serde_json::json!({"messagetype":"control","format":"text","subformat":"english",
+            "content":"//ping","submessages":[{"format":"structured","subformat":"json",
+            "content":{"silp":"v1","frontends":["code"]}}]});
+        let (code, reply) =
+            support::gateway::post(&cluster.running["a"].http, "/nlip", &serde_json::to_vec(&ping).unwrap())
+                .await;
+        assert_eq!((code, &reply["content"]["preferred"]), (200, &serde_json::json!("code")), "{reply}");
+        // The profile is the lock stream's first entry; b knows it once it has read that far.
+        wait_lock_applied(&cluster, 0).await;
+
+        // A request through instance b is written for the profile learnt on a, and the compile
+        // it froze reaches both compile.locks; so does one through a, and one over a socket.
+        for (i, name) in [(1, "b"), (2, "a")] {
+            let request = pinged_request(i, &format!("doors-{i}"));
+            let (code, reply) = support::gateway::post(&cluster.running[name].http, "/nlip", &request).await;
+            assert_eq!(code, 202, "the agent's delivery is confirmed through {name}: {reply}");
+            wait_lock_records(&cluster, i as u64).await;
+        }
+        // A WebSocket message's compile is the cluster's too.
+        let url = format!("ws://{}/nlip/ws/text", cluster.running["b"].http);
+        let (mut socket, _) = tokio_tungstenite::connect_async(url).await.expect("the socket opens");
+        let request = String::from_utf8(pinged_request(3, "doors-3")).unwrap();
+        socket.send(tokio_tungstenite::tungstenite::Message::Text(request.into())).await.unwrap();
+        let frame = tokio::time::timeout(LONG, socket.next()).await.expect("an answer on the socket");
+        let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) = frame else {
+            panic!("a text frame: {frame:?}")
+        };
+        assert!(text.contains("delivered"), "the agent's delivery is confirmed: {text}");
+        wait_lock_records(&cluster, 3).await;
+        drop(socket);
+
+        let delivered = broker::collect(&channel, &cluster.names.sink(), LONG, |got| got.len() >= 3).await;
+        assert_eq!(delivered.len(), 3, "every request reached the agent");
+        for received in &delivered {
+            let message = nlip::decode(&received.body, Encoding::Cbor, &Limits::default()).unwrap();
+            let code = support::agents::silp_code_of(&message);
+            assert!(code.is_some_and(|c| c.contains("cancel(order")), "SILP code, as pinged: {message:?}");
+        }
+
+        // The same chain on both instances, and it verifies.
+        cluster.wait_lock_followed().await;
+        for name in ["a", "b"] {
+            cluster.terminate(name);
+        }
+        let stores: Vec<PathBuf> = ["a", "b"].iter().map(|n| cluster.store(n)).collect();
+        let exports: Vec<String> = stores.iter().map(|s| lock_export(s)).collect();
+        assert_eq!(exports[0], exports[1], "both instances export the same compile.lock");
+        assert!(stores.iter().all(|s| lock_verifies(s)), "every chain verifies");
+        cluster.names.clean_up(&channel, PARTITIONS).await;
+    })
     .await;
 }

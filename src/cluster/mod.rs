@@ -10,7 +10,10 @@
 //! - each partition's session changes are appended to its changelog stream before the message
 //!   is acknowledged, and an instance replays the changelog before it serves a partition it
 //!   took over ([`changelog`]);
-//! - the compile.lock is decided in one lock stream that every instance follows ([`lock`]).
+//! - the compile.lock is decided in one lock stream that every instance follows ([`lock`]),
+//!   which also carries the agent profiles learnt from `//ping`. Every door proposes there:
+//!   the partition owners with their changelog entries, the front doors through the intake
+//!   before they answer.
 //!
 //! [`Cluster`] is what outlives connections: the names, the store, and what this instance
 //! owns now (for `silpgate cluster status` and the metrics).
@@ -30,7 +33,7 @@ use crate::config::ClusterConfig;
 use crate::gateway::session::Partition;
 use crate::gateway::store::{Freeze, Store, StoreError};
 use crate::store::SledStore;
-use crate::store::replica::{LockProposal, PartitionChange};
+use crate::store::replica::{LockProposal, PartitionChange, ProfileShare};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -261,7 +264,7 @@ impl Cluster {
 
     /// The stream entries a handled message adds: its conversation's session as it now
     /// stands (with the message's ledger state) to its partition's changelog, and its new
-    /// compile.lock entries to the lock stream. Read back from the store, so that a retried
+    /// compile.lock entries and learnt profiles to the lock stream. Read back from the store, so that a retried
     /// message appends the same thing again.
     ///
     /// # Errors
@@ -272,6 +275,7 @@ impl Cluster {
         conversation: Option<&str>,
         message_id: Option<&str>,
         frozen: &[Freeze],
+        learnt: &[String],
     ) -> Result<Entries<'_>, StoreError> {
         let mut entries = Vec::with_capacity(1 + frozen.len());
         let session = conversation.map(|token| self.store.session_by_token(token)).transpose()?.flatten();
@@ -284,16 +288,61 @@ impl Cluster {
             entries.push(self.changelog_entry(partition, &changelog::Entry::Change(change)));
         }
         let changes = entries.len() as u64;
-        let now = crate::util::time::now_millis();
-        for freeze in frozen {
-            entries.push(Publication {
-                exchange: "",
-                routing_key: &self.config.lock_stream,
-                body: lock::encode(&LockProposal::new(freeze, now, &self.instance)),
-                properties: properties::stream_properties(),
-            });
-        }
+        entries.extend(self.shared(frozen, learnt)?);
         Ok(Entries { publications: entries, changes, proposals: frozen.len() as u64 })
+    }
+
+    /// The lock stream entries a handled message adds, whatever door it came through: its new
+    /// compile.lock entries, and the profiles of the agents it taught (`learnt`, read back
+    /// from the store as they now stand).
+    ///
+    /// # Errors
+    /// The store could not be read.
+    pub fn shared(&self, frozen: &[Freeze], learnt: &[String]) -> Result<Vec<Publication<'_>>, StoreError> {
+        let now = crate::util::time::now_millis();
+        let mut entries = Vec::with_capacity(frozen.len() + learnt.len());
+        for freeze in frozen {
+            let body = lock::encode(&LockProposal::new(freeze, now, &self.instance));
+            entries.push(self.lock_entry(body));
+        }
+        for agent in learnt {
+            let Some(profile) = self.store.profile(agent)? else { continue };
+            let share = ProfileShare { agent: agent.clone(), profile, by: self.instance.clone() };
+            entries.push(self.lock_entry(lock::encode_profile(&share)));
+        }
+        Ok(entries)
+    }
+
+    fn lock_entry(&self, body: Vec<u8>) -> Publication<'_> {
+        Publication {
+            exchange: "",
+            routing_key: &self.config.lock_stream,
+            body,
+            properties: properties::stream_properties(),
+        }
+    }
+
+    /// Appends what a message taken through a front door adds to the lock stream (see
+    /// [`Cluster::shared`]) and waits for the broker's confirms: the door answers only then,
+    /// as a partition owner acknowledges only then.
+    ///
+    /// # Errors
+    /// The store could not be read or the broker did not confirm.
+    pub async fn propose(
+        &self,
+        publisher: &Publisher,
+        frozen: &[Freeze],
+        learnt: &[String],
+    ) -> Result<(), ClusterError> {
+        if frozen.is_empty() && learnt.is_empty() {
+            return Ok(());
+        }
+        publisher.publish_all(self.shared(frozen, learnt)?).await?;
+        if !frozen.is_empty() {
+            self.proposed.fetch_add(frozen.len() as u64, Ordering::Relaxed);
+            self.observe_lock_lag();
+        }
+        Ok(())
     }
 
     fn changelog_entry(&self, partition: Partition, entry: &changelog::Entry) -> Publication<'_> {

@@ -11,11 +11,19 @@
 //!
 //! Doors own their wire (decoding, acknowledgements, status codes, retries); the intake owns
 //! everything between: one span layout, one set of metric labels, one disposition map.
+//!
+//! In cluster mode the intake also shares what a message taught the cluster: the compile.lock
+//! entries it froze first and the agent profiles it learnt go to the lock stream, confirmed
+//! before the message is delivered ([`Intake::take`]) or an answer handed back
+//! ([`Intake::answer`]). A partition owner's messages are the exception: the AMQP door appends
+//! theirs with the message's changelog entry, in the one confirm wait before the ack.
 
 pub mod waiting;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{AwaitMode, RepliesMode};
 pub use crate::connectors::AnswerError;
+use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
 use crate::gateway::store::Freeze;
@@ -51,6 +59,8 @@ pub struct Taken {
     pub duplicate: bool,
     /// compile.lock entries this message froze first.
     pub frozen: Vec<Freeze>,
+    /// Agents whose profiles this message taught (a `//ping`).
+    pub learnt: Vec<String>,
     /// The ids of the envelopes delivered to agents.
     pub delivered: Vec<String>,
     /// The id of the delivery whose answer goes to the door's return path.
@@ -75,6 +85,9 @@ pub enum Failure {
     /// The agent answered at once (HTTP), and its answer could not be passed on.
     #[error("the agent's answer could not be passed on: {0}")]
     Answer(AnswerError),
+    /// In cluster mode: what the message taught the cluster did not reach the lock stream.
+    #[error("the cluster's lock stream did not take the message's entries: {0}")]
+    Shared(ClusterError),
 }
 
 impl Failure {
@@ -84,6 +97,7 @@ impl Failure {
             Failure::Gateway(e) => e.disposition(),
             Failure::Delivery(e) => e.disposition(),
             Failure::Answer(e) => e.disposition(),
+            Failure::Shared(_) => Disposition::Transient,
         }
     }
 
@@ -92,6 +106,7 @@ impl Failure {
             Failure::Gateway(e) => e.code(),
             Failure::Delivery(e) => e.code(),
             Failure::Answer(e) => e.code(),
+            Failure::Shared(_) => "broker_unavailable",
         }
     }
 
@@ -111,13 +126,41 @@ pub struct Intake {
     agents: Agents,
     waiting: Waiting,
     ids: Ids,
+    /// In cluster mode: the cluster and the broker its lock stream is written through.
+    cluster: Option<(Arc<Cluster>, BrokerLink)>,
 }
 
 impl Intake {
     pub fn new(gateway: Gateway, agents: Agents) -> Self {
         let timeout = Duration::from_millis(gateway.config().gateway.reply_timeout_ms.max(1));
         let ids = Ids::new(&gateway.config().gateway.name);
-        Intake { gateway, agents, waiting: Waiting::new(timeout), ids }
+        Intake { gateway, agents, waiting: Waiting::new(timeout), ids, cluster: None }
+    }
+
+    /// In cluster mode: messages taken here share what they froze and learnt on the cluster's
+    /// lock stream, through the AMQP side's connection.
+    #[must_use]
+    pub fn in_cluster(mut self, cluster: Arc<Cluster>, broker: BrokerLink) -> Self {
+        self.cluster = Some((cluster, broker));
+        self
+    }
+
+    /// Appends `frozen` and the profiles of `learnt` to the cluster's lock stream and waits
+    /// for the confirms (nothing to do outside cluster mode). The local store has them
+    /// already; the lock stream is what makes them the cluster's.
+    async fn share(&self, frozen: &[Freeze], learnt: &[String]) -> Result<(), ClusterError> {
+        let Some((cluster, broker)) = &self.cluster else { return Ok(()) };
+        if frozen.is_empty() && learnt.is_empty() {
+            return Ok(());
+        }
+        let Some(link) = broker.current() else {
+            return Err(ClusterError::Stream("the broker is not connected".into()));
+        };
+        let shared = cluster.propose(&link.publisher, frozen, learnt).await;
+        if let Err(ClusterError::Publish(e @ crate::broker::publish::PublishError::Channel(_))) = &shared {
+            link.endings.broken(e);
+        }
+        shared
     }
 
     pub fn gateway(&self) -> &Gateway {
@@ -143,6 +186,15 @@ impl Intake {
                 return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
             }
         }
+        if !planned.duplicate {
+            let shared = self
+                .share(&planned.frozen, &planned.learnt)
+                .instrument(info_span!(parent: &planned.span, "cluster share"))
+                .await;
+            if let Err(e) = shared {
+                return Err(planned.refuse(refusal(Failure::Shared(e))));
+            }
+        }
         self.deliver_planned(planned).await
     }
 
@@ -161,6 +213,7 @@ impl Intake {
         crate::telemetry::record_notes(&span, &outcome.notes);
         crate::metrics::get().observe_notes(&outcome.notes);
         let route = self.route_of(&outcome.notes);
+        let learnt = learnt(&outcome.notes);
         let (outbound, frozen, duplicate) = match outcome.status {
             Status::Duplicate => (Vec::new(), Vec::new(), true),
             Status::Failed(error) => {
@@ -169,7 +222,7 @@ impl Intake {
             }
             Status::Delivered => (outcome.outbound, outcome.frozen, false),
         };
-        Ok(Planned { span, base_id, origin, form, route, answers, outbound, frozen, duplicate })
+        Ok(Planned { span, base_id, origin, form, route, answers, outbound, frozen, learnt, duplicate })
     }
 
     /// The second half of [`take`](Self::take), once the plan's state is durable: delivers
@@ -178,8 +231,8 @@ impl Intake {
         if planned.duplicate {
             return Ok(Taken { duplicate: true, ..Taken::default() });
         }
-        let Planned { span, base_id, origin, form, route, answers, outbound, frozen, .. } = planned;
-        let mut taken = Taken { frozen, ..Taken::default() };
+        let Planned { span, base_id, origin, form, route, answers, outbound, frozen, learnt, .. } = planned;
+        let mut taken = Taken { frozen, learnt, ..Taken::default() };
         let delivery = Delivery { base_id: &base_id, origin: &origin, form, route, answers };
         match self.deliver(outbound, delivery, &mut taken).instrument(span.clone()).await {
             Ok(()) => Ok(taken),
@@ -345,6 +398,10 @@ impl Intake {
             self.waiting.restore(id, waiter);
             return Err(AnswerError::Retry(e.to_string()));
         }
+        if let Err(e) = self.share(&outcome.frozen, &learnt(&outcome.notes)).await {
+            self.waiting.restore(id, waiter);
+            return Err(AnswerError::Retry(e.to_string()));
+        }
         let message = outcome.outbound.into_iter().next().map(|o| o.envelope).unwrap_or_else(|| {
             let error = invalid.as_ref().map_or("internal", GatewayError::code);
             reply::error_message(error, "the agent's answer cannot be passed on", &Location::None)
@@ -406,6 +463,7 @@ pub struct Planned<'a> {
     answers: Option<Arc<dyn ReturnPath>>,
     outbound: Vec<crate::gateway::Outbound>,
     frozen: Vec<Freeze>,
+    learnt: Vec<String>,
     duplicate: bool,
 }
 
@@ -419,6 +477,17 @@ impl Planned<'_> {
     pub fn refuse(self, refused: Refused) -> Refused {
         failed(&self.span, self.origin.transport, refused)
     }
+}
+
+/// The agents whose profiles a message taught, from the core's notes.
+fn learnt(notes: &[Note]) -> Vec<String> {
+    notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::ProfileLearnt { agent, .. } => Some(agent.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Records a refusal on the message's span and in the failure metrics.

@@ -8,9 +8,9 @@
 //! records are already here.
 
 use super::staged::Writes;
-use super::{SESSION, SledStore, encode, key};
+use super::{PROFILE, SESSION, SledStore, encode, key};
 use crate::gateway::session::Partition;
-use crate::gateway::store::{Freeze, LedgerState, Millis, SessionRecord, StoreError};
+use crate::gateway::store::{AgentProfile, Freeze, LedgerState, Millis, SessionRecord, StoreError};
 use crate::silp::Frontend;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
@@ -51,6 +51,17 @@ impl LockProposal {
             by: by.to_owned(),
         }
     }
+}
+
+/// An agent profile learnt from a `//ping`, shared with the cluster: every instance writes it
+/// whole over what it held for the agent, in the lock stream's order, so that the last one
+/// learnt anywhere is the one every instance holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileShare {
+    pub agent: String,
+    pub profile: AgentProfile,
+    /// The instance that learnt it.
+    pub by: String,
 }
 
 fn applied_key(partition: u16) -> Vec<u8> {
@@ -165,6 +176,17 @@ impl SledStore {
         batch.insert(LOCK_APPLIED, &offset.to_be_bytes());
         self.stage(batch)?;
         Ok(fresh)
+    }
+
+    /// Applies the lock stream's entry at `offset` that shares an agent profile: the profile
+    /// replaces whatever this replica held for the agent.
+    pub fn follow_profile(&self, offset: u64, share: &ProfileShare) -> Result<(), StoreError> {
+        self.writable()?;
+        let _writer = self.write_lock()?;
+        let mut batch = Writes::default();
+        batch.insert(key(PROFILE, share.agent.as_bytes()), encode(&share.profile));
+        batch.insert(LOCK_APPLIED, &offset.to_be_bytes());
+        self.stage(batch)
     }
 }
 
@@ -287,5 +309,23 @@ mod tests {
         assert_eq!(store.frozen("sha256:00", Frontend::Code).unwrap().as_deref(), Some("first"));
         assert_eq!(store.lock_offset().unwrap(), Some(1));
         assert_eq!(store.verify_lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_shared_profile_replaces_what_the_replica_held_and_advances_the_lock_offset() {
+        use crate::gateway::store::ProfileSource;
+        let store = store("profile");
+        store.follow_cluster_lock();
+        let share = |frontends: Vec<Frontend>, updated: Millis| ProfileShare {
+            agent: "planner".into(),
+            profile: AgentProfile { frontends, source: ProfileSource::Ping, updated, tokenizer: None },
+            by: "a".into(),
+        };
+        store.follow_profile(3, &share(vec![Frontend::Json], 1)).unwrap();
+        store.follow_profile(4, &share(vec![Frontend::Code, Frontend::Json], 2)).unwrap();
+        let held = store.profile("planner").unwrap().unwrap();
+        assert_eq!((held.frontends, held.updated), (vec![Frontend::Code, Frontend::Json], 2));
+        assert_eq!(store.lock_offset().unwrap(), Some(4));
+        assert_eq!(store.verify_lock().unwrap(), 0, "a profile is no chain record");
     }
 }

@@ -466,7 +466,8 @@ impl Pipeline {
             Some((cluster, partition)) => {
                 let conversation = job.decoded.as_ref().ok().and_then(Message::conversation_token);
                 let message_id = envelope.message_id.as_deref();
-                let entries = cluster.entries(partition, conversation, message_id, &taken.frozen);
+                let entries =
+                    cluster.entries(partition, conversation, message_id, &taken.frozen, &taken.learnt);
                 Some(entries.map_err(GatewayError::Store)?)
             }
             None => None,
