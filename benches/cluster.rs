@@ -10,7 +10,7 @@
 use futures_util::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+    QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -117,24 +117,7 @@ impl Cluster {
             .exchange_declare(exchange.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default())
             .await
             .unwrap();
-        let own =
-            QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
-        let queue = channel.queue_declare("".into(), own, FieldTable::default()).await.unwrap();
-        channel
-            .queue_bind(
-                queue.name().as_str().into(),
-                exchange.as_str().into(),
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
-        let mut heartbeats = channel
-            .basic_consume(queue.name().as_str().into(), "".into(), options, FieldTable::default())
-            .await
-            .unwrap();
+        let mut heartbeats = silpgate::cluster::membership::listen(&channel, &exchange).await.unwrap();
         let mut heard = std::collections::BTreeSet::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         while heard.len() < count {

@@ -7,15 +7,13 @@
 //! another instance's hand-over) never holds up the others: the partition's deliveries wait,
 //! in arrival order, until it is done.
 
-use super::handover::{Handover, STRAY_GRACE};
+use super::handover::{Handover, Parked, STRAY_GRACE};
 use super::ingress::Ingress;
 use super::membership::{self, Members};
 use super::ownership::{Deliveries, Ownership};
 use super::{Cluster, ClusterError, lock};
-use crate::broker::properties::Envelope;
 use crate::doors::amqp::worker::Pipeline;
 use crate::gateway::session::Partition;
-use lapin::message::Delivery;
 use lapin::{Channel, Connection};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,13 +24,6 @@ use tracing::warn;
 
 /// How often hand-overs are moved on and the share compared with the members.
 pub const REBALANCE_TICK: Duration = Duration::from_millis(250);
-
-/// A delivery held back while a queue is handed over to this instance.
-pub struct Parked {
-    pub queue: Arc<str>,
-    pub envelope: Envelope,
-    pub delivery: Delivery,
-}
 
 /// A finished takeover: its partition, and how it went.
 pub type TakenOver = (Partition, Result<(), ClusterError>);

@@ -20,13 +20,21 @@
 //! owner, behind newer messages, while deliveries held here wait for an owner that has left.
 
 use super::ClusterError;
-use super::connection::Parked;
-use crate::broker::properties;
+use crate::broker::properties::{self, Envelope};
+use lapin::message::Delivery;
 use lapin::options::BasicNackOptions;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
+
+/// A delivery held back while a queue is handed over to this instance (or to another).
+pub struct Parked {
+    pub queue: Arc<str>,
+    pub envelope: Envelope,
+    pub delivery: Delivery,
+}
 
 /// How long a previous owner's messages may take to return to the queue after it let go.
 pub const STRAY_GRACE: Duration = Duration::from_millis(500);

@@ -159,21 +159,7 @@ pub async fn run(
     leaving: Arc<Notify>,
 ) -> Result<(), ClusterError> {
     let exchange = config.members_exchange();
-    let own = QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
-    let queue = channel.queue_declare("".into(), own, FieldTable::default()).await?;
-    channel
-        .queue_bind(
-            queue.name().as_str().into(),
-            exchange.as_str().into(),
-            "".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    let options = BasicConsumeOptions { no_ack: true, exclusive: true, ..BasicConsumeOptions::default() };
-    let mut heard = channel
-        .basic_consume(queue.name().as_str().into(), "".into(), options, FieldTable::default())
-        .await?;
+    let mut heard = listen(&channel, &exchange).await?;
     let expiration = GONE_AFTER.as_millis().to_string();
     let mut every = tokio::time::interval(HEARTBEAT);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -192,6 +178,27 @@ pub async fn run(
             },
         }
     }
+}
+
+/// Hears every heartbeat published to the members `exchange` from now on, through a queue of
+/// this connection's own that goes with it.
+///
+/// # Errors
+/// The broker refused the queue, its binding or the consumer.
+pub async fn listen(channel: &Channel, exchange: &str) -> lapin::Result<lapin::Consumer> {
+    let own = QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+    let queue = channel.queue_declare("".into(), own, FieldTable::default()).await?;
+    channel
+        .queue_bind(
+            queue.name().as_str().into(),
+            exchange.into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let options = BasicConsumeOptions { no_ack: true, exclusive: true, ..BasicConsumeOptions::default() };
+    channel.basic_consume(queue.name().as_str().into(), "".into(), options, FieldTable::default()).await
 }
 
 /// Publishes this instance's heartbeat as `members` has it now.

@@ -26,8 +26,7 @@
 //! had been idle for [`QUIET`].)
 
 use super::changelog::{self, Entry, Marker};
-use super::connection::Parked;
-use super::handover::STRAY_GRACE;
+use super::handover::{Parked, STRAY_GRACE};
 use super::membership::Members;
 use super::rendezvous;
 use super::{Cluster, ClusterError};
