@@ -320,23 +320,25 @@ fn assert_sessions(stores: &[PathBuf], delivered: &Delivered, count: usize) {
     }
 }
 
+/// Runs the command line with `args`, bounded: a command that hangs fails the test.
+fn silpgate(args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(args);
+    support::process::run_bounded(command, Duration::from_secs(60))
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("the tests' paths are UTF-8")
+}
+
 fn lock_export(store: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-        .args(["lock", "export", "--store"])
-        .arg(store)
-        .output()
-        .unwrap();
+    let out = silpgate(&["lock", "export", "--store", path(store)]);
     assert!(out.status.success(), "lock export: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
 fn lock_verifies(store: &Path) -> bool {
-    Command::new(env!("CARGO_BIN_EXE_silpgate"))
-        .args(["lock", "verify", "--store"])
-        .arg(store)
-        .status()
-        .unwrap()
-        .success()
+    silpgate(&["lock", "verify", "--store", path(store)]).status.success()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -367,10 +369,7 @@ async fn three_instances_share_16_partitions_and_deliver_10000_envelopes_in_orde
         }
         // The operator's view of the same: `silpgate cluster status`.
         let url = format!("http://{}", cluster.running["a"].http);
-        let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-            .args(["cluster", "status", "--url", &url])
-            .output()
-            .unwrap();
+        let out = silpgate(&["cluster", "status", "--url", &url]);
         assert!(out.status.success(), "cluster status: {}", String::from_utf8_lossy(&out.stderr));
         let table = String::from_utf8(out.stdout).unwrap();
         let owned = statuses[0]["owned"].as_array().unwrap().len();
@@ -545,16 +544,10 @@ async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_o
                     "{name} does not consume every partition: {status}"
                 );
             }
-            let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-                .args(["cluster", "status", "--url", &format!("http://{}", cluster.running["d"].http)])
-                .output()
-                .unwrap();
-            let table = String::from_utf8(out.stdout).unwrap();
             let url = format!("http://{}", cluster.running["d"].http);
-            let json = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-                .args(["cluster", "status", "--json", "--url", &url])
-                .output()
-                .unwrap();
+            let out = silpgate(&["cluster", "status", "--url", &url]);
+            let table = String::from_utf8(out.stdout).unwrap();
+            let json = silpgate(&["cluster", "status", "--json", "--url", &url]);
             let json: serde_json::Value =
                 serde_json::from_slice(&json.stdout).expect("cluster status --json");
             let share = rendezvous::share(PARTITIONS, &four, 1, "d");
