@@ -338,11 +338,16 @@ impl Cluster {
             return Ok(());
         }
         publisher.publish_all(self.shared(frozen, learnt)?).await?;
-        if !frozen.is_empty() {
-            self.proposed.fetch_add(frozen.len() as u64, Ordering::Relaxed);
+        self.count_proposed(frozen.len() as u64);
+        Ok(())
+    }
+
+    /// Counts lock-stream proposals this instance made, for the follower's lag.
+    fn count_proposed(&self, proposals: u64) {
+        if proposals > 0 {
+            self.proposed.fetch_add(proposals, Ordering::Relaxed);
             self.observe_lock_lag();
         }
-        Ok(())
     }
 
     fn changelog_entry(&self, partition: Partition, entry: &changelog::Entry) -> Publication<'_> {
@@ -361,10 +366,7 @@ impl Cluster {
         changes: u64,
         proposals: u64,
     ) -> Result<(), ClusterError> {
-        if proposals > 0 {
-            self.proposed.fetch_add(proposals, Ordering::Relaxed);
-            self.observe_lock_lag();
-        }
+        self.count_proposed(proposals);
         let state = &self.partitions[usize::from(partition.index)];
         let since = state.since_snapshot.fetch_add(changes, Ordering::AcqRel) + changes;
         if changes == 0 || since < self.config.snapshot_every {

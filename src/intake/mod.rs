@@ -146,9 +146,15 @@ impl Intake {
     }
 
     /// Appends `frozen` and the profiles of `learnt` to the cluster's lock stream and waits
-    /// for the confirms (nothing to do outside cluster mode). The local store has them
-    /// already; the lock stream is what makes them the cluster's.
-    async fn share(&self, frozen: &[Freeze], learnt: &[String]) -> Result<(), ClusterError> {
+    /// for the confirms, in a span under `parent` (nothing to do, and no span, outside cluster
+    /// mode or when the message taught nothing). The local store has them already; the lock
+    /// stream is what makes them the cluster's.
+    async fn share(
+        &self,
+        parent: &tracing::Span,
+        frozen: &[Freeze],
+        learnt: &[String],
+    ) -> Result<(), ClusterError> {
         let Some((cluster, broker)) = &self.cluster else { return Ok(()) };
         if frozen.is_empty() && learnt.is_empty() {
             return Ok(());
@@ -156,7 +162,10 @@ impl Intake {
         let Some(link) = broker.current() else {
             return Err(ClusterError::Stream("the broker is not connected".into()));
         };
-        let shared = cluster.propose(&link.publisher, frozen, learnt).await;
+        let shared = cluster
+            .propose(&link.publisher, frozen, learnt)
+            .instrument(info_span!(parent: parent, "cluster share"))
+            .await;
         if let Err(ClusterError::Publish(e @ crate::broker::publish::PublishError::Channel(_))) = &shared {
             link.endings.broken(e);
         }
@@ -186,14 +195,10 @@ impl Intake {
                 return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
             }
         }
-        if !planned.duplicate {
-            let shared = self
-                .share(&planned.frozen, &planned.learnt)
-                .instrument(info_span!(parent: &planned.span, "cluster share"))
-                .await;
-            if let Err(e) = shared {
-                return Err(planned.refuse(refusal(Failure::Shared(e))));
-            }
+        if !planned.duplicate
+            && let Err(e) = self.share(&planned.span, &planned.frozen, &planned.learnt).await
+        {
+            return Err(planned.refuse(refusal(Failure::Shared(e))));
         }
         self.deliver_planned(planned).await
     }
@@ -398,7 +403,7 @@ impl Intake {
             self.waiting.restore(id, waiter);
             return Err(AnswerError::Retry(e.to_string()));
         }
-        if let Err(e) = self.share(&outcome.frozen, &learnt(&outcome.notes)).await {
+        if let Err(e) = self.share(&span, &outcome.frozen, &learnt(&outcome.notes)).await {
             self.waiting.restore(id, waiter);
             return Err(AnswerError::Retry(e.to_string()));
         }
