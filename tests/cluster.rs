@@ -126,6 +126,21 @@ impl Instances {
         }
     }
 
+    /// Waits until every running instance hears all the others.
+    async fn wait_members(&self) {
+        let members: Vec<String> = self.running.keys().cloned().collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let heard: Vec<serde_json::Value> =
+                members.iter().map(|n| self.status(n)["members"].clone()).collect();
+            if heard.iter().all(|h| *h == serde_json::json!(members)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the members did not hear each other: {heard:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Waits until every running instance has applied the lock stream to the same offset.
     async fn wait_lock_followed(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -703,6 +718,102 @@ async fn front_door_compiles_and_pinged_profiles_reach_every_instance() {
         let exports: Vec<String> = stores.iter().map(|s| lock_export(s)).collect();
         assert_eq!(exports[0], exports[1], "both instances export the same compile.lock");
         assert!(stores.iter().all(|s| lock_verifies(s)), "every chain verifies");
+        cluster.names.clean_up(&channel, PARTITIONS).await;
+    })
+    .await;
+}
+
+/// Conversations of [`front_door_turns_are_counted_once_by_their_partition_owner`].
+const DOOR_CONVERSATIONS: usize = 20;
+/// Turns of each: past the renewal at turn 11.
+const DOOR_TURNS: usize = 12;
+
+/// Sends one turn over a text WebSocket and returns the answer, after the notices before it.
+async fn socket_turn(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    body: Vec<u8>,
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    use tokio_tungstenite::tungstenite::Message as Frame;
+    socket.send(Frame::Text(String::from_utf8(body).unwrap().into())).await.expect("the socket takes a turn");
+    let mut notices = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(LONG, socket.next()).await.expect("an answer on the socket");
+        let Some(Ok(Frame::Text(text))) = frame else { panic!("a text frame: {frame:?}") };
+        let message: serde_json::Value = serde_json::from_str(&text).expect("NLIP JSON on the socket");
+        if message["messagetype"] == "control" {
+            notices.push(message);
+        } else {
+            return (message, notices);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn front_door_turns_are_counted_once_by_their_partition_owner() {
+    let _serial = SERIAL.lock().await;
+    within_limit("front_door_turns_are_counted_once_by_their_partition_owner", async {
+        let mut cluster = Instances::new("cluster-front");
+        let (_connection, channel) = broker::channel().await;
+        for name in ["a", "b"] {
+            cluster.start(name);
+        }
+        cluster.wait_members().await;
+        let url = format!("ws://{}/nlip/ws/text", cluster.running["b"].http);
+        let (mut socket, _) = tokio_tungstenite::connect_async(url).await.expect("the socket opens");
+
+        // Every conversation's turns go round three doors: HTTP on a, HTTP on b, the socket on
+        // b. Whichever instance owns a conversation's partition, two of its doors are not its.
+        let mut renewals: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for turn in 0..DOOR_TURNS {
+            for conversation in 0..DOOR_CONVERSATIONS {
+                let i = turn * DOOR_CONVERSATIONS + conversation;
+                let body = broker::envelope(i, conversation, Some("decode"));
+                let (reply, notices) = match (turn + conversation) % 3 {
+                    0 | 1 => {
+                        let name = if (turn + conversation) % 3 == 0 { "a" } else { "b" };
+                        let (code, reply) =
+                            support::gateway::post(&cluster.running[name].http, "/nlip", &body).await;
+                        assert_eq!(code, 200, "conv-{conversation} turn {turn} through {name}: {reply}");
+                        (reply, Vec::new())
+                    }
+                    _ => socket_turn(&mut socket, body).await,
+                };
+                assert_ne!(reply["messagetype"], "error", "conv-{conversation} turn {turn}: {reply}");
+                assert!(
+                    reply.to_string().contains(&format!("order{i}")),
+                    "the reply decodes turn {turn}: {reply}"
+                );
+                for notice in notices {
+                    let session = notice["content"]["session"].as_str().expect("a notice names its session");
+                    renewals.entry(conversation).or_default().push(session.to_owned());
+                }
+            }
+        }
+        drop(socket);
+        for name in ["a", "b"] {
+            cluster.terminate(name);
+        }
+
+        // One session per conversation, in whichever store holds it, with every turn counted.
+        let mut sessions: HashMap<String, (BTreeSet<String>, u64)> = HashMap::new();
+        for name in ["a", "b"] {
+            for (token, (id, turns)) in broker::sessions(&cluster.store(name)) {
+                let entry = sessions.entry(token).or_default();
+                entry.0.insert(id);
+                entry.1 = entry.1.max(turns);
+            }
+        }
+        for conversation in 0..DOOR_CONVERSATIONS {
+            let token = format!("conv-{conversation}");
+            let (ids, turns) = sessions.get(&token).cloned().unwrap_or_default();
+            assert_eq!(turns, DOOR_TURNS as u64, "{token}: every turn counted by one session");
+            assert_eq!(ids.len(), 1, "{token}: one session id in every store: {ids:?}");
+            let renewed = renewals.remove(&conversation).unwrap_or_default();
+            assert!(
+                renewed.iter().all(|s| ids.contains(s)),
+                "{token}: its renewal names its session: {renewed:?}"
+            );
+        }
         cluster.names.clean_up(&channel, PARTITIONS).await;
     })
     .await;

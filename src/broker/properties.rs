@@ -25,6 +25,13 @@ pub const SOURCE_QUEUE_HEADER: &str = "x-silpgate-source-queue";
 /// In a cluster: the inbound queue a message first arrived at, kept when silpgate forwards it
 /// to its partition, so that routes still match on it.
 pub const SOURCE_HEADER: &str = "x-silpgate-source";
+/// In a cluster: the instance that forwarded a front-door message to its partition's owner.
+/// Believed only on a message whose broker-checked `user_id` is silpgate's own broker user.
+pub const FORWARDED_HEADER: &str = "x-silpgate-forwarded-by";
+/// On every reply silpgate publishes for a message: its place among that message's replies,
+/// `<index>/<count>`, so that an instance waiting for a forwarded message's replies puts them
+/// in order (they may be taken side by side) and knows when it has them all.
+pub const REPLY_HEADER: &str = "x-silpgate-reply";
 /// Longest error text put in a header.
 const MAX_ERROR_HEADER: usize = 4096;
 
@@ -49,8 +56,14 @@ pub struct Envelope {
     /// Deliveries of this message before this one, as the broker counts them (quorum queues'
     /// `x-delivery-count`; classic queues only say whether it is a redelivery).
     pub earlier_deliveries: u32,
-    /// The inbound queue a partitioned message first arrived at ([`SOURCE_HEADER`]).
+    /// The inbound queue a partitioned message first arrived at ([`SOURCE_HEADER`]), or the
+    /// front door of a forwarded one.
     pub source: Option<String>,
+    /// The instance that forwarded a front-door message here ([`FORWARDED_HEADER`]).
+    pub forwarded_by: Option<String>,
+    /// This reply's place among the replies to one message: index and count ([`REPLY_HEADER`];
+    /// the only one without it).
+    pub reply_place: (usize, usize),
 }
 
 impl Envelope {
@@ -77,7 +90,11 @@ impl Envelope {
             .and_then(|h| h.inner().get("x-delivery-count"))
             .and_then(value_number)
             .unwrap_or(u32::from(redelivered));
-        let source = headers.and_then(|h| h.inner().get(SOURCE_HEADER)).and_then(value_text);
+        let header = |name: &str| headers.and_then(|h| h.inner().get(name));
+        let source = header(SOURCE_HEADER).and_then(value_text);
+        let forwarded_by = header(FORWARDED_HEADER).and_then(value_text);
+        let reply_place =
+            header(REPLY_HEADER).and_then(value_text).and_then(|v| read_place(&v)).unwrap_or((0, 1));
         Envelope {
             encoding,
             message_id: text(properties.message_id()),
@@ -87,7 +104,17 @@ impl Envelope {
             replies,
             earlier_deliveries,
             source,
+            forwarded_by,
+            reply_place,
         }
+    }
+
+    /// Whether a silpgate instance forwarded this message from its front door: it says so,
+    /// and the broker vouches that it was published as `own_user`, silpgate's own broker user
+    /// (RabbitMQ refuses a publish whose `user_id` is not the connection's user). A producer
+    /// with a broker user of its own cannot pose as a front door.
+    pub fn forwarded_by_silpgate(&self, own_user: &str) -> bool {
+        self.forwarded_by.is_some() && self.user_id.as_deref() == Some(own_user)
     }
 
     /// Properties of a message silpgate publishes on behalf of this one: persistent, in
@@ -139,6 +166,57 @@ pub fn published(p: Published<'_>) -> BasicProperties {
             .insert(format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(), long_string(address));
     }
     properties.with_headers(headers)
+}
+
+/// A front-door message forwarded to its partition's owner (cluster mode).
+pub struct Forwarded<'a> {
+    /// The partition key: the message's conversation token.
+    pub key: &'a str,
+    /// The door it came through (`http`, `ws`, ...): the source its routes match on.
+    pub source: &'a str,
+    pub message_id: &'a str,
+    /// Where the owner sends the replies: the forwarding instance's reply queue.
+    pub reply_to: &'a str,
+    pub correlation_id: &'a str,
+    /// The forwarding instance.
+    pub instance: &'a str,
+    /// The broker user the forwarding connection authenticated as: published as `user_id`,
+    /// which the broker checks, it is what makes the owner believe `source`.
+    pub user: &'a str,
+}
+
+/// The properties of a forwarded front-door message: JSON, persistent, keyed by its
+/// conversation, its source and forwarder in headers.
+pub fn forwarded_properties(f: &Forwarded<'_>, mut headers: FieldTable) -> BasicProperties {
+    headers.insert(super::topology::CONVERSATION_HEADER.into(), long_string(f.key));
+    headers.insert(SOURCE_HEADER.into(), long_string(f.source));
+    headers.insert(FORWARDED_HEADER.into(), long_string(f.instance));
+    BasicProperties::default()
+        .with_delivery_mode(PERSISTENT)
+        .with_content_type(Encoding::Json.content_type().into())
+        .with_message_id(f.message_id.into())
+        .with_correlation_id(f.correlation_id.into())
+        .with_reply_to(f.reply_to.into())
+        .with_user_id(f.user.into())
+        .with_headers(headers)
+}
+
+/// `properties` with [`REPLY_HEADER`] saying the reply is the `index`-th of `count`.
+pub fn with_reply_place(properties: BasicProperties, index: usize, count: usize) -> BasicProperties {
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    headers.insert(REPLY_HEADER.into(), long_string(&format!("{index}/{count}")));
+    properties.with_headers(headers)
+}
+
+/// Most replies one message has that a reader believes (a message's replies are its notices
+/// and its answer: a handful): a header claiming more reserves nothing.
+const MAX_REPLIES: usize = 64;
+
+/// `<index>/<count>` with the index below the count; anything else is no place.
+fn read_place(value: &str) -> Option<(usize, usize)> {
+    let (index, count) = value.split_once('/')?;
+    let place: (usize, usize) = (index.parse().ok()?, count.parse().ok()?);
+    (place.0 < place.1 && place.1 <= MAX_REPLIES).then_some(place)
 }
 
 /// The properties of a message being dead-lettered: its own, with why it was given up, and
@@ -257,7 +335,8 @@ fn carry_user_id(headers: &mut FieldTable, original: &BasicProperties) {
     *headers = kept;
 }
 
-/// Every property of `p` but `user_id`, which silpgate never publishes.
+/// Every property of `p` but `user_id`, which silpgate publishes only as its own user (on a
+/// forwarded front-door message).
 fn without_user_id(p: &BasicProperties) -> BasicProperties {
     let mut out = BasicProperties::default();
     if let Some(v) = p.content_type() {

@@ -25,6 +25,9 @@ pub struct Link {
     pub exchange: String,
     /// Where agents answer silpgate.
     pub reply_queue: String,
+    /// The broker user the connection authenticated as (a front-door message forwarded to its
+    /// partition's owner carries it as the broker-checked `user_id`).
+    pub user: String,
     /// Told when a publish finds the channel broken, so that the AMQP side reconnects.
     pub endings: Endings,
 }

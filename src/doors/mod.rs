@@ -145,6 +145,16 @@ impl Front {
         let label = transport.as_str();
         crate::metrics::get().messages_in.with_label_values(&[label, source]).inc();
         let measure = Measure::start(label);
+        // The intake answers every wait, at the latest with a timeout error; the margin only
+        // guards against a wait that was never registered.
+        let limit = self.intake.waiting().timeout() + Duration::from_secs(5);
+        if self.intake.forwards_to_owner(&envelope) {
+            let answered = match self.intake.forward(&envelope, (transport, source), &span).await {
+                Ok(replies) => Answered::Owner(replies),
+                Err(refused) => return Submitted::Answered(refused_answer(refused, label, source)),
+            };
+            return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
+        }
         let (path, answered) = InPlace::new();
         let arrival = Arrival {
             envelope,
@@ -153,18 +163,9 @@ impl Front {
             answers: Some(path),
         };
         let answer = match self.intake.take(arrival).await {
-            Err(Refused { failure, replies }) => {
-                tracing::warn!(transport = label, source, code = failure.code(), error = %failure, "Message not delivered.");
-                let message = replies.into_iter().last().unwrap_or_else(|| {
-                    reply::error_message(failure.code(), &failure.to_string(), &Location::None)
-                });
-                let transient = failure.disposition() == crate::gateway::Disposition::Transient;
-                Answer::Refused { message, code: failure.code().to_owned(), transient }
-            }
+            Err(refused) => refused_answer(refused, label, source),
             Ok(taken) if taken.awaiting.is_some() => {
-                // The intake answers every wait, at the latest with a timeout error; the
-                // margin only guards against a wait that was never registered.
-                let limit = self.intake.waiting().timeout() + Duration::from_secs(5);
+                let answered = Answered::Agent(answered);
                 return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
             }
             Ok(taken) if taken.replies.is_empty() && !taken.delivered.is_empty() => {
@@ -172,15 +173,28 @@ impl Front {
             }
             Ok(mut taken) => match taken.replies.pop() {
                 Some(reply) => Answer::Reply { notices: taken.replies, reply },
-                None => {
-                    let message =
-                        reply::error_message("internal", "the message produced no reply", &Location::None);
-                    Answer::Refused { message, code: "internal".into(), transient: false }
-                }
+                None => no_reply(),
             },
         };
         Submitted::Answered(answer)
     }
+}
+
+/// What a refused message's sender is told.
+fn refused_answer(refused: Refused, label: &str, source: &str) -> Answer {
+    let Refused { failure, replies } = refused;
+    tracing::warn!(transport = label, source, code = failure.code(), error = %failure, "Message not delivered.");
+    let message = replies
+        .into_iter()
+        .last()
+        .unwrap_or_else(|| reply::error_message(failure.code(), &failure.to_string(), &Location::None));
+    let transient = failure.disposition() == crate::gateway::Disposition::Transient;
+    Answer::Refused { message, code: failure.code().to_owned(), transient }
+}
+
+fn no_reply() -> Answer {
+    let message = reply::error_message("internal", "the message produced no reply", &Location::None);
+    Answer::Refused { message, code: "internal".into(), transient: false }
 }
 
 /// A request taken through the intake.
@@ -191,20 +205,34 @@ pub enum Submitted {
     Awaiting(Awaiting),
 }
 
-/// The wait for an agent's answer to one request.
+/// Where a request's answer comes from.
+enum Answered {
+    /// The agent's answer, through this instance's core.
+    Agent(tokio::sync::oneshot::Receiver<Message>),
+    /// A forwarded request's replies from its partition's owner, through the owner's core.
+    Owner(tokio::sync::oneshot::Receiver<Vec<Message>>),
+}
+
+/// The wait for the answer to one request: its agent's, or its partition owner's.
 pub struct Awaiting {
-    answered: tokio::sync::oneshot::Receiver<Message>,
+    answered: Answered,
     limit: Duration,
     span: tracing::Span,
     _measure: Measure,
 }
 
 impl Awaiting {
-    /// The agent's answer, or a `timeout` error.
+    /// The answer, or a `timeout` error.
     pub async fn answer(self) -> Answer {
         let wait = tracing::info_span!(parent: &self.span, "await answer");
-        match tokio::time::timeout(self.limit, self.answered).instrument(wait).await {
-            Ok(Ok(message)) => answer_of(message),
+        let answered = async {
+            match self.answered {
+                Answered::Agent(answer) => answer.await.ok().map(answer_of),
+                Answered::Owner(replies) => replies.await.ok().map(owner_answer),
+            }
+        };
+        match tokio::time::timeout(self.limit, answered).instrument(wait).await {
+            Ok(Some(answer)) => answer,
             _ => {
                 let message =
                     reply::error_message("timeout", "the agent did not answer in time", &Location::None);
@@ -249,6 +277,28 @@ fn answer_of(message: Message) -> Answer {
         }
         None => Answer::Reply { notices: Vec::new(), reply: message },
     }
+}
+
+/// A partition owner's replies to a forwarded request, as the door returns them: the last is
+/// the answer (an error keeps its code, a delivery confirmation is an acceptance), the ones
+/// before it notices.
+fn owner_answer(mut replies: Vec<Message>) -> Answer {
+    let Some(last) = replies.pop() else { return no_reply() };
+    if let Some(ids) = accepted_ids(&last) {
+        return Answer::Accepted(ids);
+    }
+    match answer_of(last) {
+        Answer::Reply { reply, .. } => Answer::Reply { notices: replies, reply },
+        refused => refused,
+    }
+}
+
+/// The ids an [`accepted_message`] confirms, if `message` is one.
+fn accepted_ids(message: &Message) -> Option<Vec<String>> {
+    let crate::nlip::Content::Json(content) = &message.content else { return None };
+    let object = content.as_object().filter(|o| o.len() == 1 && message.is_control())?;
+    let ids = object.get("delivered")?.as_array()?;
+    ids.iter().map(|id| id.as_str().map(str::to_owned)).collect()
 }
 
 /// The control message that confirms a delivery nobody waits an answer for.

@@ -17,9 +17,14 @@
 //! before the message is delivered ([`Intake::take`]) or an answer handed back
 //! ([`Intake::answer`]). A partition owner's messages are the exception: the AMQP door appends
 //! theirs with the message's changelog entry, in the one confirm wait before the ack.
+//! A front-door message that belongs to a conversation is not taken here at all in cluster
+//! mode: it goes to its partition's owner ([`Intake::forward`], [`forward`]).
 
+pub mod forward;
 pub mod waiting;
 
+use crate::broker::properties;
+use crate::broker::publish::{Publication, PublishError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{AwaitMode, RepliesMode};
 pub use crate::connectors::AnswerError;
@@ -27,7 +32,9 @@ use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
 use crate::gateway::store::Freeze;
-use crate::gateway::{Destination, Disposition, Gateway, GatewayError, Inbound, Note, Origin, Status};
+use crate::gateway::{
+    Destination, Disposition, Gateway, GatewayError, Inbound, Note, Origin, Status, Transport,
+};
 use crate::nlip::Message;
 use crate::nlip::reply::{self, Location};
 use std::sync::Arc;
@@ -88,6 +95,9 @@ pub enum Failure {
     /// In cluster mode: what the message taught the cluster did not reach the lock stream.
     #[error("the cluster's lock stream did not take the message's entries: {0}")]
     Shared(ClusterError),
+    /// In cluster mode: a front-door message did not reach its partition's owner.
+    #[error("the message could not be forwarded to its partition's owner: {0}")]
+    Forward(ClusterError),
 }
 
 impl Failure {
@@ -97,7 +107,7 @@ impl Failure {
             Failure::Gateway(e) => e.disposition(),
             Failure::Delivery(e) => e.disposition(),
             Failure::Answer(e) => e.disposition(),
-            Failure::Shared(_) => Disposition::Transient,
+            Failure::Shared(_) | Failure::Forward(_) => Disposition::Transient,
         }
     }
 
@@ -106,7 +116,7 @@ impl Failure {
             Failure::Gateway(e) => e.code(),
             Failure::Delivery(e) => e.code(),
             Failure::Answer(e) => e.code(),
-            Failure::Shared(_) => "broker_unavailable",
+            Failure::Shared(_) | Failure::Forward(_) => "broker_unavailable",
         }
     }
 
@@ -125,6 +135,8 @@ pub struct Intake {
     gateway: Gateway,
     agents: Agents,
     waiting: Waiting,
+    /// Front-door messages forwarded to their partition's owner, awaiting its replies.
+    forwards: forward::Forwards,
     ids: Ids,
     /// In cluster mode: the cluster and the broker its lock stream is written through.
     cluster: Option<(Arc<Cluster>, BrokerLink)>,
@@ -134,7 +146,8 @@ impl Intake {
     pub fn new(gateway: Gateway, agents: Agents) -> Self {
         let timeout = Duration::from_millis(gateway.config().gateway.reply_timeout_ms.max(1));
         let ids = Ids::new(&gateway.config().gateway.name);
-        Intake { gateway, agents, waiting: Waiting::new(timeout), ids, cluster: None }
+        let waiting = Waiting::new(timeout);
+        Intake { gateway, agents, waiting, forwards: forward::Forwards::default(), ids, cluster: None }
     }
 
     /// In cluster mode: messages taken here share what they froze and learnt on the cluster's
@@ -178,6 +191,67 @@ impl Intake {
 
     pub fn waiting(&self) -> &Waiting {
         &self.waiting
+    }
+
+    pub fn forwards(&self) -> &forward::Forwards {
+        &self.forwards
+    }
+
+    /// Whether a front-door message goes to its partition's owner instead of being taken here:
+    /// in cluster mode, when it belongs to a conversation. A message without a conversation
+    /// token has no session to keep in one place, and is taken by whichever instance has it.
+    pub fn forwards_to_owner(&self, envelope: &Message) -> bool {
+        self.cluster.is_some() && envelope.conversation_token().is_some()
+    }
+
+    /// Publishes a front-door message to its partition (see [`forward`]) and returns the wait
+    /// for the owner's replies, once the broker has confirmed it. `source` is the door's name,
+    /// which the owner's routes match on.
+    pub async fn forward(
+        &self,
+        envelope: &Message,
+        (transport, source): (Transport, &str),
+        span: &tracing::Span,
+    ) -> Result<tokio::sync::oneshot::Receiver<Vec<Message>>, Refused> {
+        let unforwarded = |e: ClusterError| failed(span, transport, refusal(Failure::Forward(e)));
+        let (Some((cluster, broker)), Some(key)) = (&self.cluster, envelope.conversation_token()) else {
+            return Err(unforwarded(ClusterError::Stream("not a clustered conversation".into())));
+        };
+        let Some(link) = broker.current() else {
+            return Err(unforwarded(ClusterError::Stream("the broker is not connected".into())));
+        };
+        let id = self.ids.next();
+        let instance = cluster.instance.as_str();
+        let forwarded = properties::Forwarded {
+            key,
+            source,
+            message_id: &id,
+            reply_to: &link.reply_queue,
+            correlation_id: &id,
+            instance,
+            user: &link.user,
+        };
+        let publish_span = info_span!(parent: span, "cluster forward", messaging.destination.name = %cluster.config.exchange);
+        let mut headers = lapin::types::FieldTable::default();
+        crate::telemetry::inject(&publish_span, &mut headers);
+        let publication = Publication {
+            exchange: &cluster.config.exchange,
+            routing_key: "",
+            body: crate::nlip::encode(envelope, crate::nlip::Encoding::Json),
+            properties: properties::forwarded_properties(&forwarded, headers),
+        };
+        let replies = self.forwards.expect(&id);
+        let sent = async { link.publisher.send(&publication).await?.confirmed().await }
+            .instrument(publish_span)
+            .await;
+        if let Err(e) = sent {
+            self.forwards.cancel(&id);
+            if matches!(e, PublishError::Channel(_)) {
+                link.endings.broken(&e);
+            }
+            return Err(unforwarded(ClusterError::Publish(e)));
+        }
+        Ok(replies)
     }
 
     /// Takes one message through the core, makes its state durable and delivers what it
@@ -424,8 +498,10 @@ impl Intake {
         }
     }
 
-    /// Ends the waits whose time is up, telling each asker with a `timeout` error.
+    /// Ends the waits whose time is up, telling each asker with a `timeout` error; forgets the
+    /// forwarded messages whose askers stopped waiting.
     pub async fn expire_due(&self) {
+        self.forwards.prune();
         for waiter in self.waiting.expired(Instant::now()) {
             let detail = format!(
                 "agent {} did not answer within {} ms",

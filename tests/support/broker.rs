@@ -467,11 +467,9 @@ pub fn session_turns(store: &std::path::Path) -> HashMap<String, u64> {
 
 /// Session id and turns per conversation token, read from a stopped daemon's store with the CLI.
 pub fn sessions(store: &std::path::Path) -> HashMap<String, (String, u64)> {
-    let out = Command::new(env!("CARGO_BIN_EXE_silpgate"))
-        .args(["sessions", "list", "--store"])
-        .arg(store)
-        .output()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(["sessions", "list", "--store"]).arg(store);
+    let out = super::process::run_bounded(command, std::time::Duration::from_secs(60));
     assert!(out.status.success(), "sessions list: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -90,6 +90,8 @@ struct Connected {
     consume: Channel,
     publish: Channel,
     node: Node,
+    /// The broker user it authenticated as.
+    user: String,
 }
 
 /// A task that lives as long as the connection it serves.
@@ -153,12 +155,13 @@ impl Amqp {
                 break;
             }
             let ended = match self.connect(&mut addresses).await {
-                Ok(Connected { connection, consume, publish, node }) => {
+                Ok(Connected { connection, consume, publish, node, user }) => {
                     info!(broker = %node, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
                     backoff.reset();
                     let since = std::time::Instant::now();
                     self.health.connected(&node);
-                    let ended = self.consume(&connection, &consume, publish, &node, shutdown.clone()).await;
+                    let ended =
+                        self.consume(&connection, &consume, publish, (&node, user), shutdown.clone()).await;
                     self.health.disconnected();
                     if let Some(cluster) = &self.cluster {
                         cluster.release_all();
@@ -216,8 +219,9 @@ impl Amqp {
             };
             match opened {
                 Ok((connection, consume, publish)) => {
-                    reached =
-                        Some((index, Connected { connection, consume, publish, node: address.node.clone() }));
+                    let node = address.node.clone();
+                    let user = address.uri.authority.userinfo.username.clone();
+                    reached = Some((index, Connected { connection, consume, publish, node, user }));
                     break;
                 }
                 Err(e) => failures.push(format!("{}: {e}", address.node)),
@@ -265,7 +269,7 @@ impl Amqp {
         connection: &Connection,
         channel: &Channel,
         publish: Channel,
-        broker: &Node,
+        (broker, user): (&Node, String),
         mut shutdown: watch::Receiver<bool>,
     ) -> Ended {
         let cluster_config = self.cluster.as_ref().map(|c| &c.config);
@@ -292,6 +296,7 @@ impl Amqp {
             publisher: publisher.clone(),
             exchange: self.amqp.agents_exchange.clone(),
             reply_queue: reply_queue.clone(),
+            user,
             endings: endings.clone(),
         }));
         let pipeline = Arc::new(Pipeline {

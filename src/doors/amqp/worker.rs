@@ -64,13 +64,26 @@ pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery, brok
 /// (`x-silpgate-source`, which ingress always overwrites). The header is believed only there,
 /// and only when it names a configured inbound queue: a producer publishing to the partition
 /// exchange itself can claim no more than it could by publishing to that inbound queue.
-fn route_source(job: &Job, inbound: &[String]) -> String {
-    believed_source(job.partition.is_some(), job.envelope.source.as_deref(), inbound, &job.queue)
+///
+/// A front-door message another instance forwarded ([`crate::intake::forward`]) names its door
+/// there instead, and is believed when the broker vouches that silpgate's own broker user
+/// published it.
+fn route_source(job: &Job, inbound: &[String], own_user: &str) -> String {
+    let front_door = job.envelope.forwarded_by_silpgate(own_user);
+    believed_source(job.partition.is_some(), job.envelope.source.as_deref(), inbound, &job.queue, front_door)
 }
 
-fn believed_source(from_partition: bool, header: Option<&str>, inbound: &[String], queue: &str) -> String {
+fn believed_source(
+    from_partition: bool,
+    header: Option<&str>,
+    inbound: &[String],
+    queue: &str,
+    front_door: bool,
+) -> String {
     match header {
-        Some(source) if from_partition && inbound.iter().any(|q| q == source) => source.to_owned(),
+        Some(source) if from_partition && (front_door || inbound.iter().any(|q| q == source)) => {
+            source.to_owned()
+        }
         _ => queue.to_owned(),
     }
 }
@@ -342,6 +355,12 @@ impl Pipeline {
                 Disposition::Transient if attempts >= self.amqp.max_attempts => {
                     let reason = format!("gave up after {attempts} attempts: {failure}");
                     warn!(message_id, queue = %job.queue, code = failure.code(), error = %reason, "Message dead-lettered.");
+                    if job.envelope.forwarded_by.is_some() {
+                        // A front door waits for this message's answer: it hears why, now.
+                        let said =
+                            nlip::reply::error_message(failure.code(), &reason, &nlip::reply::Location::None);
+                        self.tell_sender(job, &base_id(job), vec![said]).await;
+                    }
                     if self.dead_letter(job, failure.code(), &reason).await {
                         return;
                     }
@@ -417,13 +436,16 @@ impl Pipeline {
     /// The message as the intake takes it.
     fn arrival(&self, job: &Job, message: Message) -> Arrival {
         let envelope = &job.envelope;
+        let own_user = self.link.current().map(|link| link.user).unwrap_or_default();
+        // A forwarded front-door message's `user_id` is silpgate's own, not its sender's.
+        let front_door = envelope.forwarded_by_silpgate(&own_user);
         let origin = Origin {
             transport: Transport::Amqp,
-            source: route_source(job, &self.amqp.inbound),
+            source: route_source(job, &self.amqp.inbound, &own_user),
             reply_to: envelope.reply_to.clone(),
             replies: envelope.replies.clone(),
             correlation_id: envelope.correlation_id.clone(),
-            user_id: envelope.user_id.clone(),
+            user_id: if front_door { None } else { envelope.user_id.clone() },
             message_id: envelope.message_id.clone(),
             partition: job.partition,
         };
@@ -474,7 +496,13 @@ impl Pipeline {
         };
         let (changes, proposals) = entries.as_ref().map_or((0, 0), |e| (e.changes, e.proposals));
         let appends = entries.map(|e| e.publications).unwrap_or_default();
-        self.publish(job, base_id, taken.replies, appends).await?;
+        let mut replies = taken.replies;
+        if envelope.forwarded_by.is_some() && replies.is_empty() && taken.awaiting.is_none() {
+            // The forwarding instance's client hears that its agent has the message (a route
+            // that waits for no answer), as it would from the instance itself.
+            replies.push(crate::doors::accepted_message(&taken.delivered));
+        }
+        self.publish(job, base_id, replies, appends).await?;
         if let Some(id) = &envelope.message_id {
             self.marks.published(id.clone());
         }
@@ -510,11 +538,12 @@ impl Pipeline {
         for (index, reply) in replies.iter().enumerate() {
             let id = format!("{base_id}:reply-{index}");
             for (encoding, address) in &job.envelope.replies {
+                let properties = job.envelope.outbound_properties(*encoding, &id);
                 publications.push(Publication {
                     exchange: "",
                     routing_key: address,
                     body: nlip::encode(reply, *encoding),
-                    properties: job.envelope.outbound_properties(*encoding, &id),
+                    properties: properties::with_reply_place(properties, index, replies.len()),
                 });
             }
         }
@@ -654,6 +683,13 @@ impl Pipeline {
                     )
                 }
             };
+            // A partition owner's reply to a message this instance forwarded has been through
+            // the owner's core: it goes to the waiting door as it is.
+            let Some(answer) = self.intake.forwards().replied(correlation, answer, envelope.reply_place)
+            else {
+                self.ack_delivery(&delivery, false, info_span!("amqp ack")).await;
+                return self.send_acks().await;
+            };
             let result = self.intake.answer(correlation, answer, from.clone()).await;
             let (code, reason) = match (result, unreadable) {
                 (Ok(()), None) => {
@@ -729,10 +765,13 @@ mod tests {
     #[test]
     fn the_source_header_is_believed_only_from_a_partition_queue_naming_an_inbound_queue() {
         let inbound = ["silpgate.in".to_owned()];
-        assert_eq!(believed_source(true, Some("silpgate.in"), &inbound, "p.03"), "silpgate.in");
-        assert_eq!(believed_source(false, Some("silpgate.in"), &inbound, "other.in"), "other.in");
-        assert_eq!(believed_source(true, Some("admin"), &inbound, "p.03"), "p.03");
-        assert_eq!(believed_source(true, None, &inbound, "p.03"), "p.03");
+        assert_eq!(believed_source(true, Some("silpgate.in"), &inbound, "p.03", false), "silpgate.in");
+        assert_eq!(believed_source(false, Some("silpgate.in"), &inbound, "other.in", false), "other.in");
+        assert_eq!(believed_source(true, Some("admin"), &inbound, "p.03", false), "p.03");
+        assert_eq!(believed_source(true, None, &inbound, "p.03", false), "p.03");
+        // A front door forwarded by silpgate itself, and only that, names its door.
+        assert_eq!(believed_source(true, Some("http"), &inbound, "p.03", true), "http");
+        assert_eq!(believed_source(false, Some("http"), &inbound, "other.in", true), "other.in");
     }
 
     #[test]
