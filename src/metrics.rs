@@ -79,6 +79,9 @@ pub struct Metrics {
     pub cluster_members: IntGauge,
     /// Cluster: partitions taken over (replayed, then served), by partition.
     pub partition_takeovers: IntCounterVec,
+    /// Cluster: front-door messages forwarded to their partition's owner, by transport and
+    /// result (`forwarded`, `failed`).
+    pub front_door_forwards: IntCounterVec,
     /// Cluster: changelog replay before serving a partition taken over.
     pub replay_seconds: Histogram,
     /// Cluster: changelog entries applied by replays.
@@ -234,6 +237,11 @@ impl Metrics {
                 "Cluster partitions taken over, by partition",
                 &["partition"],
             ),
+            front_door_forwards: counter_vec(
+                "silpgate_front_door_forwards_total",
+                "Cluster front-door messages forwarded to their partition's owner, by transport and result",
+                &["transport", "result"],
+            ),
             replay_seconds: Histogram::with_opts(
                 HistogramOpts::new("silpgate_changelog_replay_seconds", "Changelog replay before serving")
                     .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
@@ -281,6 +289,7 @@ impl Metrics {
         register(Box::new(m.partitions_standby.clone()));
         register(Box::new(m.cluster_members.clone()));
         register(Box::new(m.partition_takeovers.clone()));
+        register(Box::new(m.front_door_forwards.clone()));
         register(Box::new(m.replay_seconds.clone()));
         register(Box::new(m.replayed_entries.clone()));
         register(Box::new(m.lock_follow_lag.clone()));

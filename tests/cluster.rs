@@ -790,6 +790,19 @@ async fn front_door_turns_are_counted_once_by_their_partition_owner() {
             }
         }
         drop(socket);
+        // Both instances forwarded their HTTP turns (each has conversations it does not own).
+        for name in ["a", "b"] {
+            let (_, metrics) = cluster.running[name].get("/metrics");
+            let forwarded: u64 = metrics
+                .lines()
+                .filter(|l| {
+                    l.starts_with("silpgate_front_door_forwards_total") && l.contains(r#"transport="http""#)
+                })
+                .filter(|l| l.contains(r#"result="forwarded""#))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum();
+            assert!(forwarded > 0, "{name} forwarded its HTTP turns:\n{metrics}");
+        }
         for name in ["a", "b"] {
             cluster.terminate(name);
         }

@@ -244,6 +244,8 @@ impl Intake {
         let sent = async { link.publisher.send(&publication).await?.confirmed().await }
             .instrument(publish_span)
             .await;
+        let result = if sent.is_ok() { "forwarded" } else { "failed" };
+        crate::metrics::get().front_door_forwards.with_label_values(&[transport.as_str(), result]).inc();
         if let Err(e) = sent {
             self.forwards.cancel(&id);
             if matches!(e, PublishError::Channel(_)) {
