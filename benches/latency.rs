@@ -3,6 +3,8 @@
 //! measured; prints `median_us p99_us`.
 //!
 //! `cargo bench --bench latency -- http HOST:PORT PATH` or `... ws ws://HOST:PORT/PATH`.
+//! With `LATENCY_CONVERSATION=TOKEN` in the environment the envelope belongs to that
+//! conversation (benches/bench-forward.sh: a cluster forwards it to its partition's owner).
 //! Under `cargo test` (no arguments) it does nothing.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,6 +13,16 @@ use std::time::{Duration, Instant};
 const WARM_UP: usize = 200;
 const MEASURED: usize = 1000;
 const BODY: &str = r#"{"format":"text","subformat":"english","content":"hello"}"#;
+
+/// The envelope sent: [`BODY`], in the conversation `LATENCY_CONVERSATION` names, if any.
+fn body() -> String {
+    match std::env::var("LATENCY_CONVERSATION") {
+        Ok(token) => format!(
+            r#"{{"format":"text","subformat":"english","content":"hello","submessages":[{{"format":"token","subformat":"conversation","content":"{token}"}}]}}"#
+        ),
+        Err(_) => BODY.to_owned(),
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
@@ -31,9 +43,10 @@ fn http(addr: &str, path: &str) -> Vec<Duration> {
     stream.set_nodelay(true).unwrap();
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
+    let body = body();
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{BODY}",
-        BODY.len()
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     );
     let mut times = Vec::with_capacity(MEASURED);
     for i in 0..WARM_UP + MEASURED {
@@ -84,9 +97,13 @@ fn ws(url: &str) -> Vec<Duration> {
         }
     }
     let mask = [0x12u8, 0x34, 0x56, 0x78];
-    let mut frame = vec![0x81, 0x80 | BODY.len() as u8];
+    let body = body();
+    let mut frame = match u16::try_from(body.len()).expect("a small envelope") {
+        short @ 0..=125 => vec![0x81, 0x80 | short as u8],
+        length => [vec![0x81, 0x80 | 126], length.to_be_bytes().to_vec()].concat(),
+    };
     frame.extend_from_slice(&mask);
-    frame.extend(BODY.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame.extend(body.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
     let mut times = Vec::with_capacity(MEASURED);
     for i in 0..WARM_UP + MEASURED {
         let start = Instant::now();
