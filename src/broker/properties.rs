@@ -414,6 +414,41 @@ mod tests {
     }
 
     #[test]
+    fn a_forwarded_front_door_message_is_believed_only_as_silpgates_own_user() {
+        let forwarded = Forwarded {
+            key: "conv-1",
+            source: "http",
+            message_id: "gw-1",
+            reply_to: "silpgate.replies.a",
+            correlation_id: "gw-1",
+            instance: "a",
+            user: "silpgate",
+        };
+        let read = Envelope::read(&forwarded_properties(&forwarded, FieldTable::default()), false);
+        assert_eq!(read.source.as_deref(), Some("http"));
+        assert_eq!(read.forwarded_by.as_deref(), Some("a"));
+        assert_eq!(read.replies, vec![(Encoding::Json, "silpgate.replies.a".to_owned())]);
+        assert!(read.forwarded_by_silpgate("silpgate"));
+        assert!(!read.forwarded_by_silpgate("producer"), "another broker user is not silpgate");
+        // Ingress drops `user_id`: a producer's own forwarded-by header proves nothing.
+        let claimed =
+            BasicProperties::default().with_headers(headers(&[(FORWARDED_HEADER, long_string("a"))]));
+        let through_ingress = partitioned_properties(&claimed, "conv-1", "silpgate.in");
+        assert!(!Envelope::read(&through_ingress, false).forwarded_by_silpgate("silpgate"));
+    }
+
+    #[test]
+    fn a_reply_says_its_place_and_a_bogus_place_is_read_as_the_only_reply() {
+        let placed = with_reply_place(BasicProperties::default(), 1, 2);
+        assert_eq!(Envelope::read(&placed, false).reply_place, (1, 2));
+        for bogus in ["2/2", "x/2", "1", "0/100000", ""] {
+            let p = BasicProperties::default().with_headers(headers(&[(REPLY_HEADER, long_string(bogus))]));
+            assert_eq!(Envelope::read(&p, false).reply_place, (0, 1), "{bogus:?}");
+        }
+        assert_eq!(Envelope::read(&BasicProperties::default(), false).reply_place, (0, 1));
+    }
+
+    #[test]
     fn reply_headers_override_reply_to_and_content_type_selects_the_encoding() {
         let properties = BasicProperties::default()
             .with_content_type("application/cbor".into())
