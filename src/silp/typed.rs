@@ -18,6 +18,7 @@ use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_acti
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 /// The fast path gave a text back: not JSON, JSON that breaks the schema, or (rarely) a
@@ -28,13 +29,35 @@ pub struct Refused;
 /// Reads an IR from JSON `text`, or refuses it.
 pub fn read(text: &str) -> Result<Ir, Refused> {
     let mut de = serde_json::Deserializer::from_str(text);
-    de.deserialize_map(RootVisitor { req_id: None }).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
+    let out_given = Cell::new(false);
+    de.deserialize_map(RootVisitor { req_id: None, out_given: &out_given })
+        .and_then(|ir| de.end().map(|()| ir))
+        .map_err(|_| Refused)
 }
 
 /// Reads an IR from a JSON value that is already parsed (an NLIP envelope's content), with the
 /// same checks; a value has no repeated keys, so here a refusal always means the schema's.
 pub fn from_value(value: &Value) -> Result<Ir, Refused> {
-    value.deserialize_map(RootVisitor { req_id: None }).map_err(|_| Refused)
+    from_value_noting(value).map(|(ir, _)| ir)
+}
+
+/// What [`from_value_noting`] saw besides the IR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Noted {
+    /// `meta.out` was given: the sender chose the frontend, rather than the default.
+    pub out_given: bool,
+}
+
+/// [`from_value`], noting whether `meta.out` was given, which the IR alone cannot tell from
+/// the default.
+///
+/// # Errors
+/// [`Refused`] as [`from_value`].
+pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
+    let out_given = Cell::new(false);
+    let ir =
+        value.deserialize_map(RootVisitor { req_id: None, out_given: &out_given }).map_err(|_| Refused)?;
+    Ok((ir, Noted { out_given: out_given.get() }))
 }
 
 /// [`from_value`] for an IR whose `meta.req_id` is assigned by the reader when it has none: as
@@ -47,7 +70,8 @@ pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> 
     if !is_req_id(req_id) {
         return Err(Refused);
     }
-    value.deserialize_map(RootVisitor { req_id: Some(req_id) }).map_err(|_| Refused)
+    let out_given = Cell::new(false);
+    value.deserialize_map(RootVisitor { req_id: Some(req_id), out_given: &out_given }).map_err(|_| Refused)
 }
 
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
@@ -122,6 +146,7 @@ fn extra<'de, A: MapAccess<'de>>(
 /// Reads the root object; `req_id` is the one assigned to an IR that names none.
 struct RootVisitor<'r> {
     req_id: Option<&'r str>,
+    out_given: &'r Cell<bool>,
 }
 
 impl<'de> Visitor<'de> for RootVisitor<'_> {
@@ -161,7 +186,8 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
                 }
                 "meta" => {
                     seen |= 2;
-                    ir.meta = map.next_value_seed(MetaSeed { req_id: self.req_id })?;
+                    ir.meta =
+                        map.next_value_seed(MetaSeed { req_id: self.req_id, out_given: self.out_given })?;
                 }
                 // additionalProperties: false.
                 _ => return Err(refuse()),
@@ -338,6 +364,7 @@ impl Item for AlternativeSeed {
 /// Reads `meta`; `req_id` is the one assigned when it names none.
 struct MetaSeed<'r> {
     req_id: Option<&'r str>,
+    out_given: &'r Cell<bool>,
 }
 
 impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
@@ -355,6 +382,8 @@ impl<'de> Visitor<'de> for MetaSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
+        // A repeated `meta` keeps its last value, and so what that one says of `out`.
+        self.out_given.set(false);
         let mut m = Meta::with_req_id(Text::default());
         let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
@@ -370,6 +399,7 @@ impl<'de> Visitor<'de> for MetaSeed<'_> {
                 }
                 "out" => {
                     m.out = string(&mut map)?;
+                    self.out_given.set(true);
                 }
                 "next_agent" => {
                     m.next_agent = optional(&mut map)?;
