@@ -6,7 +6,8 @@
 //! This is the fast path only. When it refuses a text, the caller goes through the schema
 //! validator ([`super::schema`]), which stays the reference for what the schema says and words
 //! the error with its JSON path; `tests/silp_schema_differential.rs` holds the two to the same
-//! verdict on every input it generates.
+//! verdict on every input it generates. A value already parsed is walked by [`super::tree`],
+//! with the same checks.
 //!
 //! Unknown fields of the extensible objects keep serde_json's map semantics (a repeated key
 //! keeps its first position and its last value), exactly what the tree path builds; a repeated
@@ -18,7 +19,6 @@ use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_acti
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::fmt;
 
 /// The fast path gave a text back: not JSON, JSON that breaks the schema, or (rarely) a
@@ -29,19 +29,17 @@ pub struct Refused;
 /// Reads an IR from JSON `text`, or refuses it.
 pub fn read(text: &str) -> Result<Ir, Refused> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let out_given = Cell::new(false);
-    de.deserialize_map(RootVisitor { req_id: None, out_given: &out_given })
-        .and_then(|ir| de.end().map(|()| ir))
-        .map_err(|_| Refused)
+    de.deserialize_map(RootVisitor { req_id: None }).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
 }
 
 /// Reads an IR from a JSON value that is already parsed (an NLIP envelope's content), with the
-/// same checks; a value has no repeated keys, so here a refusal always means the schema's.
+/// same checks, walking the tree directly ([`super::tree`]); a value has no repeated keys, so
+/// here a refusal always means the schema's.
 pub fn from_value(value: &Value) -> Result<Ir, Refused> {
-    from_value_noting(value).map(|(ir, _)| ir)
+    super::tree::read(value, None).map(|(ir, _)| ir)
 }
 
-/// What [`from_value_noting`] saw besides the IR.
+/// What a reader of a parsed value saw besides the IR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Noted {
     /// `meta.out` was given: the sender chose the frontend, rather than the default.
@@ -54,10 +52,7 @@ pub struct Noted {
 /// # Errors
 /// [`Refused`] as [`from_value`].
 pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
-    let out_given = Cell::new(false);
-    let ir =
-        value.deserialize_map(RootVisitor { req_id: None, out_given: &out_given }).map_err(|_| Refused)?;
-    Ok((ir, Noted { out_given: out_given.get() }))
+    super::tree::read(value, None)
 }
 
 /// [`from_value`] for an IR whose `meta.req_id` is assigned by the reader when it has none: as
@@ -70,8 +65,7 @@ pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> 
     if !is_req_id(req_id) {
         return Err(Refused);
     }
-    let out_given = Cell::new(false);
-    value.deserialize_map(RootVisitor { req_id: Some(req_id), out_given: &out_given }).map_err(|_| Refused)
+    super::tree::read(value, Some(req_id)).map(|(ir, _)| ir)
 }
 
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
@@ -81,12 +75,12 @@ fn refuse<E: de::Error>() -> E {
 }
 
 /// `^v\d+$` as the schema validator compiles it (`\d` is ASCII there).
-fn is_silp_version(s: &str) -> bool {
+pub(crate) fn is_silp_version(s: &str) -> bool {
     s.len() >= 2 && s.starts_with('v') && s.bytes().skip(1).all(|b| b.is_ascii_digit())
 }
 
 /// `^[a-f0-9]{4,8}$`.
-fn is_req_id(s: &str) -> bool {
+pub(crate) fn is_req_id(s: &str) -> bool {
     (4..=8).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
 }
 
@@ -146,7 +140,6 @@ fn extra<'de, A: MapAccess<'de>>(
 /// Reads the root object; `req_id` is the one assigned to an IR that names none.
 struct RootVisitor<'r> {
     req_id: Option<&'r str>,
-    out_given: &'r Cell<bool>,
 }
 
 impl<'de> Visitor<'de> for RootVisitor<'_> {
@@ -186,8 +179,7 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
                 }
                 "meta" => {
                     seen |= 2;
-                    ir.meta =
-                        map.next_value_seed(MetaSeed { req_id: self.req_id, out_given: self.out_given })?;
+                    ir.meta = map.next_value_seed(MetaSeed { req_id: self.req_id })?;
                 }
                 // additionalProperties: false.
                 _ => return Err(refuse()),
@@ -364,7 +356,6 @@ impl Item for AlternativeSeed {
 /// Reads `meta`; `req_id` is the one assigned when it names none.
 struct MetaSeed<'r> {
     req_id: Option<&'r str>,
-    out_given: &'r Cell<bool>,
 }
 
 impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
@@ -382,8 +373,6 @@ impl<'de> Visitor<'de> for MetaSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
-        // A repeated `meta` keeps its last value, and so what that one says of `out`.
-        self.out_given.set(false);
         let mut m = Meta::with_req_id(Text::default());
         let mut seen = 0u8;
         while let Some(Str(key)) = map.next_key::<Str>()? {
@@ -399,7 +388,6 @@ impl<'de> Visitor<'de> for MetaSeed<'_> {
                 }
                 "out" => {
                     m.out = string(&mut map)?;
-                    self.out_given.set(true);
                 }
                 "next_agent" => {
                     m.next_agent = optional(&mut map)?;
