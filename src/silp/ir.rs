@@ -182,9 +182,17 @@ impl Ir {
 
     /// `"sha256:" + hex(sha256(compact JSON))`, the reference's `CompileLock.ir_hash`.
     pub fn ir_hash(&self) -> String {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(self.to_compact_json().as_bytes());
+        // Spelled out on the stack, then copied once.
+        let mut hex = [0u8; 64];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(digest.iter()) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0xf)];
+        }
         let mut hash = String::with_capacity(71);
         hash.push_str("sha256:");
-        crate::util::hash::push_hex(&mut hash, &Sha256::digest(self.to_compact_json().as_bytes()));
+        hash.push_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"));
         hash
     }
 
@@ -443,6 +451,15 @@ mod tests {
             let (fast, general) = both(f);
             assert_eq!(fast, general, "{f:e}");
         }
+    }
+
+    #[test]
+    fn the_ir_hash_is_sha256_of_the_compact_json_in_lower_case_hex() {
+        let mut ir = Ir::unfilled();
+        ir.intent = Text::const_new("!SEARCH");
+        ir.meta.req_id = Text::const_new("abcd");
+        let expected = format!("sha256:{}", crate::util::hash::sha256_hex(ir.to_compact_json().as_bytes()));
+        assert_eq!(ir.ir_hash(), expected);
     }
 
     #[test]

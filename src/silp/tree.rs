@@ -36,7 +36,7 @@ pub fn read(value: &Value, req_id: Option<&str>) -> Result<(Ir, Noted), Refused>
             "alternatives" => ir.alternatives = list(v, alternative)?,
             "meta" => {
                 meta_seen = true;
-                ir.meta = meta(v, req_id, &mut noted)?;
+                meta(v, req_id, &mut noted, &mut ir.meta)?;
             }
             // additionalProperties: false.
             _ => return Err(Refused),
@@ -152,9 +152,9 @@ fn alternative(object: &Map<String, Value>) -> Result<Alternative, Refused> {
     if action_seen { Ok(a) } else { Err(Refused) }
 }
 
-fn meta(v: &Value, req_id: Option<&str>, noted: &mut Noted) -> Result<Meta, Refused> {
+/// Fills `m`, an unfilled meta (every default), in place: a meta is the IR's largest part.
+fn meta(v: &Value, req_id: Option<&str>, noted: &mut Noted, m: &mut Meta) -> Result<(), Refused> {
     let object = v.as_object().ok_or(Refused)?;
-    let mut m = Meta::with_req_id(Text::default());
     let mut req_id_seen = false;
     for (key, v) in object {
         match key.as_str() {
@@ -186,7 +186,7 @@ fn meta(v: &Value, req_id: Option<&str>, noted: &mut Noted) -> Result<Meta, Refu
         req_id_seen = true;
         m.req_id = req_id.into();
     }
-    if req_id_seen { Ok(m) } else { Err(Refused) }
+    if req_id_seen { Ok(()) } else { Err(Refused) }
 }
 
 /// `{"type": "integer"}`: JSON Schema counts `2.0` as an integer. The value is what the tree
