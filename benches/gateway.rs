@@ -1,8 +1,13 @@
 //! `Gateway::handle` for a typical envelope: one `silp-ir` submessage encoded to the code
 //! frontend for an agent, one conversation token carried along, in-memory state.
 //! `cargo bench --bench gateway`; figures in docs/performance.md.
+//!
+//! `GATEWAY_BENCH_CALLS=N` runs `handle` N times without criterion, and with `=N,setup` only
+//! what each call is given: `perf stat -e cycles:u,instructions:u` over both tells a call's
+//! cost on a busy machine, where wall-clock medians wander (user-mode counts do not include
+//! time spent waiting for a core).
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, criterion_group};
 use silpgate::config::Config;
 use silpgate::gateway::{Gateway, Inbound, MemoryStore, Origin, Status, Transport};
 use silpgate::nlip::{self, Encoding, Limits};
@@ -32,8 +37,12 @@ fn envelope() -> String {
     )
 }
 
+fn gateway() -> Gateway {
+    Gateway::new(Arc::new(Config::parse(CONFIG).unwrap()), Arc::new(MemoryStore::new()))
+}
+
 fn handle(c: &mut Criterion) {
-    let gateway = Gateway::new(Arc::new(Config::parse(CONFIG).unwrap()), Arc::new(MemoryStore::new()));
+    let gateway = gateway();
     let text = envelope();
     let message = nlip::decode(text.as_bytes(), Encoding::Json, &Limits::default()).unwrap();
     let origin = Origin::new(Transport::Amqp, "ingress");
@@ -60,5 +69,31 @@ fn handle(c: &mut Criterion) {
     });
 }
 
+/// `calls` calls of `handle` on fresh envelopes, or with `setup_only` just the envelopes.
+fn count(calls: u64, setup_only: bool) {
+    let gateway = gateway();
+    let message = nlip::decode(envelope().as_bytes(), Encoding::Json, &Limits::default()).unwrap();
+    let origin = Origin::new(Transport::Amqp, "ingress");
+    for _ in 0..calls {
+        let inbound = Inbound { envelope: message.clone(), origin: origin.clone(), received_at: 1 };
+        if setup_only {
+            drop(black_box(inbound));
+        } else {
+            let outcome = gateway.handle(black_box(inbound));
+            assert!(matches!(outcome.status, Status::Delivered));
+            drop(black_box(outcome));
+        }
+    }
+}
+
 criterion_group!(benches, handle);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var("GATEWAY_BENCH_CALLS") {
+        let (calls, mode) = spec.split_once(',').unwrap_or((&spec, ""));
+        count(calls.parse().expect("GATEWAY_BENCH_CALLS=N or N,setup"), mode == "setup");
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -182,6 +182,35 @@ fn limits_are_enforced_with_clear_errors() {
 }
 
 #[test]
+fn the_depth_limit_counts_every_level_alike_in_json_and_cbor() {
+    let limits = Limits { max_depth: 4, ..Limits::default() };
+    let cases = [
+        (r#"{"format":"text","subformat":"json","content":[[[1]]]}"#, true),
+        (r#"{"format":"text","subformat":"json","content":[[[[1]]]]}"#, false),
+        (r#"{"format":"text","subformat":"json","content":"c","x-extra":{"a":{"b":{"c":{"d":1}}}}}"#, false),
+        (r#"{"format":"text","subformat":"json","content":"c","x-extra":{"a":{"b":{"c":1}}}}"#, true),
+        (
+            r#"{"format":"text","subformat":"e","content":"c","submessages":[{"format":"text","subformat":"json","content":[1]}]}"#,
+            true,
+        ),
+        (
+            r#"{"format":"text","subformat":"e","content":"c","submessages":[{"format":"text","subformat":"json","content":{"a":[1]}}]}"#,
+            false,
+        ),
+    ];
+    for (text, accepted) in cases {
+        let json = nlip::decode(text.as_bytes(), Encoding::Json, &limits);
+        assert_eq!(json.is_ok(), accepted, "{text}: {json:?}");
+        let whole = nlip::decode(text.as_bytes(), Encoding::Json, &Limits::default()).unwrap();
+        let cbor = nlip::decode(&nlip::encode(&whole, Encoding::Cbor), Encoding::Cbor, &limits);
+        assert_eq!(cbor.is_ok(), accepted, "{text} in CBOR: {cbor:?}");
+        if let Err(e) = json {
+            assert_eq!(e.kind, NlipErrorKind::TooComplex, "{e}");
+        }
+    }
+}
+
+#[test]
 fn binary_content_is_a_byte_string_in_cbor_and_base64_in_json() {
     let json_text = r#"{"MessageType":"Request","Format":"binary","Subformat":"audio/wav;base64","Content":"UklGRg==","Submessages":[{"Label":"description","Format":"text","Subformat":"en","Content":"a clip"}]}"#;
     let m = decode_json(json_text).unwrap();

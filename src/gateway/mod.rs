@@ -391,15 +391,16 @@ impl Gateway {
         let rules = ValidateOptions { enforce_whitelist: self.config.silp.whitelist };
         let mut units = Vec::with_capacity(2);
         for (index, subformat, content) in top.chain(subs) {
-            let path = index.map_or_else(|| "content".to_owned(), |i| format!("submessages[{i}].content"));
             let form = match payload::silp_form(subformat) {
                 Ok(Some(form)) => form,
                 Ok(None) => continue,
                 Err(error) => {
+                    let path = unit_path(index);
                     let at = Location::Path(path.clone());
                     return Err((GatewayError::Silp { path, error }, at));
                 }
             };
+            let path = unit_path(index);
             let read = payload::read(form, content, &self.decode_options, self.config.silp.req_id_len)
                 .map_err(|error| {
                     let location = match &error.span {
@@ -410,20 +411,18 @@ impl Gateway {
                     };
                     (GatewayError::Silp { path: path.clone(), error }, location)
                 })?;
-            let report = validate::validate(&read.ir, rules);
-            if !report.valid {
-                return Err((
-                    GatewayError::Invalid { path: path.clone(), errors: report.errors },
-                    Location::Path(path),
-                ));
+            // Warnings are not sent anywhere: only the errors are worked out.
+            let errors = validate::errors(&read.ir, rules);
+            if !errors.is_empty() {
+                return Err((GatewayError::Invalid { path: path.clone(), errors }, Location::Path(path)));
             }
             notes.extend(
                 read.notices.into_iter().map(|notice| Note::Sanitized { path: path.clone(), notice }),
             );
             notes.push(Note::Payload {
                 path: path.clone(),
-                intent: read.ir.intent.to_string(),
-                req_id: read.ir.meta.req_id.to_string(),
+                intent: read.ir.intent.as_str().to_owned(),
+                req_id: read.ir.meta.req_id.as_str().to_owned(),
             });
             units.push(Unit {
                 index,
@@ -523,6 +522,16 @@ impl Route<'_> {
 
 fn nowhere(error: GatewayError) -> (GatewayError, Location) {
     (error, Location::None)
+}
+
+/// `content` or `submessages[i].content`: where a payload is, for notes and errors.
+fn unit_path(index: Option<usize>) -> String {
+    let Some(i) = index else { return "content".to_owned() };
+    let mut path = String::with_capacity(32);
+    path.push_str("submessages[");
+    path.push_str(itoa::Buffer::new().format(i));
+    path.push_str("].content");
+    path
 }
 
 fn label_of(message: &Message, index: Option<usize>) -> Option<&str> {

@@ -12,7 +12,7 @@
 
 use crate::nlip::{Content, Format};
 use crate::silp::ir::Ir;
-use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema};
+use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema, typed};
 use crate::util::hash::sha256_hex;
 use serde_json::Value;
 
@@ -98,6 +98,9 @@ pub fn read(
     };
     match form {
         SilpForm::Ir => {
+            if let Some(read) = read_plain_ir(value)? {
+                return Ok(read);
+            }
             if !value.is_object() {
                 return Err(SilpError::new(
                     ErrorCode::InvalidSyntax,
@@ -145,6 +148,19 @@ pub fn read(
             Ok(ReadPayload { ir: decoded.ir, notices: decoded.notices, explicit_out: None, sanitized })
         }
     }
+}
+
+/// The usual IR, read in one pass over its tree: schema-valid as sent, naming its own
+/// `req_id`, every string ASCII (so nothing for the sanitiser to strip, on or off). `None`
+/// for any other IR: the general path reads it, and words what is wrong with it.
+fn read_plain_ir(value: &Value) -> Result<Option<ReadPayload>, SilpError> {
+    let Ok((ir, noted)) = typed::from_value_noting(value) else { return Ok(None) };
+    if !ir.is_ascii() {
+        return Ok(None);
+    }
+    schema::check_version(&ir)?;
+    let explicit_out = if noted.out_given { ir.meta.out.parse().ok() } else { None };
+    Ok(Some(ReadPayload { ir, notices: Vec::new(), explicit_out, sanitized: None }))
 }
 
 fn content_text(content: &Content) -> String {

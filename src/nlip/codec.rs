@@ -163,7 +163,10 @@ pub fn encode(message: &Message, encoding: Encoding) -> Vec<u8> {
 
 // ---- the decoded tree ---------------------------------------------------------------------
 
-/// A JSON or CBOR document: JSON's values plus CBOR byte strings.
+/// A JSON or CBOR document: JSON's values plus CBOR byte strings. A JSON document is split
+/// into nodes only down to the envelope's own levels (the message, its submessage list, each
+/// submessage); below them each value stays the tree serde_json built, and is handed over as
+/// content or an unknown field as it is, not taken apart and built again.
 enum Node {
     Json(Value),
     Bytes(Vec<u8>),
@@ -172,10 +175,30 @@ enum Node {
 }
 
 impl Node {
+    /// The message level of a JSON document.
     fn from_json(value: Value) -> Node {
         match value {
-            Value::Array(items) => Node::Array(items.into_iter().map(Node::from_json).collect()),
-            Value::Object(map) => Node::Map(map.into_iter().map(|(k, v)| (k, Node::from_json(v))).collect()),
+            Value::Object(map) => Node::Map(
+                map.into_iter()
+                    .map(|(k, v)| {
+                        let node = match v {
+                            Value::Array(items) if k.eq_ignore_ascii_case("submessages") => {
+                                Node::Array(items.into_iter().map(Node::json_level).collect())
+                            }
+                            other => Node::Json(other),
+                        };
+                        (k, node)
+                    })
+                    .collect(),
+            ),
+            other => Node::Json(other),
+        }
+    }
+
+    /// One level of a JSON document: an object's fields as nodes, their values left whole.
+    fn json_level(value: Value) -> Node {
+        match value {
+            Value::Object(map) => Node::Map(map.into_iter().map(|(k, v)| (k, Node::Json(v))).collect()),
             other => Node::Json(other),
         }
     }
@@ -216,7 +239,8 @@ impl Node {
 
     fn depth(&self) -> usize {
         match self {
-            Node::Json(_) | Node::Bytes(_) => 0,
+            Node::Json(value) => json_depth(value),
+            Node::Bytes(_) => 0,
             Node::Array(items) => 1 + items.iter().map(Node::depth).max().unwrap_or(0),
             Node::Map(entries) => 1 + entries.iter().map(|(_, v)| v.depth()).max().unwrap_or(0),
         }
@@ -244,6 +268,15 @@ impl Node {
             Node::Json(Value::Object(_)) | Node::Map(_) => "an object",
             Node::Bytes(_) => "a byte string",
         }
+    }
+}
+
+/// How deep arrays and objects nest in `value`, counted as [`Node::depth`] counts them.
+fn json_depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(json_depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(json_depth).max().unwrap_or(0),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => 0,
     }
 }
 

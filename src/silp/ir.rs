@@ -155,31 +155,73 @@ impl Ir {
     /// The canonical compact JSON: pydantic's `model_dump_json(exclude_none=True)` byte for byte
     /// (declared fields in declaration order with defaults, then extras; nulls dropped).
     pub fn to_compact_json(&self) -> String {
-        let mut out = String::with_capacity(256);
-        out.push_str("{\"silp\":");
-        json_text::write_str(&mut out, &self.silp);
-        out.push_str(",\"version\":");
-        json_text::write_str(&mut out, &self.version);
-        out.push_str(",\"intent\":");
-        json_text::write_str(&mut out, &self.intent);
-        out.push_str(",\"entities\":");
-        write_list(&mut out, &self.entities, |out, e| e.write_json(out, Style::CANONICAL));
-        out.push_str(",\"constraints\":");
-        write_list(&mut out, &self.constraints, |out, c| c.write_json(out, Style::CANONICAL));
-        out.push_str(",\"alternatives\":");
-        write_list(&mut out, &self.alternatives, |out, a| a.write_json(out, Style::CANONICAL));
-        out.push_str(",\"meta\":");
-        self.meta.write_json(&mut out);
-        out.push('}');
+        // A typical IR takes 300-500 bytes: one allocation, no regrowth.
+        let mut out = String::with_capacity(512);
+        self.write_compact_json(&mut out);
         out
+    }
+
+    /// [`Ir::to_compact_json`] appended to `out`.
+    pub fn write_compact_json(&self, out: &mut String) {
+        out.push_str("{\"silp\":");
+        json_text::write_str(out, &self.silp);
+        out.push_str(",\"version\":");
+        json_text::write_str(out, &self.version);
+        out.push_str(",\"intent\":");
+        json_text::write_str(out, &self.intent);
+        out.push_str(",\"entities\":");
+        write_list(out, &self.entities, |out, e| e.write_json(out, Style::CANONICAL));
+        out.push_str(",\"constraints\":");
+        write_list(out, &self.constraints, |out, c| c.write_json(out, Style::CANONICAL));
+        out.push_str(",\"alternatives\":");
+        write_list(out, &self.alternatives, |out, a| a.write_json(out, Style::CANONICAL));
+        out.push_str(",\"meta\":");
+        self.meta.write_json(out);
+        out.push('}');
     }
 
     /// `"sha256:" + hex(sha256(compact JSON))`, the reference's `CompileLock.ir_hash`.
     pub fn ir_hash(&self) -> String {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(self.to_compact_json().as_bytes());
+        // Spelled out on the stack, then copied once.
+        let mut hex = [0u8; 64];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(digest.iter()) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0xf)];
+        }
         let mut hash = String::with_capacity(71);
         hash.push_str("sha256:");
-        crate::util::hash::push_hex(&mut hash, &Sha256::digest(self.to_compact_json().as_bytes()));
+        hash.push_str(std::str::from_utf8(&hex).expect("hex digits are ASCII"));
         hash
+    }
+
+    /// True when every string of the IR, extras and their keys included, is ASCII: then it
+    /// holds nothing the sanitiser strips, and an IR read from a tree holds every string of
+    /// that tree (declared keys are ASCII, nulls and numbers hold none).
+    pub fn is_ascii(&self) -> bool {
+        let opt = |t: &Option<Text>| t.as_deref().is_none_or(str::is_ascii);
+        self.silp.is_ascii()
+            && self.version.is_ascii()
+            && self.intent.is_ascii()
+            && self
+                .entities
+                .iter()
+                .all(|e| e.id.is_ascii() && e.value.is_ascii() && opt(&e.action) && extras_ascii(&e.extra))
+            && self
+                .constraints
+                .iter()
+                .all(|c| c.kind.is_ascii() && c.value.is_ascii() && opt(&c.time) && extras_ascii(&c.extra))
+            && self
+                .alternatives
+                .iter()
+                .all(|a| a.action.is_ascii() && opt(&a.target) && opt(&a.location) && extras_ascii(&a.extra))
+            && self.meta.seq.iter().all(|s| s.is_ascii())
+            && self.meta.out.is_ascii()
+            && opt(&self.meta.next_agent)
+            && self.meta.req_id.is_ascii()
+            && opt(&self.meta.session_id)
+            && extras_ascii(&self.meta.extra)
     }
 
     /// The canonical compact JSON parsed back into a value, for comparisons and output.
@@ -231,7 +273,7 @@ impl Meta {
         out.push_str("{\"priority\":");
         out.push_str(itoa::Buffer::new().format(self.priority));
         out.push_str(",\"confidence\":");
-        json_text::write_float(out, self.confidence, FloatStyle::Pydantic);
+        write_confidence(out, self.confidence);
         out.push_str(",\"seq\":");
         write_list(out, &self.seq, |out, s| json_text::write_str(out, s));
         out.push_str(",\"out\":");
@@ -242,6 +284,44 @@ impl Meta {
         write_opt(out, "session_id", self.session_id.as_deref(), Style::CANONICAL);
         json_text::write_extras(out, &self.extra, Style::CANONICAL);
         out.push('}');
+    }
+}
+
+/// Writes a confidence as pydantic does. Most are a decimal `0.d` .. `0.dddd`: when `f` is the
+/// double nearest to one, that decimal is its shortest round-trip spelling (doubles there lie
+/// far closer together than 1e-4, so no other decimal of as few digits is nearest to `f`, and
+/// fewer digits are tried first), written in fixed notation, without formatting machinery.
+fn write_confidence(out: &mut String, f: f64) {
+    if f > 0.0 && f < 1.0 {
+        let mut scale = 1.0;
+        for places in 1..=4usize {
+            scale *= 10.0;
+            let m = (f * scale).round();
+            // `m / scale` is the double nearest to the decimal m·10^-places: IEEE division
+            // rounds the exact quotient of two exactly held values.
+            if m / scale == f {
+                let mut buffer = itoa::Buffer::new();
+                let digits = buffer.format(m as u32);
+                out.push_str("0.");
+                out.extend(std::iter::repeat_n('0', places - digits.len()));
+                out.push_str(digits);
+                return;
+            }
+        }
+    }
+    json_text::write_float(out, f, FloatStyle::Pydantic);
+}
+
+fn extras_ascii(extras: &Extras) -> bool {
+    extras.iter().all(|(k, v)| k.is_ascii() && value_ascii(v))
+}
+
+fn value_ascii(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.is_ascii(),
+        Value::Array(items) => items.iter().all(value_ascii),
+        Value::Object(map) => extras_ascii(map),
+        Value::Null | Value::Bool(_) | Value::Number(_) => true,
     }
 }
 
@@ -342,4 +422,61 @@ fn meta_from(obj: &Map<String, Value>) -> Meta {
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(f: f64) -> (String, String) {
+        let (mut fast, mut general) = (String::new(), String::new());
+        write_confidence(&mut fast, f);
+        json_text::write_float(&mut general, f, FloatStyle::Pydantic);
+        (fast, general)
+    }
+
+    #[test]
+    fn confidences_are_spelled_as_the_general_float_writer_spells_them() {
+        for places in 1..=6 {
+            let scale = 10f64.powi(places);
+            for m in 0..=(scale as u32) {
+                let f = f64::from(m) / scale;
+                for g in [f, f64::from_bits(f.to_bits() + 1), f64::from_bits(f.to_bits().saturating_sub(1))] {
+                    let (fast, general) = both(g);
+                    assert_eq!(fast, general, "{g:e}");
+                }
+            }
+        }
+        for f in [1e-5, 1e-7, 0.3333333333333333, 0.1 + 0.2, 1.0, 0.0, -0.5] {
+            let (fast, general) = both(f);
+            assert_eq!(fast, general, "{f:e}");
+        }
+    }
+
+    #[test]
+    fn the_ir_hash_is_sha256_of_the_compact_json_in_lower_case_hex() {
+        let mut ir = Ir::unfilled();
+        ir.intent = Text::const_new("!SEARCH");
+        ir.meta.req_id = Text::const_new("abcd");
+        let expected = format!("sha256:{}", crate::util::hash::sha256_hex(ir.to_compact_json().as_bytes()));
+        assert_eq!(ir.ir_hash(), expected);
+    }
+
+    #[test]
+    fn ascii_is_judged_over_every_string_extras_included() {
+        let mut ir = Ir::unfilled();
+        ir.intent = Text::const_new("!SEARCH");
+        ir.meta.req_id = Text::const_new("abcd");
+        assert!(ir.is_ascii());
+        let mut c = Constraint::new("rating", "4");
+        c.extra.insert("note".into(), serde_json::json!({"k": ["a", "b\u{200b}"]}));
+        ir.constraints.push(c);
+        assert!(!ir.is_ascii());
+        ir.constraints[0].extra = Extras::new();
+        ir.constraints[0].extra.insert("n\u{e9}".into(), Value::Null);
+        assert!(!ir.is_ascii());
+        ir.constraints.clear();
+        ir.meta.session_id = Some(Text::from("\u{430}b"));
+        assert!(!ir.is_ascii());
+    }
 }

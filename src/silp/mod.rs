@@ -18,6 +18,7 @@ pub mod req_id;
 pub mod sanitize;
 pub mod schema;
 pub mod tokens;
+pub mod tree;
 pub mod typed;
 pub mod validate;
 pub mod whitelist;

@@ -6,7 +6,8 @@
 //! This is the fast path only. When it refuses a text, the caller goes through the schema
 //! validator ([`super::schema`]), which stays the reference for what the schema says and words
 //! the error with its JSON path; `tests/silp_schema_differential.rs` holds the two to the same
-//! verdict on every input it generates.
+//! verdict on every input it generates. A value already parsed is walked by [`super::tree`],
+//! with the same checks.
 //!
 //! Unknown fields of the extensible objects keep serde_json's map semantics (a repeated key
 //! keeps its first position and its last value), exactly what the tree path builds; a repeated
@@ -32,9 +33,26 @@ pub fn read(text: &str) -> Result<Ir, Refused> {
 }
 
 /// Reads an IR from a JSON value that is already parsed (an NLIP envelope's content), with the
-/// same checks; a value has no repeated keys, so here a refusal always means the schema's.
+/// same checks, walking the tree directly ([`super::tree`]); a value has no repeated keys, so
+/// here a refusal always means the schema's.
 pub fn from_value(value: &Value) -> Result<Ir, Refused> {
-    value.deserialize_map(RootVisitor { req_id: None }).map_err(|_| Refused)
+    super::tree::read(value, None).map(|(ir, _)| ir)
+}
+
+/// What a reader of a parsed value saw besides the IR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Noted {
+    /// `meta.out` was given: the sender chose the frontend, rather than the default.
+    pub out_given: bool,
+}
+
+/// [`from_value`], noting whether `meta.out` was given, which the IR alone cannot tell from
+/// the default.
+///
+/// # Errors
+/// [`Refused`] as [`from_value`].
+pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
+    super::tree::read(value, None)
 }
 
 /// [`from_value`] for an IR whose `meta.req_id` is assigned by the reader when it has none: as
@@ -47,7 +65,7 @@ pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> 
     if !is_req_id(req_id) {
         return Err(Refused);
     }
-    value.deserialize_map(RootVisitor { req_id: Some(req_id) }).map_err(|_| Refused)
+    super::tree::read(value, Some(req_id)).map(|(ir, _)| ir)
 }
 
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
@@ -57,12 +75,12 @@ fn refuse<E: de::Error>() -> E {
 }
 
 /// `^v\d+$` as the schema validator compiles it (`\d` is ASCII there).
-fn is_silp_version(s: &str) -> bool {
+pub(crate) fn is_silp_version(s: &str) -> bool {
     s.len() >= 2 && s.starts_with('v') && s.bytes().skip(1).all(|b| b.is_ascii_digit())
 }
 
 /// `^[a-f0-9]{4,8}$`.
-fn is_req_id(s: &str) -> bool {
+pub(crate) fn is_req_id(s: &str) -> bool {
     (4..=8).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
 }
 

@@ -6,6 +6,7 @@ use super::schema;
 use super::whitelist;
 use serde::Serialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// Validator settings.
@@ -60,18 +61,25 @@ pub fn validate_value(value: &Value, options: ValidateOptions) -> Report {
 
 /// Runs the eight rules on a schema-valid IR.
 pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
+    let errors = errors(ir, options);
+    let warnings = warnings(ir);
+    Report { valid: errors.is_empty(), errors, warnings }
+}
+
+/// The rules that make an IR invalid (whitelist, duplicate_entity_id, operator_validity), in
+/// the order [`validate`] reports them; for a caller that needs only the verdict.
+pub fn errors(ir: &Ir, options: ValidateOptions) -> Vec<String> {
     let mut errors = Vec::new();
-    let mut warnings = Vec::new();
 
     if options.enforce_whitelist {
-        check_verb(&mut errors, "intent", &ir.intent);
+        check_verb(&mut errors, || "intent".into(), &ir.intent);
         for e in &ir.entities {
             if let Some(action) = &e.action {
-                check_verb(&mut errors, &format!("entity[{}].action", e.id), action);
+                check_verb(&mut errors, || format!("entity[{}].action", e.id).into(), action);
             }
         }
         for a in &ir.alternatives {
-            check_verb(&mut errors, "alternative.action", &a.action);
+            check_verb(&mut errors, || "alternative.action".into(), &a.action);
         }
     }
 
@@ -87,8 +95,8 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
 
     for c in &ir.constraints {
         if let Some(op) = c.extra.get("operator").filter(|v| !v.is_null()) {
-            let op_text = op.as_str().map_or_else(|| op.to_string(), str::to_owned);
-            if !VALID_OPERATORS.contains(&op_text.as_str()) {
+            let op_text: Cow<str> = op.as_str().map_or_else(|| op.to_string().into(), Cow::Borrowed);
+            if !VALID_OPERATORS.contains(&&*op_text) {
                 errors.push(format!(
                     "constraint type='{}': invalid operator '{}'. Must be one of: {}",
                     c.kind,
@@ -98,6 +106,13 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
             }
         }
     }
+    errors
+}
+
+/// The rules that only warn, in the order [`validate`] reports them.
+fn warnings(ir: &Ir) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let ids = Ids::new(&ir.entities);
 
     for c in &ir.constraints {
         if c.kind.starts_with('!') && c.value.to_lowercase() == "true" {
@@ -135,8 +150,7 @@ pub fn validate(ir: &Ir, options: ValidateOptions) -> Report {
     if ir.entities.is_empty() {
         warnings.push("IR has no entities — most real tasks have at least one argument".to_owned());
     }
-
-    Report { valid: errors.is_empty(), errors, warnings }
+    warnings
 }
 
 /// Entity id lookups. Typical IRs have a handful of entities and are scanned; large ones (a
@@ -177,12 +191,12 @@ impl<'a> Ids<'a> {
     }
 }
 
-fn check_verb(errors: &mut Vec<String>, label: &str, code: &str) {
+fn check_verb<'a>(errors: &mut Vec<String>, label: impl FnOnce() -> Cow<'a, str>, code: &str) {
     let verb = code.strip_prefix('!').unwrap_or(code);
     if whitelist::is_approved(verb) {
         return;
     }
-    let mut message = format!("{label}: verb '{verb}' not in whitelist.");
+    let mut message = format!("{}: verb '{verb}' not in whitelist.", label());
     if let Some(replacement) = whitelist::replacement(verb) {
         message.push_str(&format!(" Use !{replacement} instead."));
     }

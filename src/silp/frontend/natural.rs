@@ -3,6 +3,7 @@
 
 use crate::silp::ir::Ir;
 use crate::util::json_text;
+use std::borrow::Cow;
 
 /// Compiles an IR to one English sentence.
 pub fn compile(ir: &Ir) -> String {
@@ -102,7 +103,7 @@ fn operator_phrase(op: &str) -> &str {
 }
 
 /// The English verb for an action code; the reference's table, lower case otherwise.
-fn verb_phrase(action: &str) -> String {
+fn verb_phrase(action: &str) -> Cow<'static, str> {
     let verb = action.strip_prefix('!').unwrap_or(action);
     let phrase = match verb {
         "CANCEL" => "cancel",
@@ -118,7 +119,7 @@ fn verb_phrase(action: &str) -> String {
         "UPDATE" => "update",
         "ESCALATE" => "escalate",
         "SUGGEST" => "suggest",
-        other => return other.to_lowercase(),
+        other => return Cow::Owned(other.to_lowercase()),
     };
-    phrase.to_owned()
+    Cow::Borrowed(phrase)
 }
