@@ -23,6 +23,22 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The store's sled database opened directly, to plant or inspect raw records. sled lets go
+/// of its file lock a moment after a store is dropped (its I/O threads finish first), so an
+/// open right after a drop waits for it, as `SledStore::open` does.
+fn raw_db(dir: &Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(e) if e.to_string().contains("acquire lock") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot open {}: {e}", dir.display()),
+        }
+    }
+}
+
 fn freeze(hash: &str, frontend: Frontend, output: &str) -> Freeze {
     Freeze { ir_hash: format!("sha256:{hash}"), frontend, output: output.into() }
 }
@@ -202,7 +218,7 @@ fn the_ledger_is_bounded_by_age_and_size() {
 fn a_store_of_another_schema_version_is_refused() {
     let dir = temp_dir("schema");
     {
-        let db = sled::open(&dir).unwrap();
+        let db = raw_db(&dir);
         db.insert("meta:schema_version", "0").unwrap();
         db.flush().unwrap();
     }
@@ -341,7 +357,7 @@ fn lock_key(seq: u64) -> Vec<u8> {
 fn deleting_the_last_records_and_rewriting_the_head_without_the_key_is_caught() {
     let dir = filled_store("head", Some(KEY));
     {
-        let db = sled::open(&dir).unwrap();
+        let db = raw_db(&dir);
         let records = raw_records(&db);
         // Drop the last record and its index entry, and write a head for the shorter chain
         // the way anyone without the key can: with plain SHA-256.
@@ -365,7 +381,7 @@ fn deleting_the_last_records_and_rewriting_the_head_without_the_key_is_caught() 
 fn an_index_entry_pointed_at_another_record_is_caught() {
     let dir = filled_store("index", None);
     {
-        let db = sled::open(&dir).unwrap();
+        let db = raw_db(&dir);
         let records = raw_records(&db);
         let ir_hash = records[1]["ir_hash"].as_str().unwrap();
         db.insert([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat(), &2u64.to_be_bytes()).unwrap();
@@ -427,7 +443,7 @@ fn a_key_shorter_than_32_bytes_is_refused_and_never_shown() {
 fn a_store_of_the_previous_layout_is_migrated_with_its_key_and_refused_with_another() {
     let write_v3 = |name: &str| {
         let dir = temp_dir(name);
-        let db = sled::open(&dir).unwrap();
+        let db = raw_db(&dir);
         let sealer = Sealer::new(Some(KEY.to_vec())).unwrap();
         let mut prev = GENESIS.to_owned();
         for seq in 0..3u64 {
@@ -454,7 +470,7 @@ fn a_store_of_the_previous_layout_is_migrated_with_its_key_and_refused_with_anot
         let store = SledStore::open(&dir, Some(KEY.to_vec())).unwrap();
         assert_eq!(store.verify_lock(), Ok(3));
     }
-    let db = sled::open(&dir).unwrap();
+    let db = raw_db(&dir);
     assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
     drop(db);
     let (code, out, err) = verify_store(&dir, Some(KEY));
@@ -554,7 +570,7 @@ fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
         store.flush().unwrap();
     }
     {
-        let db = sled::open(&dir).unwrap();
+        let db = raw_db(&dir);
         db.insert("meta:schema_version", "4").unwrap();
         db.insert("sid:aa", "conv-old").unwrap();
         db.flush().unwrap();
@@ -563,7 +579,7 @@ fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
     let session = store.session_by_token("conv-old").unwrap().expect("its sessions are kept");
     assert_eq!(session.turns, 1);
     drop(store);
-    let db = sled::open(&dir).unwrap();
+    let db = raw_db(&dir);
     assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
     assert_eq!(db.scan_prefix("sid:").count(), 0, "the allocation index is gone");
 }
