@@ -159,7 +159,6 @@ impl Amqp {
                     info!(broker = %node, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
                     backoff.reset();
                     let since = std::time::Instant::now();
-                    self.health.connected(&node);
                     let ended =
                         self.consume(&connection, &consume, publish, (&node, user), shutdown.clone()).await;
                     self.health.disconnected();
@@ -395,6 +394,10 @@ impl Amqp {
             })
             .unzip();
 
+        // Ready only now: agents can be published to (the link is up) and every queue is
+        // consumed from. Saying so at connect time let a door take a message that then found
+        // no broker to deliver it through.
+        self.health.connected(broker);
         let mut rebalance = tokio::time::interval(REBALANCE_TICK);
         // A cluster instance told to stop first hands its partitions on (until this deadline).
         let mut leaving: Option<tokio::time::Instant> = None;
