@@ -69,14 +69,34 @@ fn handle(c: &mut Criterion) {
     });
 }
 
-/// `calls` calls of `handle` on fresh envelopes, or with `setup_only` just the envelopes.
-fn count(calls: u64, setup_only: bool) {
+/// What [`count`] repeats.
+#[derive(Clone, Copy, PartialEq)]
+enum Counted {
+    /// `handle` on a fresh copy of a decoded envelope.
+    Handle,
+    /// Only the copy and its drop, to subtract.
+    Setup,
+    /// JSON bytes -> decode -> `handle` -> encode JSON bytes, everything dropped.
+    Wire,
+}
+
+/// `calls` repetitions of `what`, for a CPU-time count under `perf stat` without criterion.
+fn count(calls: u64, what: Counted) {
     let gateway = gateway();
-    let message = nlip::decode(envelope().as_bytes(), Encoding::Json, &Limits::default()).unwrap();
+    let text = envelope();
+    let message = nlip::decode(text.as_bytes(), Encoding::Json, &Limits::default()).unwrap();
     let origin = Origin::new(Transport::Amqp, "ingress");
     for _ in 0..calls {
+        if what == Counted::Wire {
+            let message =
+                nlip::decode(black_box(text.as_bytes()), Encoding::Json, &Limits::default()).unwrap();
+            let outcome =
+                gateway.handle(Inbound { envelope: message, origin: origin.clone(), received_at: 1 });
+            drop(black_box(nlip::encode(&outcome.outbound[0].envelope, Encoding::Json)));
+            continue;
+        }
         let inbound = Inbound { envelope: message.clone(), origin: origin.clone(), received_at: 1 };
-        if setup_only {
+        if what == Counted::Setup {
             drop(black_box(inbound));
         } else {
             let outcome = gateway.handle(black_box(inbound));
@@ -91,7 +111,13 @@ criterion_group!(benches, handle);
 fn main() {
     if let Ok(spec) = std::env::var("GATEWAY_BENCH_CALLS") {
         let (calls, mode) = spec.split_once(',').unwrap_or((&spec, ""));
-        count(calls.parse().expect("GATEWAY_BENCH_CALLS=N or N,setup"), mode == "setup");
+        let what = match mode {
+            "" => Counted::Handle,
+            "setup" => Counted::Setup,
+            "wire" => Counted::Wire,
+            other => panic!("GATEWAY_BENCH_CALLS=N, N,setup or N,wire; not {other}"),
+        };
+        count(calls.parse().expect("GATEWAY_BENCH_CALLS=N[,setup|,wire]"), what);
         return;
     }
     benches();

@@ -84,6 +84,22 @@ fn a_field_given_twice_in_different_case_is_an_error() {
     assert!(e.message.contains("given twice"), "{e}");
 }
 
+/// Two readers of a message with two `content` fields may each act on a different one; the
+/// message is refused instead of read as whichever came last (JSON and CBOR alike).
+#[test]
+fn a_field_given_twice_in_the_same_spelling_is_an_error_at_any_level() {
+    let e =
+        decode_json(r#"{"format":"text","subformat":"x","content":"safe","content":"other"}"#).unwrap_err();
+    assert_eq!(e.path.as_deref(), Some("content"), "{e}");
+    assert!(e.message.contains("given twice"), "{e}");
+    let e = decode_json(
+        r#"{"format":"text","subformat":"x","content":"y","submessages":[{"format":"text","format":"binary","subformat":"x","content":"y"}]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(e.path.as_deref(), Some("submessages[0].format"), "{e}");
+    assert!(e.message.contains("given twice"), "{e}");
+}
+
 #[test]
 fn unknown_fields_are_kept_in_their_spelling_and_order() {
     let text = r#"{"format":"text","subformat":"english","content":"hi","X-Trace":{"a":1},"zeta":null,"submessages":[{"format":"text","subformat":"english","content":"s","Weight":0.5,"messagetype":"odd"}]}"#;

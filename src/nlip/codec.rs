@@ -12,6 +12,9 @@ use super::message::{Content, Format, Message, Submessage};
 use crate::util::json_text::{self, Style};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::Deserialize;
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 /// The wire encoding of a message.
@@ -83,15 +86,19 @@ pub fn decode(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result<Messa
     check_items(bytes, encoding, limits.max_items)?;
     let node = match encoding {
         Encoding::Json => {
-            let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+            let mut reader = serde_json::Deserializer::from_slice(bytes);
+            let read = JsonLevel::Message.deserialize(&mut reader).and_then(|node| {
+                reader.end()?;
+                Ok(node)
+            });
+            read.map_err(|e| {
                 let kind = if e.to_string().contains("recursion limit") {
                     NlipErrorKind::TooComplex
                 } else {
                     NlipErrorKind::InvalidEncoding
                 };
                 NlipError::new(kind, format!("not valid JSON: {e}"))
-            })?;
-            Node::from_json(value)
+            })?
         }
         Encoding::Cbor => {
             let value: ciborium::Value =
@@ -116,6 +123,11 @@ pub fn decode(bytes: &[u8], encoding: Encoding, limits: &Limits) -> Result<Messa
 
 /// Refuses a message holding more values than `max_items` before any of them is built.
 fn check_items(bytes: &[u8], encoding: Encoding, max_items: usize) -> Result<(), NlipError> {
+    // Every value starts at a byte of its own, in JSON and in CBOR: a message no longer than
+    // the limit cannot hold more values than the limit, and most messages are far shorter.
+    if bytes.len() <= max_items {
+        return Ok(());
+    }
     let items = match encoding {
         Encoding::Json => super::items::json(bytes, max_items),
         Encoding::Cbor => super::items::cbor(bytes, max_items),
@@ -175,34 +187,6 @@ enum Node {
 }
 
 impl Node {
-    /// The message level of a JSON document.
-    fn from_json(value: Value) -> Node {
-        match value {
-            Value::Object(map) => Node::Map(
-                map.into_iter()
-                    .map(|(k, v)| {
-                        let node = match v {
-                            Value::Array(items) if k.eq_ignore_ascii_case("submessages") => {
-                                Node::Array(items.into_iter().map(Node::json_level).collect())
-                            }
-                            other => Node::Json(other),
-                        };
-                        (k, node)
-                    })
-                    .collect(),
-            ),
-            other => Node::Json(other),
-        }
-    }
-
-    /// One level of a JSON document: an object's fields as nodes, their values left whole.
-    fn json_level(value: Value) -> Node {
-        match value {
-            Value::Object(map) => Node::Map(map.into_iter().map(|(k, v)| (k, Node::Json(v))).collect()),
-            other => Node::Json(other),
-        }
-    }
-
     fn from_cbor(value: ciborium::Value) -> Result<Node, NlipError> {
         use ciborium::Value as C;
         let invalid = |m: String| NlipError::new(NlipErrorKind::InvalidEncoding, m);
@@ -268,6 +252,88 @@ impl Node {
             Node::Json(Value::Object(_)) | Node::Map(_) => "an object",
             Node::Bytes(_) => "a byte string",
         }
+    }
+}
+
+/// Reads a JSON message straight into its levels: the message's fields, and in a
+/// `submessages` array each submessage's fields, as entries in the order written, their
+/// values as `serde_json` trees. Building those levels as maps first, only to take them apart
+/// again, cost a hash and an allocation per field; and a map keeps one of two fields of the
+/// same name where the entries keep both, so a message that names a field twice is refused,
+/// as in CBOR, instead of read as whichever came last. Anything that is not the level
+/// expected is kept whole, for the error that names what it is.
+#[derive(Clone, Copy)]
+enum JsonLevel {
+    Message,
+    Submessages,
+    Submessage,
+}
+
+impl<'de> DeserializeSeed<'de> for JsonLevel {
+    type Value = Node;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for JsonLevel {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an NLIP message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+        if let JsonLevel::Submessages = self {
+            return Value::deserialize(MapAccessDeserializer::new(map)).map(Node::Json);
+        }
+        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(6));
+        while let Some(key) = map.next_key::<String>()? {
+            let node = match self {
+                JsonLevel::Message if key.eq_ignore_ascii_case("submessages") => {
+                    map.next_value_seed(JsonLevel::Submessages)?
+                }
+                _ => Node::Json(map.next_value()?),
+            };
+            entries.push((key, node));
+        }
+        Ok(Node::Map(entries))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        let JsonLevel::Submessages = self else {
+            return Value::deserialize(SeqAccessDeserializer::new(seq)).map(Node::Json);
+        };
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(2));
+        while let Some(item) = seq.next_element_seed(JsonLevel::Submessage)? {
+            items.push(item);
+        }
+        Ok(Node::Array(items))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Json(Value::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Json(Value::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Json(Value::from(v)))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+        Ok(Node::Json(Value::from(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::Json(Value::String(v.to_owned())))
+    }
+
+    fn visit_unit<E>(self) -> Result<Node, E> {
+        Ok(Node::Json(Value::Null))
     }
 }
 
