@@ -3,8 +3,9 @@
 # instances on the local RabbitMQ, and round trips of a small text envelope through instance
 # a's HTTP and WebSocket doors (benches/latency.rs: sequential, one keep-alive connection,
 # median and p99 of 1,000 after 200 warm-up), without a conversation token (taken by a itself)
-# and with one (forwarded through the partition exchange to its owner, the reply back through
-# a's reply queue). The echo route answers at once, so the difference is the forwarding.
+# and with one (forwarded through the partition exchange to its owner, the reply back on
+# RabbitMQ's direct reply-to). The echo route answers at once, so the difference is the
+# forwarding.
 # The last line is
 #   front door round trip median us: http local X forwarded Y, ws local Z forwarded W
 set -euo pipefail
@@ -17,6 +18,8 @@ rabbitmq-plugins enable -q rabbitmq_consistent_hash_exchange >/dev/null
 
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release --quiet --bin silpgate
+# SILPGATE_BENCH_BIN=PATH runs another build of silpgate (an earlier one, for a before/after).
+silpgate=${SILPGATE_BENCH_BIN:-$target/release/silpgate}
 cargo bench --quiet --bench latency --no-run 2>/dev/null
 
 prefix="silpgate-bench-forward.$$"
@@ -68,7 +71,7 @@ changelog_prefix = "$prefix.log"
 lock_stream = "$prefix.lock"
 instance = "$instance"
 TOML
-  "$target/release/silpgate" run --config "$work/$instance.toml" --listen "127.0.0.1:$port" \
+  "$silpgate" run --config "$work/$instance.toml" --listen "127.0.0.1:$port" \
     --store "$work/$instance-store" 2>"$work/$instance.log" &
   pids+=($!)
 }

@@ -630,3 +630,58 @@ async fn an_answer_stuck_in_retries_does_not_hold_back_the_acknowledgements_behi
     names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// An RPC client that names RabbitMQ's direct reply-to as its reply address (it consumes
+/// `amq.rabbitmq.reply-to` on the channel it publishes from) gets its reply there. RabbitMQ
+/// reports a mandatory publish to such an address as unroutable even when it delivers it, so
+/// silpgate must publish it otherwise, and the request is acknowledged, not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rpc_client_on_direct_reply_to_gets_its_reply() {
+    use futures_util::StreamExt;
+    use lapin::options::BasicConsumeOptions;
+    use silpgate::broker::publish::DIRECT_REPLY_TO;
+
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("direct-reply");
+    let dir = broker::temp_dir("amqp-direct-reply");
+    let (connection, channel) = broker::channel().await;
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "", false), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    let no_ack = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+    let mut replies = channel
+        .basic_consume(DIRECT_REPLY_TO.into(), "rpc-client".into(), no_ack, FieldTable::default())
+        .await
+        .unwrap();
+    let request = props(7).with_reply_to(DIRECT_REPLY_TO.into());
+    let one = vec![(names.inbound(), broker::envelope(7, 0, Some("decode")), request)];
+    broker::publish_all(&channel, &names.inbound_exchange(), one).await;
+
+    let reply = tokio::time::timeout(LONG, async {
+        loop {
+            let delivery = replies.next().await.expect("the consumer stays open").expect("a delivery");
+            let message = nlip::decode(&delivery.data, Encoding::Json, &Limits::default()).unwrap();
+            if !message.is_control() {
+                return (delivery, message);
+            }
+        }
+    })
+    .await
+    .expect("the reply arrives on direct reply-to");
+    assert_eq!(reply.0.properties.correlation_id().as_ref().map(|c| c.as_str()), Some("c-7"));
+    assert_eq!(reply.1.subformat, "silp-ir", "decoded back for the sender");
+    // A publish taken for a failure would be retried, and each retry sends the reply again.
+    let again = tokio::time::timeout(Duration::from_secs(2), replies.next()).await;
+    let again = again.ok().flatten().and_then(Result::ok).map(|d| d.properties.message_id().clone());
+    assert_eq!(again, None, "one reply, not published again by a retry");
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    // Whatever the daemon had not acknowledged is back in its queue now.
+    for queue in [names.inbound(), names.dead()] {
+        let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        let left =
+            channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await.unwrap();
+        assert_eq!(left.message_count(), 0, "{queue}: the request was acknowledged, not dead-lettered");
+    }
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
+}

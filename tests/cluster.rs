@@ -831,3 +831,78 @@ async fn front_door_turns_are_counted_once_by_their_partition_owner() {
     })
     .await;
 }
+
+/// A forwarded turn's replies come back on RabbitMQ's direct reply-to: the reply reaches the
+/// forwarding channel's consumer while it is there (RabbitMQ returns it as unroutable if it is
+/// published as mandatory, so it is not), and once that client has gone a reply to it is
+/// dropped by the broker but still confirmed, so the partition owner, which publishes it with
+/// its turn, does not retry the turn for nobody. A reply to a queue that does not exist still
+/// fails.
+#[tokio::test]
+async fn a_forwarded_reply_reaches_its_waiting_channel_and_one_for_a_gone_client_is_not_a_failure() {
+    use lapin::options::{BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
+    use silpgate::broker::publish::{DIRECT_REPLY_TO, Publication, PublishError, Publisher};
+
+    let (connection, channel) = broker::channel().await;
+    let publisher = Publisher::new(channel, Duration::from_secs(10));
+    let options =
+        QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+    let requests =
+        publisher.channel().queue_declare("".into(), options, FieldTable::default()).await.unwrap();
+
+    // The forwarding side: consumes direct reply-to on the channel it sends its request from.
+    let forwarder = connection.create_channel().await.unwrap();
+    let no_ack = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+    let mut replies = forwarder
+        .basic_consume(DIRECT_REPLY_TO.into(), "forwarder".into(), no_ack, FieldTable::default())
+        .await
+        .unwrap();
+    forwarder
+        .basic_publish(
+            "".into(),
+            requests.name().as_str().into(),
+            BasicPublishOptions::default(),
+            b"request",
+            BasicProperties::default().with_reply_to(DIRECT_REPLY_TO.into()),
+        )
+        .await
+        .unwrap();
+
+    // The owner's side: the address the broker wrote into the request.
+    let request = tokio::time::timeout(LONG, async {
+        loop {
+            let got = publisher
+                .channel()
+                .basic_get(requests.name().as_str().into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap();
+            if let Some(message) = got {
+                return message;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the request arrives");
+    let address =
+        request.delivery.properties.reply_to().clone().expect("the request names its reply address");
+    assert!(address.as_str().starts_with(DIRECT_REPLY_TO), "{address:?}");
+    let reply = |routing_key| Publication {
+        exchange: "",
+        routing_key,
+        body: b"reply".to_vec(),
+        properties: BasicProperties::default(),
+    };
+
+    publisher.publish_all(vec![reply(address.as_str())]).await.expect("a reply to a waiting client");
+    let delivered = tokio::time::timeout(LONG, replies.next()).await.expect("the reply comes back");
+    assert_eq!(delivered.expect("a delivery").expect("not an error").data, b"reply");
+
+    forwarder.close(200, "gone".into()).await.unwrap();
+    publisher
+        .publish_all(vec![reply(address.as_str())])
+        .await
+        .expect("a reply to a client that has gone is dropped, not failed");
+    let missing = publisher.publish_all(vec![reply("sgtest.no-such-queue")]).await;
+    assert!(matches!(missing, Err(PublishError::Unroutable { .. })), "{missing:?}");
+}

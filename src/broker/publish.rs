@@ -1,6 +1,11 @@
-//! Publishing that is safe by construction: every message is persistent and mandatory, and a
-//! publish succeeds only when the broker confirms it. A message the broker returns as
-//! unroutable is confirmed too (RabbitMQ confirms guide), so a return is a failure here.
+//! Publishing that is safe by construction: every message is mandatory, and a publish
+//! succeeds only when the broker confirms it. A message the broker returns as unroutable is
+//! confirmed too (RabbitMQ confirms guide), so a return is a failure here.
+//!
+//! One exception: a reply to a [direct reply-to](DIRECT_REPLY_TO) address goes to a waiting
+//! client's channel, not to a queue, and RabbitMQ returns a mandatory publish to it as
+//! unroutable even when it delivers it. It is published without `mandatory`: when the client
+//! has gone the reply is worth nothing, and its absence is not a failure to retry.
 
 use lapin::Confirmation;
 use lapin::options::BasicPublishOptions;
@@ -33,6 +38,11 @@ impl PublishError {
         }
     }
 }
+
+/// RabbitMQ's direct reply-to pseudo-queue: a client consuming it (without acknowledgements,
+/// on the channel it publishes requests from) gets replies sent to the address the broker puts
+/// in its requests' `reply_to`, which starts with this name, without a queue in between.
+pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
 
 /// One message to publish.
 pub struct Publication<'a> {
@@ -82,7 +92,8 @@ impl Publisher {
     /// # Errors
     /// The channel failed.
     pub async fn send(&self, p: &Publication<'_>) -> Result<Pending, PublishError> {
-        let options = BasicPublishOptions { mandatory: true, immediate: false };
+        let direct_reply = p.exchange.is_empty() && p.routing_key.starts_with(DIRECT_REPLY_TO);
+        let options = BasicPublishOptions { mandatory: !direct_reply, immediate: false };
         let confirm = self
             .channel
             .basic_publish(p.exchange.into(), p.routing_key.into(), options, &p.body, p.properties.clone())

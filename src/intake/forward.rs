@@ -3,13 +3,20 @@
 //! exactly like the conversation's AMQP messages (docs/cluster.md, "Every door partitioned").
 //!
 //! The receiving instance publishes the envelope to the partition exchange, keyed by its
-//! conversation token, with its own reply queue as the reply address and a fresh id as the
-//! correlation; the owner takes it like any partition delivery (session turn, changelog entry,
-//! lock proposals, agent deliveries, one confirm wait, ack) and publishes what the sender is
-//! to hear to that reply queue: a reply route's replies, the agent's answer, an error, or, for
-//! a route that waits for no answer, the confirmation of the agent's delivery. Those replies
-//! have been through the owner's core already, so here they are passed on to the waiting door
-//! as they are ([`Forwards::replied`]), never through this instance's core a second time.
+//! conversation token, with RabbitMQ's direct reply-to as the reply address and a fresh id as
+//! the correlation; the owner takes it like any partition delivery (session turn, changelog
+//! entry, lock proposals, agent deliveries, one confirm wait, ack) and publishes what the
+//! sender is to hear to that address: a reply route's replies, the agent's answer, an error,
+//! or, for a route that waits for no answer, the confirmation of the agent's delivery. Those
+//! replies have been through the owner's core already, so here they are passed on to the
+//! waiting door as they are ([`Forwards::replied`]), never through this instance's core a
+//! second time.
+//!
+//! Direct reply-to, not the instance's durable reply queue: a reply is worth something only to
+//! the door still waiting for it, so it need not be written to disk on its way back (one
+//! quorum-queue commit less per turn), and one whose door is gone (this instance restarted)
+//! is dropped by the broker instead of waiting in a queue for nobody. The turn itself is safe
+//! before any reply leaves the owner.
 //!
 //! One session per conversation in one place is what this buys: turns counted once and in
 //! order with the conversation's AMQP messages, surviving hand-overs and crashes like theirs.

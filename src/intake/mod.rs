@@ -24,7 +24,7 @@ pub mod forward;
 pub mod waiting;
 
 use crate::broker::properties;
-use crate::broker::publish::{Publication, PublishError};
+use crate::broker::publish::{DIRECT_REPLY_TO, Publication, PublishError};
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{AwaitMode, RepliesMode};
 pub use crate::connectors::AnswerError;
@@ -226,7 +226,7 @@ impl Intake {
             key,
             source,
             message_id: &id,
-            reply_to: &link.reply_queue,
+            reply_to: DIRECT_REPLY_TO,
             correlation_id: &id,
             instance,
             user: &link.user,

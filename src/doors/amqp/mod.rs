@@ -36,7 +36,9 @@ use crate::gateway::store::Store;
 use crate::intake::Intake;
 use crate::util::backoff::Backoff;
 use futures_util::StreamExt;
-use lapin::options::{BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
 use std::sync::Arc;
@@ -289,6 +291,23 @@ impl Amqp {
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
         let acks = Arc::new(acks::AckBook::new());
         let (endings, mut ending) = Endings::new();
+        // A cluster's forwarded front-door messages are answered on direct reply-to, which is
+        // consumed on the channel that publishes them, before the first one goes out.
+        let forwarded_replies = match &self.cluster {
+            Some(_) => match publish
+                .basic_consume(
+                    publish::DIRECT_REPLY_TO.into(),
+                    format!("silpgate-{}-forwarded-replies", std::process::id()).as_str().into(),
+                    BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() },
+                    FieldTable::default(),
+                )
+                .await
+            {
+                Ok(consumer) => Some(consumer),
+                Err(e) => return Ended::Lost(e.to_string()),
+            },
+            None => None,
+        };
         let publisher = publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
         let reply_queue = self.reply_queue();
         self.link.send_replace(Some(Link {
@@ -310,6 +329,10 @@ impl Amqp {
             marks,
             acks: acks.clone(),
             cluster: self.cluster.clone(),
+        });
+        let _forwarded_replies = forwarded_replies.map(|replies| {
+            let pipeline = pipeline.clone();
+            AbortOnDrop(tokio::spawn(async move { pipeline.forwarded_replies(replies).await }))
         });
         // Acknowledges what waits above a delivery still in work (see `acks`).
         let _lingering = AbortOnDrop(tokio::spawn({

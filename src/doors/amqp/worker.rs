@@ -650,6 +650,32 @@ impl Pipeline {
         }
     }
 
+    /// Partition owners' replies to the front-door messages this instance forwarded, from
+    /// RabbitMQ's direct reply-to on the publishing channel (see [`crate::intake::forward`]),
+    /// each to its waiting door as it is. Nothing is acknowledged: the broker keeps no copy,
+    /// and a reply whose door has given up is dropped here. Returns when the consumer ends.
+    pub async fn forwarded_replies(&self, mut replies: lapin::Consumer) {
+        use futures_util::StreamExt;
+        while let Some(Ok(delivery)) = replies.next().await {
+            let envelope = Envelope::read(&delivery.properties, false);
+            let Some(correlation) = envelope.correlation_id.as_deref() else {
+                warn!("A reply on direct reply-to without a correlation id dropped.");
+                continue;
+            };
+            let reply = self.decode(&delivery.data, &envelope).unwrap_or_else(|e| {
+                let detail = format!("the partition owner's reply cannot be read: {e}");
+                nlip::reply::error_message(e.kind.code(), &detail, &nlip::reply::Location::None)
+            });
+            if self.intake.forwards().replied(correlation, reply, envelope.reply_place).is_some() {
+                debug!(
+                    correlation_id = correlation,
+                    "A forwarded message's reply came after its door gave up; dropped."
+                );
+            }
+        }
+        self.endings.broken("the direct reply-to consumer ended".to_owned());
+    }
+
     /// An agent's answer from this instance's reply queue, taken to its asker; acknowledged
     /// once the asker's door has it, dead-lettered with the reason when nobody waits for it.
     pub async fn answer(&self, delivery: Delivery, queue: Arc<str>) {
