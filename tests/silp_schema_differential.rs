@@ -1,4 +1,4 @@
-//! The typed IR reader (`silp::typed`, over text and over a parsed value) against the schema
+//! The typed IR readers (`silp::typed` over text, `silp::tree` over a parsed value) against the schema
 //! validator (jsonschema over the shipped schema), which stays the reference for what the
 //! draft's schema allows. Both judge the same text: the public vectors, the property
 //! generator's IRs, and those IRs mutated one place at a time with values chosen at the
@@ -8,6 +8,7 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use silpgate::silp::ir::Ir;
+use silpgate::silp::tree;
 use silpgate::silp::typed::{self, Refused};
 use silpgate::silp::{ErrorCode, schema};
 
@@ -27,7 +28,7 @@ fn agree(text: &str) -> Result<(), String> {
     };
     let violations = schema::violations(&value);
     // The same reader over the parsed tree (the gateway's path) has no repeated keys to meet.
-    match (typed::from_value(&value), violations.is_empty()) {
+    match (tree::from_value(&value), violations.is_empty()) {
         (Ok(ir), true) if ir == Ir::from_schema_valid(&value) => {}
         (Err(Refused), false) => {}
         (other, _) => {

@@ -12,7 +12,7 @@
 
 use crate::nlip::{Content, Format};
 use crate::silp::ir::Ir;
-use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema, typed};
+use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema, tree};
 use crate::util::hash::sha256_hex;
 use serde_json::Value;
 
@@ -154,7 +154,7 @@ pub fn read(
 /// `req_id`, every string ASCII (so nothing for the sanitiser to strip, on or off). `None`
 /// for any other IR: the general path reads it, and words what is wrong with it.
 fn read_plain_ir(value: &Value) -> Result<Option<ReadPayload>, SilpError> {
-    let Ok((ir, noted)) = typed::from_value_noting(value) else { return Ok(None) };
+    let Ok((ir, noted)) = tree::from_value_noting(value) else { return Ok(None) };
     if !ir.is_ascii() {
         return Ok(None);
     }

@@ -42,7 +42,7 @@ pub fn violations(value: &Value) -> Vec<Violation> {
 /// reader ([`super::typed`]) when it accepts the value, else the schema validator, which
 /// decides and names the first violation by its JSON path.
 pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
-    match super::typed::from_value(value) {
+    match super::tree::from_value(value) {
         Ok(ir) => {
             check_version(&ir)?;
             Ok(ir)
@@ -55,7 +55,7 @@ pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
 /// reader takes it as it is; only an IR it refuses is copied, given the `req_id`, and checked
 /// by the schema validator (so that the error is the one the IR with its `req_id` has).
 pub fn parse_ir_assigning(value: &Value, req_id: &str) -> Result<Ir, SilpError> {
-    match super::typed::from_value_assigning(value, req_id) {
+    match super::tree::from_value_assigning(value, req_id) {
         Ok(ir) => {
             check_version(&ir)?;
             Ok(ir)

@@ -1,19 +1,54 @@
 //! An IR read from a JSON value that is already parsed (an NLIP envelope's content), walked
 //! directly: the same checks and the same IR as [`super::typed`]'s reader of text, without
 //! driving serde's deserializer over the tree. `tests/silp_schema_differential.rs` holds this
-//! reader (through `typed::from_value`) to the schema validator's verdict.
+//! reader ([`from_value`]) to the schema validator's verdict.
 //!
 //! A value has no repeated keys, so a refusal here is always the schema's.
 
 use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_action_code};
-use super::typed::{Noted, Refused, is_req_id, is_silp_version};
+use super::typed::{Refused, is_req_id, is_silp_version};
 use serde_json::{Map, Value};
 
-/// Reads the IR in `value`; `req_id` is the one assigned when its meta names none.
+/// Reads an IR from a JSON value, with the checks of [`super::typed::read`]; a value has no
+/// repeated keys, so here a refusal always means the schema's.
 ///
 /// # Errors
-/// [`Refused`] when the value breaks the schema (with `req_id` inserted, when given).
-pub fn read(value: &Value, req_id: Option<&str>) -> Result<(Ir, Noted), Refused> {
+/// [`Refused`] when the value breaks the schema.
+pub fn from_value(value: &Value) -> Result<Ir, Refused> {
+    read(value, None).map(|(ir, _)| ir)
+}
+
+/// What a reader of a parsed value saw besides the IR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Noted {
+    /// `meta.out` was given: the sender chose the frontend, rather than the default.
+    pub out_given: bool,
+}
+
+/// [`from_value`], noting whether `meta.out` was given, which the IR alone cannot tell from
+/// the default.
+///
+/// # Errors
+/// [`Refused`] as [`from_value`].
+pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
+    read(value, None)
+}
+
+/// [`from_value`] for an IR whose `meta.req_id` is assigned by the reader when it has none: as
+/// if `req_id` had been inserted into its meta (or a meta holding only it), without copying
+/// the tree to insert it.
+///
+/// # Errors
+/// [`Refused`] as [`from_value`] would refuse the IR with `req_id` inserted.
+pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> {
+    if !is_req_id(req_id) {
+        return Err(Refused);
+    }
+    read(value, Some(req_id)).map(|(ir, _)| ir)
+}
+
+/// Reads the IR in `value`; `req_id` is the one assigned when its meta names none.
+fn read(value: &Value, req_id: Option<&str>) -> Result<(Ir, Noted), Refused> {
     let root = value.as_object().ok_or(Refused)?;
     let mut ir = Ir::unfilled();
     let mut noted = Noted { out_given: false };
@@ -217,5 +252,35 @@ fn confidence(v: &Value) -> Result<f64, Refused> {
     match n.as_f64() {
         Some(f) if (0.0..=1.0).contains(&f) => Ok(f),
         _ => Err(Refused),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_assigned_req_id_reads_as_if_it_had_been_inserted() {
+        let with_inserted = |text: &str| {
+            let mut value: Value = serde_json::from_str(text).unwrap();
+            let object = value.as_object_mut().unwrap();
+            let meta = object.entry("meta").or_insert_with(|| Value::Object(Default::default()));
+            meta.as_object_mut().unwrap().insert("req_id".into(), Value::String("beef".into()));
+            from_value(&value)
+        };
+        for text in [
+            r#"{"intent":"!CANCEL"}"#,
+            r#"{"intent":"!CANCEL","meta":{}}"#,
+            r#"{"intent":"!CANCEL","meta":{"priority":2,"x-note":"kept"}}"#,
+            r#"{"intent":"!CANCEL","entities":[{"id":"o1","type":"order"}],"meta":{"out":"code"}}"#,
+            r#"{"intent":"cancel"}"#,
+            r#"{"intent":"!CANCEL","meta":{"confidence":2}}"#,
+            r#"{"meta":{}}"#,
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(from_value_assigning(&value, "beef"), with_inserted(text), "{text}");
+        }
+        let value: Value = serde_json::from_str(r#"{"intent":"!CANCEL"}"#).unwrap();
+        assert_eq!(from_value_assigning(&value, "BEEF"), Err(Refused), "the assigned req_id is checked too");
     }
 }

@@ -6,7 +6,7 @@
 //! This is the fast path only. When it refuses a text, the caller goes through the schema
 //! validator ([`super::schema`]), which stays the reference for what the schema says and words
 //! the error with its JSON path; `tests/silp_schema_differential.rs` holds the two to the same
-//! verdict on every input it generates. A value already parsed is walked by [`super::tree`],
+//! verdict on every input it generates. A value already parsed is read by [`super::tree`],
 //! with the same checks.
 //!
 //! Unknown fields of the extensible objects keep serde_json's map semantics (a repeated key
@@ -30,42 +30,6 @@ pub struct Refused;
 pub fn read(text: &str) -> Result<Ir, Refused> {
     let mut de = serde_json::Deserializer::from_str(text);
     de.deserialize_map(RootVisitor { req_id: None }).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
-}
-
-/// Reads an IR from a JSON value that is already parsed (an NLIP envelope's content), with the
-/// same checks, walking the tree directly ([`super::tree`]); a value has no repeated keys, so
-/// here a refusal always means the schema's.
-pub fn from_value(value: &Value) -> Result<Ir, Refused> {
-    super::tree::read(value, None).map(|(ir, _)| ir)
-}
-
-/// What a reader of a parsed value saw besides the IR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Noted {
-    /// `meta.out` was given: the sender chose the frontend, rather than the default.
-    pub out_given: bool,
-}
-
-/// [`from_value`], noting whether `meta.out` was given, which the IR alone cannot tell from
-/// the default.
-///
-/// # Errors
-/// [`Refused`] as [`from_value`].
-pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
-    super::tree::read(value, None)
-}
-
-/// [`from_value`] for an IR whose `meta.req_id` is assigned by the reader when it has none: as
-/// if `req_id` had been inserted into its meta (or a meta holding only it), without copying
-/// the tree to insert it.
-///
-/// # Errors
-/// [`Refused`] as [`from_value`] would refuse the IR with `req_id` inserted.
-pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> {
-    if !is_req_id(req_id) {
-        return Err(Refused);
-    }
-    super::tree::read(value, Some(req_id)).map(|(ir, _)| ir)
 }
 
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
@@ -512,30 +476,5 @@ mod tests {
         let ir = read(r#"{"intent":"!A","meta":{"req_id":"abcd","priority":2.0,"confidence":0}}"#).unwrap();
         assert_eq!(ir.meta.priority, 2);
         assert_eq!(ir.meta.confidence, 0.0);
-    }
-
-    #[test]
-    fn an_assigned_req_id_reads_as_if_it_had_been_inserted() {
-        let with_inserted = |text: &str| {
-            let mut value: Value = serde_json::from_str(text).unwrap();
-            let object = value.as_object_mut().unwrap();
-            let meta = object.entry("meta").or_insert_with(|| Value::Object(Default::default()));
-            meta.as_object_mut().unwrap().insert("req_id".into(), Value::String("beef".into()));
-            from_value(&value)
-        };
-        for text in [
-            r#"{"intent":"!CANCEL"}"#,
-            r#"{"intent":"!CANCEL","meta":{}}"#,
-            r#"{"intent":"!CANCEL","meta":{"priority":2,"x-note":"kept"}}"#,
-            r#"{"intent":"!CANCEL","entities":[{"id":"o1","type":"order"}],"meta":{"out":"code"}}"#,
-            r#"{"intent":"cancel"}"#,
-            r#"{"intent":"!CANCEL","meta":{"confidence":2}}"#,
-            r#"{"meta":{}}"#,
-        ] {
-            let value: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(from_value_assigning(&value, "beef"), with_inserted(text), "{text}");
-        }
-        let value: Value = serde_json::from_str(r#"{"intent":"!CANCEL"}"#).unwrap();
-        assert_eq!(from_value_assigning(&value, "BEEF"), Err(Refused), "the assigned req_id is checked too");
     }
 }

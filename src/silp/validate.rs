@@ -39,7 +39,7 @@ const SEQ_KEYWORDS: [&str; 4] = ["reason_first", "reason_last", "parallel", "seq
 pub fn validate_value(value: &Value, options: ValidateOptions) -> Report {
     // The typed reader accepts exactly what the schema accepts; only a refusal needs the
     // validator's list of violations.
-    let ir = match super::typed::from_value(value) {
+    let ir = match super::tree::from_value(value) {
         Ok(ir) => ir,
         Err(_) => {
             let violations = schema::violations(value);
