@@ -685,3 +685,52 @@ async fn an_rpc_client_on_direct_reply_to_gets_its_reply() {
     names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// With many publishes in flight on one channel, RabbitMQ confirms them in batches
+/// (`multiple`), and lapin hands a returned message to whichever confirm of the batch it
+/// completes first, not to the publish that was returned. Every unroutable publish must still
+/// fail as its own, and every routed one succeed: a returned answer taken for a delivered one
+/// would be acknowledged upstream and lost.
+#[tokio::test]
+async fn among_many_publishes_in_flight_each_unroutable_one_fails_as_its_own() {
+    use silpgate::broker::publish::{Publication, PublishError, Publisher};
+
+    let _serial = SERIAL.lock().await;
+    let (connection, channel) = broker::channel().await;
+    let exclusive =
+        QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+    let sink = channel.queue_declare("".into(), exclusive, FieldTable::default()).await.unwrap();
+    let sink = sink.name().as_str().to_owned();
+    let publisher = Publisher::new(channel.clone(), Duration::from_secs(30));
+    let nowhere = format!("sgtest.nowhere.{}", std::process::id());
+
+    const MESSAGES: usize = 3_000;
+    let unroutable = |i: usize| i % 7 == 3 || i % 11 == 0;
+    for round in 0..3 {
+        let mut pending = Vec::with_capacity(MESSAGES);
+        for i in 0..MESSAGES {
+            let routing_key = if unroutable(i) { nowhere.as_str() } else { sink.as_str() };
+            let publication = Publication {
+                exchange: "",
+                routing_key,
+                body: format!("message {i}").into_bytes(),
+                properties: BasicProperties::default().with_message_id(format!("r{round}-{i}").into()),
+            };
+            pending.push(publisher.send(&publication).await.expect("sent"));
+        }
+        let mut wrong = Vec::new();
+        for (i, confirm) in pending.into_iter().enumerate() {
+            match (unroutable(i), confirm.confirmed().await) {
+                (true, Err(PublishError::Unroutable { routing_key, .. })) => assert_eq!(routing_key, nowhere),
+                (false, Ok(())) => {}
+                (expected_unroutable, got) => wrong.push(format!("{i}: unroutable={expected_unroutable} got {got:?}")),
+            }
+        }
+        assert!(wrong.is_empty(), "round {round}: {} of {MESSAGES} misreported: {:?}", wrong.len(), &wrong[..wrong.len().min(10)]);
+    }
+    let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+    let routed = channel.queue_declare(sink.as_str().into(), passive, FieldTable::default()).await.unwrap();
+    let expected = 3 * (0..MESSAGES).filter(|i| !unroutable(*i)).count();
+    assert_eq!(routed.message_count() as usize, expected, "every routed publish is in the queue");
+    let _ = connection.close(200, "done".into()).await;
+}
