@@ -705,7 +705,7 @@ async fn among_many_publishes_in_flight_each_unroutable_one_fails_as_its_own() {
     let nowhere = format!("sgtest.nowhere.{}", std::process::id());
 
     const MESSAGES: usize = 3_000;
-    let unroutable = |i: usize| i % 7 == 3 || i % 11 == 0;
+    let unroutable = |i: usize| i % 7 == 3 || i.is_multiple_of(11);
     for round in 0..3 {
         let mut pending = Vec::with_capacity(MESSAGES);
         for i in 0..MESSAGES {
@@ -723,10 +723,17 @@ async fn among_many_publishes_in_flight_each_unroutable_one_fails_as_its_own() {
             match (unroutable(i), confirm.confirmed().await) {
                 (true, Err(PublishError::Unroutable { routing_key, .. })) => assert_eq!(routing_key, nowhere),
                 (false, Ok(())) => {}
-                (expected_unroutable, got) => wrong.push(format!("{i}: unroutable={expected_unroutable} got {got:?}")),
+                (expected_unroutable, got) => {
+                    wrong.push(format!("{i}: unroutable={expected_unroutable} got {got:?}"))
+                }
             }
         }
-        assert!(wrong.is_empty(), "round {round}: {} of {MESSAGES} misreported: {:?}", wrong.len(), &wrong[..wrong.len().min(10)]);
+        assert!(
+            wrong.is_empty(),
+            "round {round}: {} of {MESSAGES} misreported: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(10)]
+        );
     }
     let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
     let routed = channel.queue_declare(sink.as_str().into(), passive, FieldTable::default()).await.unwrap();

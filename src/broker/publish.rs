@@ -144,7 +144,9 @@ impl Pending {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(_)) => {
                 let state = lapin::ChannelState::Closed;
-                Err(PublishError::Channel(lapin::ErrorKind::InvalidChannelState(state, "no longer settled").into()))
+                Err(PublishError::Channel(
+                    lapin::ErrorKind::InvalidChannelState(state, "no longer settled").into(),
+                ))
             }
             Err(_) => Err(PublishError::Timeout(self.timeout)),
         }
@@ -236,12 +238,14 @@ async fn settle(mut incoming: mpsc::UnboundedReceiver<Outstanding>) {
             let Outstanding { identity, outcome, decided, .. } = publish;
             let verdict = match outcome.expect("only completed confirms are decided") {
                 Err(error) => Err(PublishError::Channel(error)),
-                Ok(Confirmation::Nack(_)) => {
-                    Err(PublishError::Refused { exchange: identity.exchange, routing_key: identity.routing_key })
-                }
-                Ok(_) if was_returned.is_some() => {
-                    Err(PublishError::Unroutable { exchange: identity.exchange, routing_key: identity.routing_key })
-                }
+                Ok(Confirmation::Nack(_)) => Err(PublishError::Refused {
+                    exchange: identity.exchange,
+                    routing_key: identity.routing_key,
+                }),
+                Ok(_) if was_returned.is_some() => Err(PublishError::Unroutable {
+                    exchange: identity.exchange,
+                    routing_key: identity.routing_key,
+                }),
                 Ok(Confirmation::Ack(_) | Confirmation::NotRequested) => Ok(()),
             };
             // A receiver that gave up waiting (timeout) has nothing left to tell.
