@@ -25,6 +25,9 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use std::process::{Child, Command, Stdio};
+
+#[path = "support/cpu.rs"]
+mod cpu;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -99,18 +102,8 @@ impl Running {
 
     /// The process's user + system CPU time so far.
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).expect("the relay runs");
-        // Fields after the command name, which is in parentheses and may hold spaces.
-        let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second())
+        cpu::cpu_time(self.0.id())
     }
-}
-
-/// The unit of /proc's CPU times.
-fn clock_ticks_per_second() -> f64 {
-    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
 }
 
 impl Relay {

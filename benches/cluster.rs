@@ -5,7 +5,9 @@
 //! downstream, processed by the new owner.
 //!
 //! `bash benches/bench-cluster.sh [N] [RATE]`; the last line printed is
-//! `cluster throughput msg/s: 1 instance X, 2 instances Y, 3 instances Z; handover after SIGKILL W ms`.
+//! `cluster throughput msg/s: 1 instance X, 2 instances Y, 3 instances Z; handover after SIGKILL W ms;
+//! cpu per message over all instances: A / B / C us` (user + system time of every instance over the
+//! measured run, divided by N).
 
 use futures_util::StreamExt;
 use lapin::options::{
@@ -17,6 +19,9 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Exchange
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "support/cpu.rs"]
+mod cpu;
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const PARTITIONS: u16 = 16;
@@ -44,13 +49,15 @@ async fn main() {
         cluster.publish(0..warm, CONVERSATIONS).await;
         cluster.arrivals(0..warm).await;
         tokio::time::sleep(Duration::from_secs(if measuring { 6 } else { 3 })).await;
+        let cpu_before = cluster.cpu();
         cluster.publish(warm..warm + n, CONVERSATIONS).await;
         let arrived = cluster.arrivals(warm..warm + n).await;
+        let cpu_us = (cluster.cpu() - cpu_before).as_secs_f64() * 1e6 / n as f64;
         let first = arrived.values().min().unwrap();
         let last = arrived.values().max().unwrap();
         let per_second = (n - 1) as f64 / last.duration_since(*first).as_secs_f64();
-        println!("{instances} instance(s): {per_second:>7.0} msg/s");
-        throughput.push(per_second);
+        println!("{instances} instance(s): {per_second:>7.0} msg/s, cpu {cpu_us:.0} us/msg over all instances");
+        throughput.push((per_second, cpu_us));
         cluster.stop().await;
     }
 
@@ -62,8 +69,8 @@ async fn main() {
     let handover = cluster.handover(warm, rate, if measuring { 10 } else { 3 }).await;
     cluster.stop().await;
     println!(
-        "cluster throughput msg/s: 1 instance {:.0}, 2 instances {:.0}, 3 instances {:.0}; handover after SIGKILL {handover:.0} ms",
-        throughput[0], throughput[1], throughput[2]
+        "cluster throughput msg/s: 1 instance {:.0}, 2 instances {:.0}, 3 instances {:.0}; handover after SIGKILL {handover:.0} ms; cpu per message over all instances: {:.0} / {:.0} / {:.0} us",
+        throughput[0].0, throughput[1].0, throughput[2].0, throughput[0].1, throughput[1].1, throughput[2].1
     );
 }
 
@@ -105,6 +112,11 @@ impl Cluster {
         // Ready once every instance is heard as a member.
         cluster.wait_members(count).await;
         cluster
+    }
+
+    /// The user + system CPU time the instances have used so far, summed.
+    fn cpu(&self) -> Duration {
+        self.instances.iter().map(|(child, _)| cpu::cpu_time(child.id())).sum()
     }
 
     /// Listens to the members' heartbeats (the fanout exchange `<prefix>.p.members`, declared
