@@ -56,7 +56,9 @@ async fn main() {
         let first = arrived.values().min().unwrap();
         let last = arrived.values().max().unwrap();
         let per_second = (n - 1) as f64 / last.duration_since(*first).as_secs_f64();
-        println!("{instances} instance(s): {per_second:>7.0} msg/s, cpu {cpu_us:.0} us/msg over all instances");
+        println!(
+            "{instances} instance(s): {per_second:>7.0} msg/s, cpu {cpu_us:.0} us/msg over all instances"
+        );
         throughput.push((per_second, cpu_us));
         cluster.stop().await;
     }
