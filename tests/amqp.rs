@@ -716,7 +716,7 @@ async fn among_many_publishes_in_flight_each_unroutable_one_fails_as_its_own() {
                 body: format!("message {i}").into_bytes(),
                 properties: BasicProperties::default().with_message_id(format!("r{round}-{i}").into()),
             };
-            pending.push(publisher.send(&publication).await.expect("sent"));
+            pending.push(publisher.send(publication).expect("sent"));
         }
         let mut wrong = Vec::new();
         for (i, confirm) in pending.into_iter().enumerate() {

@@ -17,9 +17,10 @@
 use lapin::message::BasicReturnMessage;
 use lapin::options::BasicPublishOptions;
 use lapin::{BasicProperties, Channel, Confirmation, PublisherConfirm};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -69,17 +70,32 @@ pub struct Publication<'a> {
 pub struct Publisher {
     channel: Channel,
     confirm_timeout: Duration,
+    sending: Arc<Sending>,
+}
+
+/// How publishes reach the channel's settling task: in the order the channel numbered them.
+struct Sending {
+    order: Mutex<Order>,
+    bell: Arc<Bell>,
+}
+
+struct Order {
+    next_id: u64,
     settling: mpsc::UnboundedSender<Outstanding>,
 }
 
 impl Publisher {
     /// `channel` must be in confirm mode (`confirm_select`). Starts the channel's settling task,
     /// so it must be called on a Tokio runtime; the task ends with the last clone of this
-    /// publisher once every confirm it holds is decided.
+    /// publisher once every publish it holds is decided.
     pub fn new(channel: Channel, confirm_timeout: Duration) -> Self {
-        let (settling, outstanding) = mpsc::unbounded_channel();
-        tokio::spawn(settle(outstanding));
-        Publisher { channel, confirm_timeout, settling }
+        let (settling, incoming) = mpsc::unbounded_channel();
+        let sending = Arc::new(Sending {
+            order: Mutex::new(Order { next_id: 0, settling }),
+            bell: Arc::new(Bell::default()),
+        });
+        tokio::spawn(settle(incoming, Arc::downgrade(&sending), Arc::clone(&sending.bell)));
+        Publisher { channel, confirm_timeout, sending }
     }
 
     pub fn channel(&self) -> &Channel {
@@ -94,8 +110,8 @@ impl Publisher {
     /// `message_id`).
     pub async fn publish_all(&self, publications: Vec<Publication<'_>>) -> Result<(), PublishError> {
         let mut pending = Vec::with_capacity(publications.len());
-        for p in &publications {
-            pending.push(self.send(p).await?);
+        for p in publications {
+            pending.push(self.send(p)?);
         }
         for confirm in pending {
             confirm.confirmed().await?;
@@ -103,27 +119,43 @@ impl Publisher {
         Ok(())
     }
 
-    /// Hands one message to the broker without waiting for its confirm: messages sent one
-    /// after another on this channel keep their order.
+    /// Hands one message to the channel without waiting for it to be written or confirmed:
+    /// messages sent one after another on this channel keep their order.
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn send(&self, p: &Publication<'_>) -> Result<Pending, PublishError> {
+    pub fn send(&self, p: Publication<'_>) -> Result<Pending, PublishError> {
         let direct_reply = p.exchange.is_empty() && p.routing_key.starts_with(DIRECT_REPLY_TO);
         let options = BasicPublishOptions { mandatory: !direct_reply, immediate: false };
-        let confirm = self
-            .channel
-            .basic_publish(p.exchange.into(), p.routing_key.into(), options, &p.body, p.properties.clone())
-            .await?;
-        let (decided, verdict) = oneshot::channel();
         let identity = Identity {
             exchange: p.exchange.to_owned(),
             routing_key: p.routing_key.to_owned(),
             message_id: p.properties.message_id().as_ref().map(|id| id.as_str().to_owned()),
             length: p.body.len(),
         };
+        let channel = self.channel.clone();
+        let (exchange, routing_key) = (p.exchange.into(), p.routing_key.into());
+        let Publication { body, properties, .. } = p;
+        let mut publishing: Publishing = Box::pin(async move {
+            channel.basic_publish(exchange, routing_key, options, &body, properties).await
+        });
+        let (decided, verdict) = oneshot::channel();
+
+        // lapin numbers the publish (its confirm's delivery tag) and queues its frames in the
+        // first poll, before its first await. Doing that and handing it to the settling task
+        // under one lock keeps the settling task's order the channel's (see `settle`).
+        let mut order = self.sending.order.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = order.next_id;
+        let waker = Waker::from(Arc::new(ConfirmWaker { id, bell: Arc::clone(&self.sending.bell) }));
+        let stage = match publishing.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(Err(e)) => return Err(PublishError::Channel(e)),
+            Poll::Ready(Ok(confirm)) => Stage::Confirming(confirm),
+            Poll::Pending => Stage::Publishing(publishing),
+        };
+        order.next_id += 1;
         // The settling task ends only once every publisher is gone, and this is one.
-        let _ = self.settling.send(Outstanding { identity, confirm, outcome: None, decided });
+        let _ = order.settling.send(Outstanding { id, identity, stage, waker, decided });
+        drop(order);
         Ok(Pending { verdict, timeout: self.confirm_timeout })
     }
 }
@@ -175,106 +207,213 @@ impl Identity {
     }
 }
 
-/// A publish whose confirm the settling task holds.
+/// A publish being written to the channel (lapin resolves it once its frames are out).
+type Publishing = Pin<Box<dyn Future<Output = lapin::Result<PublisherConfirm>> + Send>>;
+
+/// Where a publish is: its frames on their way to the socket, or waiting for its confirm.
+enum Stage {
+    Publishing(Publishing),
+    Confirming(PublisherConfirm),
+}
+
+/// A publish the settling task holds, with the waker it is polled with.
 struct Outstanding {
+    /// Its place in the channel's order.
+    id: u64,
     identity: Identity,
-    confirm: PublisherConfirm,
-    outcome: Option<lapin::Result<Confirmation>>,
+    stage: Stage,
+    waker: Waker,
     decided: oneshot::Sender<Result<(), PublishError>>,
 }
 
-/// Wakes the settling task when any confirm it polled completes.
-struct ConfirmBell(Notify);
+/// Which confirms have woken the settling task since it last looked: each outstanding confirm
+/// is polled with a waker of its own, so a round looks only at the confirms that moved, not
+/// at every one in flight.
+#[derive(Default)]
+struct Bell {
+    woken: Mutex<Vec<u64>>,
+    ring: Notify,
+}
 
-impl Wake for ConfirmBell {
+struct ConfirmWaker {
+    id: u64,
+    bell: Arc<Bell>,
+}
+
+impl Wake for ConfirmWaker {
     fn wake(self: Arc<Self>) {
-        self.0.notify_one();
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.bell.woken.lock().unwrap_or_else(PoisonError::into_inner).push(self.id);
+        self.bell.ring.notify_one();
+    }
+}
+
+/// One publish in flight.
+struct Slot {
+    publish: Outstanding,
+    /// Its outcome is among the round's completed ones (a confirm is polled to completion once).
+    complete: bool,
+}
+
+/// The publishes in flight, by the order the channel numbered them (ids count up from `base`).
+#[derive(Default)]
+struct InFlight {
+    base: u64,
+    slots: VecDeque<Option<Slot>>,
+}
+
+impl InFlight {
+    fn push(&mut self, publish: Outstanding) -> u64 {
+        let id = publish.id;
+        assert_eq!(id, self.base + self.slots.len() as u64, "publishes arrive in the channel's order");
+        self.slots.push_back(Some(Slot { publish, complete: false }));
+        id
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Slot> {
+        let at = usize::try_from(id.checked_sub(self.base)?).ok()?;
+        self.slots.get_mut(at)?.as_mut()
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Outstanding> {
+        let at = usize::try_from(id.checked_sub(self.base)?).ok()?;
+        let Slot { publish, .. } = self.slots.get_mut(at)?.take()?;
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(publish)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
     }
 }
 
 /// Decides every publish of one channel.
 ///
-/// lapin completes confirms on its I/O thread one after another, and a returned message is
-/// attached to a confirm completed no later than its own publish's (the broker sends the
-/// return before the confirm). So once one confirm is seen complete, the confirm carrying its
-/// return, if any, is complete too. Each round therefore first collects every completed
-/// confirm and the returns they carry, and only then decides them: a publish fails as
-/// unroutable when a return with its identity has been seen. A return is kept until its
-/// publish is decided (it can ride an earlier confirm than its own); two publishes in flight
-/// with the same identity both fail when one of them is returned, which at worst sends one of
-/// them twice, never loses it.
-async fn settle(mut incoming: mpsc::UnboundedReceiver<Outstanding>) {
-    let bell = Arc::new(ConfirmBell(Notify::new()));
-    let waker = Waker::from(Arc::clone(&bell));
-    let mut outstanding: Vec<Outstanding> = Vec::new();
+/// lapin completes confirms on its I/O thread one after another, waking each one's waiter as
+/// it goes, and a returned message is attached to a confirm completed no later than its own
+/// publish's (the broker sends the return before the confirm). So by the time one publish is
+/// seen complete, the publish carrying its return, if any, is complete too, and either has
+/// woken this task (every publish held here is polled with a waker of its own, and wakes it
+/// when its frames are out and when its confirm arrives) or is not here yet: it was numbered
+/// before that completion, so it is in the queue once no send holds the sending lock.
+///
+/// A completion seen in one pass is therefore decided only after a later pass has taken in
+/// the queue and polled every publish that woke meanwhile, with the returns they carry: a
+/// publish fails as unroutable when a return with its identity has been seen. A return is
+/// kept until its publish is decided (it can ride an earlier confirm than its own); two
+/// publishes in flight with the same identity both fail when one of them is returned, which
+/// at worst sends one of them twice, never loses it.
+async fn settle(mut incoming: mpsc::UnboundedReceiver<Outstanding>, sending: Weak<Sending>, bell: Arc<Bell>) {
+    let mut in_flight = InFlight::default();
+    let mut seen: Vec<(u64, lapin::Result<Confirmation>)> = Vec::new();
     let mut returned: Vec<Identity> = Vec::new();
     let mut open = true;
-    while open || !outstanding.is_empty() {
-        let mut sweep = false;
+    while open || !in_flight.is_empty() {
         tokio::select! {
             next = incoming.recv(), if open => match next {
-                Some(mut publish) => {
-                    // A first poll registers the bell; a confirm already complete calls for a round.
-                    sweep = poll_confirm(&mut publish, &waker, &mut returned);
-                    outstanding.push(publish);
+                Some(publish) => {
+                    let id = in_flight.push(publish);
+                    poll(&mut in_flight, id, &mut seen, &mut returned);
                 }
                 None => open = false,
             },
-            () = bell.0.notified() => sweep = true,
+            () = bell.ring.notified() => {}
         }
-        if !sweep {
-            continue;
-        }
-        for publish in outstanding.iter_mut().filter(|p| p.outcome.is_none()) {
-            poll_confirm(publish, &waker, &mut returned);
-        }
-        let decided: Vec<Outstanding> = outstanding.extract_if(.., |p| p.outcome.is_some()).collect();
-        let mut matched = Vec::new();
-        for publish in decided {
-            let was_returned = returned.iter().position(|r| *r == publish.identity);
-            if let Some(at) = was_returned {
-                matched.push(at);
+        loop {
+            let earlier = std::mem::take(&mut seen);
+            // Everything numbered so far is in the queue once no send holds the lock (and
+            // none can, once every publisher is gone).
+            if let Some(sending) = sending.upgrade() {
+                drop(sending.order.lock().unwrap_or_else(PoisonError::into_inner));
             }
-            let Outstanding { identity, outcome, decided, .. } = publish;
-            let verdict = match outcome.expect("only completed confirms are decided") {
-                Err(error) => Err(PublishError::Channel(error)),
-                Ok(Confirmation::Nack(_)) => Err(PublishError::Refused {
-                    exchange: identity.exchange,
-                    routing_key: identity.routing_key,
-                }),
-                Ok(_) if was_returned.is_some() => Err(PublishError::Unroutable {
-                    exchange: identity.exchange,
-                    routing_key: identity.routing_key,
-                }),
-                Ok(Confirmation::Ack(_) | Confirmation::NotRequested) => Ok(()),
-            };
-            // A receiver that gave up waiting (timeout) has nothing left to tell.
-            let _ = decided.send(verdict);
-        }
-        matched.sort_unstable();
-        matched.dedup();
-        for at in matched.into_iter().rev() {
-            returned.swap_remove(at);
-        }
-        if outstanding.is_empty() && !returned.is_empty() {
-            // Cannot happen by the rule above; if a broker ever broke it, the unmatched
-            // returns must not fail a later publish that happens to look the same.
-            tracing::warn!(count = returned.len(), "returned messages matched no publish in flight");
-            returned.clear();
+            while let Ok(publish) = incoming.try_recv() {
+                let id = in_flight.push(publish);
+                poll(&mut in_flight, id, &mut seen, &mut returned);
+            }
+            let woken = std::mem::take(&mut *bell.woken.lock().unwrap_or_else(PoisonError::into_inner));
+            for id in woken {
+                poll(&mut in_flight, id, &mut seen, &mut returned);
+            }
+            decide(&mut in_flight, earlier, &mut returned);
+            if seen.is_empty() {
+                break;
+            }
         }
     }
 }
 
-/// Polls one confirm; on completion keeps its outcome and the return it carries (which may
-/// belong to another publish). Reports whether it completed.
-fn poll_confirm(publish: &mut Outstanding, waker: &Waker, returned: &mut Vec<Identity>) -> bool {
-    let mut context = Context::from_waker(waker);
-    let Poll::Ready(outcome) = Pin::new(&mut publish.confirm).poll(&mut context) else {
-        return false;
-    };
+/// Tells each completed publish its verdict and lets it go.
+fn decide(
+    in_flight: &mut InFlight,
+    completed: Vec<(u64, lapin::Result<Confirmation>)>,
+    returned: &mut Vec<Identity>,
+) {
+    let mut matched = Vec::new();
+    for (id, outcome) in completed {
+        let Some(Outstanding { identity, decided, .. }) = in_flight.remove(id) else { continue };
+        let was_returned = returned.iter().position(|r| *r == identity);
+        matched.extend(was_returned);
+        let verdict = match outcome {
+            Err(error) => Err(PublishError::Channel(error)),
+            Ok(Confirmation::Nack(_)) => {
+                Err(PublishError::Refused { exchange: identity.exchange, routing_key: identity.routing_key })
+            }
+            Ok(_) if was_returned.is_some() => Err(PublishError::Unroutable {
+                exchange: identity.exchange,
+                routing_key: identity.routing_key,
+            }),
+            Ok(Confirmation::Ack(_) | Confirmation::NotRequested) => Ok(()),
+        };
+        // A receiver that gave up waiting (timeout) has nothing left to tell.
+        let _ = decided.send(verdict);
+    }
+    matched.sort_unstable();
+    matched.dedup();
+    for at in matched.into_iter().rev() {
+        returned.swap_remove(at);
+    }
+    if in_flight.is_empty() && !returned.is_empty() {
+        // Cannot happen by the rule above; if a broker ever broke it, the unmatched returns
+        // must not fail a later publish that happens to look the same.
+        tracing::warn!(count = returned.len(), "returned messages matched no publish in flight");
+        returned.clear();
+    }
+}
+
+/// Polls publish `id` with its own waker, if it is still waiting: its frames' way out, then
+/// its confirm. On completion notes its outcome and the return it carries (which may be
+/// another publish's).
+fn poll(
+    in_flight: &mut InFlight,
+    id: u64,
+    completed: &mut Vec<(u64, lapin::Result<Confirmation>)>,
+    returned: &mut Vec<Identity>,
+) {
+    let Some(slot) = in_flight.get_mut(id).filter(|slot| !slot.complete) else { return };
+    let publish = &mut slot.publish;
+    let mut context = Context::from_waker(&publish.waker);
+    if let Stage::Publishing(publishing) = &mut publish.stage {
+        match publishing.as_mut().poll(&mut context) {
+            Poll::Pending => return,
+            Poll::Ready(Ok(confirm)) => publish.stage = Stage::Confirming(confirm),
+            Poll::Ready(Err(error)) => {
+                slot.complete = true;
+                completed.push((id, Err(error)));
+                return;
+            }
+        }
+    }
+    let Stage::Confirming(confirm) = &mut publish.stage else { unreachable!("written above") };
+    let Poll::Ready(outcome) = Pin::new(confirm).poll(&mut context) else { return };
     if let Ok(Confirmation::Ack(Some(message)) | Confirmation::Nack(Some(message))) = &outcome {
         returned.push(Identity::of_return(message));
     }
-    publish.outcome = Some(outcome);
-    true
+    slot.complete = true;
+    completed.push((id, outcome));
 }

@@ -190,7 +190,7 @@ impl Forwarding {
             body: delivery.data.clone(),
             properties: properties::partitioned_properties(&delivery.properties, &key, queue),
         };
-        Ok(self.pipeline.publisher.send(&publication).await?)
+        Ok(self.pipeline.publisher.send(publication)?)
     }
 }
 

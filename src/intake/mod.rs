@@ -241,9 +241,8 @@ impl Intake {
             properties: properties::forwarded_properties(&forwarded, headers),
         };
         let replies = self.forwards.expect(&id);
-        let sent = async { link.publisher.send(&publication).await?.confirmed().await }
-            .instrument(publish_span)
-            .await;
+        let sent =
+            async { link.publisher.send(publication)?.confirmed().await }.instrument(publish_span).await;
         let result = if sent.is_ok() { "forwarded" } else { "failed" };
         crate::metrics::get().front_door_forwards.with_label_values(&[transport.as_str(), result]).inc();
         if let Err(e) = sent {
