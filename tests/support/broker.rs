@@ -353,10 +353,12 @@ impl Daemon {
         Daemon::spawn(command)
     }
 
-    /// Runs `command` (a `silpgate run`); waits until it listens.
+    /// Runs `command` (a `silpgate run`); waits until it listens. Its log (at `info` unless
+    /// `SILPGATE_TEST_LOG` says otherwise) is shown only when the test fails: takeovers and
+    /// hand-overs are logged at `info`, and a rare failure is worth nothing without them.
     pub fn spawn(mut command: Command) -> Daemon {
         let mut child = command
-            .env("SILPGATE_LOG", std::env::var("SILPGATE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env("SILPGATE_LOG", std::env::var("SILPGATE_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
