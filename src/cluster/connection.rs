@@ -203,8 +203,6 @@ impl ClusterSide {
         if self.leaving {
             // A takeover that finished meanwhile is handed on as well.
             self.ownership.release_all(&self.cluster);
-            let taking_over: BTreeSet<u16> = self.waiting.keys().copied().collect();
-            self.ownership.drop_standbys(&self.cluster, &taking_over).await?;
         }
         let ready =
             self.ownership.advance(&self.cluster, &pipeline.publisher, deliveries, !self.leaving).await?;

@@ -253,44 +253,13 @@ impl Ownership {
         !self.releases.is_empty()
     }
 
-    /// Starts handing on every partition this instance serves: the instance is leaving.
+    /// Starts handing on every partition this instance serves: the instance is leaving. (Its
+    /// waiting consumers stay until the connection closes: one that turns active meanwhile is
+    /// taken over and handed on like the others, which cancelling it could not promise.)
     pub fn release_all(&mut self, cluster: &Cluster) {
         for partition in cluster.owned() {
             self.releases.entry(partition.index).or_insert_with(|| Release::new(cluster));
         }
-    }
-
-    /// Cancels the waiting consumers of a leaving instance (not those of partitions it serves,
-    /// hands on or is taking over) and closes their channels. Left in line, one could turn
-    /// active whenever an owner hands its partition on, seconds later, and the instance would
-    /// take the partition over only to hand it on again, or close its connection with the
-    /// partition's deliveries when its drain time ran out: those would come back behind
-    /// newer ones the next owner already had. Cancelled now, a partition goes from its owner
-    /// to the next instance that stays. One that turned active at this very moment gives back
-    /// what the broker had just sent, as any cancelled waiting consumer does, and its next
-    /// owner's takeover puts that back in order.
-    ///
-    /// # Errors
-    /// The broker refused a cancel or a close.
-    pub async fn drop_standbys(
-        &mut self,
-        cluster: &Cluster,
-        taking_over: &BTreeSet<u16>,
-    ) -> lapin::Result<()> {
-        let standbys: Vec<u16> = self
-            .channels
-            .keys()
-            .copied()
-            .filter(|&index| {
-                !cluster.owns(cluster.partition(index))
-                    && !self.releases.contains_key(&index)
-                    && !taking_over.contains(&index)
-            })
-            .collect();
-        for index in standbys {
-            self.drop_partition(cluster, index).await?;
-        }
-        Ok(())
     }
 
     /// Moves every hand-over on as far as it can go; a partition handed on is consumed again,
