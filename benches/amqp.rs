@@ -25,11 +25,11 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[path = "support/cpu.rs"]
 mod cpu;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const CONVERSATIONS: usize = 200;

@@ -127,12 +127,7 @@ impl Publisher {
     pub fn send(&self, p: Publication<'_>) -> Result<Pending, PublishError> {
         let direct_reply = p.exchange.is_empty() && p.routing_key.starts_with(DIRECT_REPLY_TO);
         let options = BasicPublishOptions { mandatory: !direct_reply, immediate: false };
-        let identity = Identity {
-            exchange: p.exchange.to_owned(),
-            routing_key: p.routing_key.to_owned(),
-            message_id: p.properties.message_id().as_ref().map(|id| id.as_str().to_owned()),
-            length: p.body.len(),
-        };
+        let identity = Identity::of(p.exchange, p.routing_key, &p.properties, p.body.len());
         let channel = self.channel.clone();
         let (exchange, routing_key) = (p.exchange.into(), p.routing_key.into());
         let Publication { body, properties, .. } = p;
@@ -196,24 +191,31 @@ struct Identity {
 }
 
 impl Identity {
+    fn of(exchange: &str, routing_key: &str, properties: &BasicProperties, length: usize) -> Self {
+        Identity {
+            exchange: exchange.to_owned(),
+            routing_key: routing_key.to_owned(),
+            message_id: properties.message_id().as_ref().map(|id| id.as_str().to_owned()),
+            length,
+        }
+    }
+
     fn of_return(message: &BasicReturnMessage) -> Self {
         let delivery = &message.delivery;
-        Identity {
-            exchange: delivery.exchange.as_str().to_owned(),
-            routing_key: delivery.routing_key.as_str().to_owned(),
-            message_id: delivery.properties.message_id().as_ref().map(|id| id.as_str().to_owned()),
-            length: delivery.data.len(),
-        }
+        let (exchange, routing_key) = (delivery.exchange.as_str(), delivery.routing_key.as_str());
+        Identity::of(exchange, routing_key, &delivery.properties, delivery.data.len())
     }
 }
 
 /// A publish being written to the channel (lapin resolves it once its frames are out).
 type Publishing = Pin<Box<dyn Future<Output = lapin::Result<PublisherConfirm>> + Send>>;
 
-/// Where a publish is: its frames on their way to the socket, or waiting for its confirm.
+/// Where a publish is: its frames on their way to the socket, waiting for its confirm, or
+/// complete, its outcome among those of the round (a confirm is polled to completion once).
 enum Stage {
     Publishing(Publishing),
     Confirming(PublisherConfirm),
+    Complete,
 }
 
 /// A publish the settling task holds, with the waker it is polled with.
@@ -251,36 +253,29 @@ impl Wake for ConfirmWaker {
     }
 }
 
-/// One publish in flight.
-struct Slot {
-    publish: Outstanding,
-    /// Its outcome is among the round's completed ones (a confirm is polled to completion once).
-    complete: bool,
-}
-
 /// The publishes in flight, by the order the channel numbered them (ids count up from `base`).
 #[derive(Default)]
 struct InFlight {
     base: u64,
-    slots: VecDeque<Option<Slot>>,
+    slots: VecDeque<Option<Outstanding>>,
 }
 
 impl InFlight {
     fn push(&mut self, publish: Outstanding) -> u64 {
         let id = publish.id;
         assert_eq!(id, self.base + self.slots.len() as u64, "publishes arrive in the channel's order");
-        self.slots.push_back(Some(Slot { publish, complete: false }));
+        self.slots.push_back(Some(publish));
         id
     }
 
-    fn get_mut(&mut self, id: u64) -> Option<&mut Slot> {
+    fn get_mut(&mut self, id: u64) -> Option<&mut Outstanding> {
         let at = usize::try_from(id.checked_sub(self.base)?).ok()?;
         self.slots.get_mut(at)?.as_mut()
     }
 
     fn remove(&mut self, id: u64) -> Option<Outstanding> {
         let at = usize::try_from(id.checked_sub(self.base)?).ok()?;
-        let Slot { publish, .. } = self.slots.get_mut(at)?.take()?;
+        let publish = self.slots.get_mut(at)?.take()?;
         while let Some(None) = self.slots.front() {
             self.slots.pop_front();
             self.base += 1;
@@ -395,25 +390,24 @@ fn poll(
     completed: &mut Vec<(u64, lapin::Result<Confirmation>)>,
     returned: &mut Vec<Identity>,
 ) {
-    let Some(slot) = in_flight.get_mut(id).filter(|slot| !slot.complete) else { return };
-    let publish = &mut slot.publish;
+    let Some(publish) = in_flight.get_mut(id) else { return };
     let mut context = Context::from_waker(&publish.waker);
     if let Stage::Publishing(publishing) = &mut publish.stage {
         match publishing.as_mut().poll(&mut context) {
             Poll::Pending => return,
             Poll::Ready(Ok(confirm)) => publish.stage = Stage::Confirming(confirm),
             Poll::Ready(Err(error)) => {
-                slot.complete = true;
+                publish.stage = Stage::Complete;
                 completed.push((id, Err(error)));
                 return;
             }
         }
     }
-    let Stage::Confirming(confirm) = &mut publish.stage else { unreachable!("written above") };
+    let Stage::Confirming(confirm) = &mut publish.stage else { return };
     let Poll::Ready(outcome) = Pin::new(confirm).poll(&mut context) else { return };
     if let Ok(Confirmation::Ack(Some(message)) | Confirmation::Nack(Some(message))) = &outcome {
         returned.push(Identity::of_return(message));
     }
-    slot.complete = true;
+    publish.stage = Stage::Complete;
     completed.push((id, outcome));
 }
