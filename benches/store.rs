@@ -66,7 +66,7 @@ fn store(c: &mut Criterion) {
                 store
                     .commit(
                         &Changes {
-                            ledger: vec![(id, LedgerState::Pending { turn: None })],
+                            ledger: vec![(id, LedgerState::Pending { turn: None, session: None })],
                             ..Changes::default()
                         },
                         n,
@@ -93,7 +93,7 @@ fn store(c: &mut Criterion) {
             let changes = Changes {
                 sessions: vec![s],
                 freezes: vec![f],
-                ledger: vec![(id, LedgerState::Pending { turn: None })],
+                ledger: vec![(id, LedgerState::Pending { turn: None, session: None })],
                 ..Changes::default()
             };
             store.commit(&changes, n).unwrap();

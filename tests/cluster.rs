@@ -71,6 +71,20 @@ impl Instances {
         self.running.remove(name).expect("running").kill();
     }
 
+    /// Waits until `name` serves at least one partition (a kill before that would test
+    /// nothing); blocking, for the moments between two chunks of a stream.
+    fn wait_serving(&self, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status(name);
+            if status["owned"].as_array().is_some_and(|owned| !owned.is_empty()) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{name} serves no partition: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn terminate(&mut self, name: &str) {
         let (status, _) = self.running.remove(name).expect("running").terminate(Duration::from_secs(40));
         assert!(status.success(), "{name} exits 0 on SIGTERM: {status}");
@@ -421,11 +435,15 @@ async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state(
             cluster.start(name);
         }
         let names = cluster.names.clone();
-        // SIGKILL one instance mid-stream, then a second one.
-        publish_in_chunks(&channel, &names, 0..3000, |published| match published {
-            1000 => cluster.kill("b"),
-            2000 => cluster.kill("c"),
-            _ => {}
+        // SIGKILL one instance mid-stream, then a second one, each while it serves partitions.
+        publish_in_chunks(&channel, &names, 0..3000, |published| {
+            let victim = match published {
+                1000 => "b",
+                2000 => "c",
+                _ => return,
+            };
+            cluster.wait_serving(victim);
+            cluster.kill(victim);
         })
         .await;
         // A fresh instance with an empty store joins; the survivor hands it half the partitions,

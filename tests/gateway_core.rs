@@ -459,7 +459,7 @@ fn a_published_message_id_is_a_duplicate_and_a_pending_one_is_handled_again() {
     };
     let first = g.handle(with_id("m-1"));
     assert!(matches!(first.status, Status::Delivered));
-    let Some(LedgerState::Pending { turn: Some(turn) }) = g.store().ledger("m-1").unwrap() else {
+    let Some(LedgerState::Pending { turn: Some(turn), .. }) = g.store().ledger("m-1").unwrap() else {
         panic!("a pending entry with the turn it counted")
     };
     assert_eq!(turn.turn, 1);
@@ -474,6 +474,43 @@ fn a_published_message_id_is_a_duplicate_and_a_pending_one_is_handled_again() {
     assert!(matches!(duplicate.status, Status::Duplicate));
     assert_eq!(duplicate.disposition(), Some(Disposition::Duplicate));
     assert!(duplicate.outbound.is_empty());
+}
+
+#[test]
+fn a_partitioned_message_hands_its_replicas_the_session_as_it_left_it_even_after_later_turns() {
+    let g = gateway();
+    let partitioned = |id: &str| {
+        let mut i = inbound(
+            json!({"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-P"}]}),
+            "ingress",
+            0,
+        );
+        i.origin.message_id = Some(id.into());
+        i.origin.partition = Some(silpgate::gateway::session::Partition { index: 3, count: 16 });
+        i
+    };
+    let turns_of = |o: &Outcome| o.change.session.as_ref().map(|s| s.turns);
+    let first = g.handle(partitioned("m-1"));
+    let second = g.handle(partitioned("m-2"));
+    assert_eq!((turns_of(&first), turns_of(&second)), (Some(1), Some(2)));
+    let (id, state) = first.change.message.clone().expect("the message's ledger entry travels with it");
+    assert_eq!(id, "m-1");
+    let LedgerState::Pending { turn: Some(turn), session: None } = state else {
+        panic!("a replica gets the pending entry with its turn, its session beside it: {state:?}")
+    };
+    assert_eq!(turn.turn, 1);
+    // m-1 sent again after m-2 counted its turn (its first changelog append failed): it hands
+    // its replicas turn 1 again, never the store's turn 2 without m-2's ledger entry.
+    let again = g.handle(partitioned("m-1"));
+    assert_eq!(turns_of(&again), Some(1));
+    assert_eq!(again.change.message, first.change.message);
+    assert_eq!(g.store().session_by_token("conv-P").unwrap().unwrap().turns, 2);
+    // Without a partition there are no replicas: the ledger keeps no session copy.
+    let mut alone = partitioned("m-3");
+    alone.origin.partition = None;
+    let alone = g.handle(alone);
+    assert_eq!(alone.change.session, None);
+    assert!(matches!(g.store().ledger("m-3").unwrap(), Some(LedgerState::Pending { session: None, .. })));
 }
 
 #[test]

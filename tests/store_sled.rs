@@ -79,7 +79,7 @@ fn every_record_kind_survives_a_reopen() {
             sessions: vec![session],
             profiles: vec![("planner".into(), profile)],
             freezes: vec![freeze("aa", Frontend::Code, "cancel(x)")],
-            ledger: vec![("m-1".into(), LedgerState::Pending { turn: None })],
+            ledger: vec![("m-1".into(), LedgerState::Pending { turn: None, session: None })],
             ..Changes::default()
         };
         let frozen = store.commit(&changes, 10).unwrap();
@@ -91,7 +91,7 @@ fn every_record_kind_survives_a_reopen() {
     assert_eq!((session.id, session.turns), (silpgate::gateway::session::id_for("conv-1"), 1));
     assert_eq!(store.profile("planner").unwrap().unwrap().frontends, vec![Frontend::Json, Frontend::Natural]);
     assert_eq!(store.frozen("sha256:aa", Frontend::Code).unwrap().as_deref(), Some("cancel(x)"));
-    assert_eq!(store.ledger("m-1").unwrap(), Some(LedgerState::Pending { turn: None }));
+    assert_eq!(store.ledger("m-1").unwrap(), Some(LedgerState::Pending { turn: None, session: None }));
     assert_eq!(store.verify_lock(), Ok(1));
 }
 
@@ -135,7 +135,7 @@ fn a_commit_is_all_or_nothing() {
         sessions: vec![stale],
         turns_seen: vec![("conv-a".into(), 0)],
         freezes: vec![freeze("cc", Frontend::Code, "x()")],
-        ledger: vec![("m-9".into(), LedgerState::Pending { turn: None })],
+        ledger: vec![("m-9".into(), LedgerState::Pending { turn: None, session: None })],
         ..Changes::default()
     };
     assert!(matches!(store.commit(&changes, 2), Err(StoreError::Conflict(_))));

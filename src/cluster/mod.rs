@@ -31,7 +31,7 @@ use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::config::ClusterConfig;
 use crate::gateway::session::Partition;
-use crate::gateway::store::{Freeze, Store, StoreError};
+use crate::gateway::store::{Freeze, SessionChange, Store, StoreError};
 use crate::store::SledStore;
 use crate::store::replica::{LockProposal, PartitionChange, ProfileShare};
 use std::collections::HashMap;
@@ -262,29 +262,29 @@ impl Cluster {
         subscribed.clone_into(&mut view.subscribed);
     }
 
-    /// The stream entries a handled message adds: its conversation's session as it now
-    /// stands (with the message's ledger state) to its partition's changelog, and its new
-    /// compile.lock entries and learnt profiles to the lock stream. Read back from the store, so that a retried
-    /// message appends the same thing again.
+    /// The stream entries a handled message adds: to its partition's changelog, its
+    /// conversation's session as the message left it, with the message's ledger entry; to the
+    /// lock stream, its new compile.lock entries and learnt profiles.
+    ///
+    /// The session is the one the message committed, never the store's current one: the rest
+    /// of a window is committed before its first entry goes out, and a replica given a later
+    /// turn without that message's ledger entry would count the message again when it is
+    /// redelivered. A redelivered message whose ledger entry came from the changelog adds no
+    /// change: the replicas have it, with its session.
     ///
     /// # Errors
     /// The store could not be read.
     pub fn entries(
         &self,
         partition: Partition,
-        conversation: Option<&str>,
-        message_id: Option<&str>,
+        change: &SessionChange,
         frozen: &[Freeze],
         learnt: &[String],
     ) -> Result<Entries<'_>, StoreError> {
         let mut entries = Vec::with_capacity(1 + frozen.len());
-        let session = conversation.map(|token| self.store.session_by_token(token)).transpose()?.flatten();
-        if let Some(session) = session {
-            let message = match message_id {
-                Some(id) => self.store.ledger(id)?.map(|state| (id.to_owned(), state)),
-                None => None,
-            };
-            let change = PartitionChange::Session { session, message };
+        if let Some(session) = &change.session {
+            let change =
+                PartitionChange::Session { session: session.clone(), message: change.message.clone() };
             entries.push(self.changelog_entry(partition, &changelog::Entry::Change(change)));
         }
         let changes = entries.len() as u64;

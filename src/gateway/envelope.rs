@@ -160,9 +160,22 @@ pub struct Outcome {
     /// The compile.lock entries this message froze first. A cluster also proposes them to the
     /// cluster-wide lock stream, whose order decides the chain.
     pub frozen: Vec<super::store::Freeze>,
+    /// What the message changed in its conversation, for the replicas of its partition.
+    pub change: super::store::SessionChange,
 }
 
 impl Outcome {
+    /// An outcome that froze and changed nothing a cluster shares.
+    pub fn new(status: Status, outbound: Vec<Outbound>, notes: Vec<Note>) -> Outcome {
+        Outcome {
+            status,
+            outbound,
+            notes,
+            frozen: Vec::new(),
+            change: super::store::SessionChange::default(),
+        }
+    }
+
     /// What the transport does with the inbound message.
     pub fn disposition(&self) -> Option<Disposition> {
         match &self.status {

@@ -29,7 +29,7 @@ use payload::{OutputForm, SilpForm};
 use serde_json::json;
 use session::SessionPolicy;
 use std::sync::Arc;
-use store::{AgentProfile, Changes, Freeze, Frozen, LedgerState, ProfileSource};
+use store::{AgentProfile, Changes, Freeze, Frozen, LedgerState, ProfileSource, SessionChange};
 
 /// The gateway core: configuration plus state.
 pub struct Gateway {
@@ -55,13 +55,22 @@ struct Receiver {
 }
 
 /// What the core decided for one message.
+// Made and taken apart once per message, never stored: boxing the common variant would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Plan {
     /// Already published: nothing to do.
     Duplicate,
     /// Answer the sender with these envelopes (ping answers, control replies).
     Reply(Vec<Outbound>),
     /// Send `outbound`, then the message itself to `destination` with its payloads rewritten.
-    Forward { outbound: Vec<Outbound>, destination: Destination, renders: Vec<Render>, frozen: Vec<Freeze> },
+    Forward {
+        outbound: Vec<Outbound>,
+        destination: Destination,
+        renders: Vec<Render>,
+        frozen: Vec<Freeze>,
+        change: SessionChange,
+    },
 }
 
 /// A payload's new form: `format`, `subformat` and `content` of the unit at `index`.
@@ -120,13 +129,9 @@ impl Gateway {
     fn run(&self, inbound: Inbound, answering: Option<OutputForm>) -> Outcome {
         let mut notes = Vec::with_capacity(8);
         match self.plan(&inbound, answering, &mut notes) {
-            Ok(Plan::Duplicate) => {
-                Outcome { status: Status::Duplicate, outbound: Vec::new(), notes, frozen: Vec::new() }
-            }
-            Ok(Plan::Reply(outbound)) => {
-                Outcome { status: Status::Delivered, outbound, notes, frozen: Vec::new() }
-            }
-            Ok(Plan::Forward { mut outbound, destination, renders, frozen }) => {
+            Ok(Plan::Duplicate) => Outcome::new(Status::Duplicate, Vec::new(), notes),
+            Ok(Plan::Reply(outbound)) => Outcome::new(Status::Delivered, outbound, notes),
+            Ok(Plan::Forward { mut outbound, destination, renders, frozen, change }) => {
                 // Everything that can fail is done: rewrite the payloads in place and send.
                 let mut envelope = inbound.envelope;
                 for render in renders {
@@ -143,12 +148,12 @@ impl Gateway {
                     *content = render.content;
                 }
                 outbound.push(Outbound { destination, envelope });
-                Outcome { status: Status::Delivered, outbound, notes, frozen }
+                Outcome { status: Status::Delivered, outbound, notes, frozen, change }
             }
             Err((error, location)) => {
                 let outbound =
                     self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
-                Outcome { status: Status::Failed(error), outbound, notes, frozen: Vec::new() }
+                Outcome::new(Status::Failed(error), outbound, notes)
             }
         }
     }
@@ -158,7 +163,7 @@ impl Gateway {
         let location = error.path.clone().map_or(Location::None, Location::Path);
         let error = GatewayError::Envelope(error);
         let outbound = self.error_reply(&error, &location, None).into_iter().collect();
-        Outcome { status: Status::Failed(error), outbound, notes: Vec::new(), frozen: Vec::new() }
+        Outcome::new(Status::Failed(error), outbound, Vec::new())
     }
 
     /// An error message for the sender, echoing its tokens. Errors are never answered with
@@ -195,7 +200,7 @@ impl Gateway {
         let replay = match message_id.map(|id| self.store.ledger(id)).transpose() {
             Err(e) => return Err(nowhere(e.into())),
             Ok(Some(Some(LedgerState::Published))) => return Ok(Plan::Duplicate),
-            Ok(Some(Some(LedgerState::Pending { turn }))) => Some(turn),
+            Ok(Some(Some(LedgerState::Pending { turn, session }))) => Some((turn, session)),
             Ok(_) => None,
         };
         if answering.is_none() && negotiate::is_ping(message) {
@@ -228,8 +233,14 @@ impl Gateway {
 
         let mut changes = Changes::default();
         let mut outbound = Vec::with_capacity(2);
+        // The session as this message leaves it, kept with its ledger entry for a partition's
+        // replicas (only a partitioned message has any).
+        let mut left = None;
         let session = match (replay, message.conversation_token()) {
-            (Some(turn), _) => turn,
+            (Some((turn, record)), _) => {
+                left = record;
+                turn
+            }
             (None, Some(token)) if !units.is_empty() => {
                 let policy = SessionPolicy {
                     heartbeat: self.config.sessions.heartbeat,
@@ -241,6 +252,9 @@ impl Gateway {
                         .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
                 changes.turns_seen.push((record.token.clone(), record.turns - 1));
+                if inbound.origin.partition.is_some() {
+                    left = Some(record.clone());
+                }
                 changes.sessions.push(record);
                 Some(turn)
             }
@@ -319,8 +333,11 @@ impl Gateway {
             }
             pending.push((unit, form));
         }
+        let mut change = SessionChange { session: left, message: None };
         if let Some(id) = message_id {
-            changes.ledger.push((id.to_owned(), LedgerState::Pending { turn: session.clone() }));
+            let state = LedgerState::Pending { turn: session.clone(), session: change.session.clone() };
+            change.message = Some((id.to_owned(), state.for_replica()));
+            changes.ledger.push((id.to_owned(), state));
         }
 
         // One atomic state step; the compile.lock answers with what is frozen.
@@ -373,7 +390,7 @@ impl Gateway {
             let (format, subformat, content) = payload::render(&unit.ir, form, text);
             renders.push(Render { index: unit.index, format, subformat, content });
         }
-        Ok(Plan::Forward { outbound, destination, renders, frozen: first_frozen })
+        Ok(Plan::Forward { outbound, destination, renders, frozen: first_frozen, change })
     }
 
     /// Reads, checks and validates every SILP payload of the message.

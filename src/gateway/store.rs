@@ -77,7 +77,15 @@ pub struct Frozen {
 pub enum LedgerState {
     /// Handled, state changed, publishes not yet all confirmed. `turn` is the session turn the
     /// message counted: a redelivery sends the same envelopes again without counting it twice.
-    Pending { turn: Option<Turn> },
+    /// `session` is the session as this message left it, which a cluster's changelog must
+    /// carry with this entry, even when the message is sent again after later turns were
+    /// counted (a replica holding those turns without their ledger entries would count them
+    /// again). Replicas receive the entry without it: it came with its session.
+    Pending {
+        turn: Option<Turn>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<SessionRecord>,
+    },
     /// Every publish confirmed; a redelivery must not publish again.
     Published,
 }
@@ -90,6 +98,25 @@ pub struct Turn {
     pub turn: u64,
     /// The session renewed after the previous turn: send a renewal notice with this message.
     pub renewed: bool,
+}
+
+impl LedgerState {
+    /// The entry as a replica receives it, beside the session it carries.
+    pub fn for_replica(&self) -> LedgerState {
+        match self {
+            LedgerState::Pending { turn, .. } => LedgerState::Pending { turn: turn.clone(), session: None },
+            LedgerState::Published => LedgerState::Published,
+        }
+    }
+}
+
+/// What a message changed in its conversation, for the replicas of its partition: the
+/// session as the message left it (not as it stands when the change is sent: later messages
+/// may have counted turns since) and the message's ledger entry, which must travel together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionChange {
+    pub session: Option<SessionRecord>,
+    pub message: Option<(String, LedgerState)>,
 }
 
 /// Everything one message changes.

@@ -31,7 +31,7 @@ pub use crate::connectors::AnswerError;
 use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
-use crate::gateway::store::Freeze;
+use crate::gateway::store::{Freeze, SessionChange};
 use crate::gateway::{
     Destination, Disposition, Gateway, GatewayError, Inbound, Note, Origin, Status, Transport,
 };
@@ -72,6 +72,8 @@ pub struct Taken {
     pub delivered: Vec<String>,
     /// The id of the delivery whose answer goes to the door's return path.
     pub awaiting: Option<String>,
+    /// What the message changed in its conversation, for the replicas of its partition.
+    pub change: SessionChange,
 }
 
 /// Why a message was not taken, and what the sender is told.
@@ -294,15 +296,27 @@ impl Intake {
         crate::metrics::get().observe_notes(&outcome.notes);
         let route = self.route_of(&outcome.notes);
         let learnt = learnt(&outcome.notes);
-        let (outbound, frozen, duplicate) = match outcome.status {
-            Status::Duplicate => (Vec::new(), Vec::new(), true),
+        let (outbound, frozen, change, duplicate) = match outcome.status {
+            Status::Duplicate => (Vec::new(), Vec::new(), SessionChange::default(), true),
             Status::Failed(error) => {
                 let replies = outcome.outbound.into_iter().map(|o| o.envelope).collect();
                 return Err(failed(&span, origin.transport, Refused { failure: error.into(), replies }));
             }
-            Status::Delivered => (outcome.outbound, outcome.frozen, false),
+            Status::Delivered => (outcome.outbound, outcome.frozen, outcome.change, false),
         };
-        Ok(Planned { span, base_id, origin, form, route, answers, outbound, frozen, learnt, duplicate })
+        Ok(Planned {
+            span,
+            base_id,
+            origin,
+            form,
+            route,
+            answers,
+            outbound,
+            frozen,
+            learnt,
+            change,
+            duplicate,
+        })
     }
 
     /// The second half of [`take`](Self::take), once the plan's state is durable: delivers
@@ -311,8 +325,9 @@ impl Intake {
         if planned.duplicate {
             return Ok(Taken { duplicate: true, ..Taken::default() });
         }
-        let Planned { span, base_id, origin, form, route, answers, outbound, frozen, learnt, .. } = planned;
-        let mut taken = Taken { frozen, learnt, ..Taken::default() };
+        let Planned { span, base_id, origin, form, route, answers, outbound, frozen, learnt, change, .. } =
+            planned;
+        let mut taken = Taken { frozen, learnt, change, ..Taken::default() };
         let delivery = Delivery { base_id: &base_id, origin: &origin, form, route, answers };
         match self.deliver(outbound, delivery, &mut taken).instrument(span.clone()).await {
             Ok(()) => Ok(taken),
@@ -546,6 +561,7 @@ pub struct Planned<'a> {
     outbound: Vec<crate::gateway::Outbound>,
     frozen: Vec<Freeze>,
     learnt: Vec<String>,
+    change: SessionChange,
     duplicate: bool,
 }
 

@@ -249,7 +249,7 @@ mod tests {
         // Another conversation with the same id is another session: ids are scoped by token.
         let other = PartitionChange::Session { session: session_of(0, "aa", "other", 1), message: None };
         store.apply_change(P0, &other, Some(1), 1).unwrap();
-        let pending = LedgerState::Pending { turn: None };
+        let pending = LedgerState::Pending { turn: None, session: None };
         let change = PartitionChange::Session {
             session: session_of(0, "aa", "conv", 7),
             message: Some(("m-1".into(), pending.clone())),

@@ -486,10 +486,7 @@ impl Pipeline {
         let cluster = self.cluster.as_deref().zip(job.partition);
         let entries = match cluster {
             Some((cluster, partition)) => {
-                let conversation = job.decoded.as_ref().ok().and_then(Message::conversation_token);
-                let message_id = envelope.message_id.as_deref();
-                let entries =
-                    cluster.entries(partition, conversation, message_id, &taken.frozen, &taken.learnt);
+                let entries = cluster.entries(partition, &taken.change, &taken.frozen, &taken.learnt);
                 Some(entries.map_err(GatewayError::Store)?)
             }
             None => None,
