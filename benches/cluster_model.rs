@@ -150,6 +150,7 @@ fn measure_replay_us(entries: u64) -> f64 {
                 turns: i / 200 + 1,
                 heartbeat: 10,
                 last_activity: 1_700_000_000_000 + i,
+                started: 1_700_000_000_000,
                 renewal_due: false,
                 expired: false,
                 partition: Some(partition.index),

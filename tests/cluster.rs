@@ -341,7 +341,12 @@ fn assert_sessions(stores: &[PathBuf], delivered: &Delivered, count: usize) {
     for conversation in 0..CONVERSATIONS.min(count) {
         let token = format!("conv-{conversation}");
         let expected = (conversation..count).step_by(CONVERSATIONS).count() as u64;
-        assert_eq!(turns.get(&token), Some(&expected), "turns of {token}");
+        let arrived = delivered.forwarded.get(&conversation);
+        assert_eq!(
+            turns.get(&token),
+            Some(&expected),
+            "turns of {token}; arrived (with copies): {arrived:?}"
+        );
         let mut named = ids.remove(&token).unwrap_or_default();
         let notices = delivered.notices.get(&conversation).into_iter().flatten();
         named.extend(notices.map(|(session, _)| session.clone()));

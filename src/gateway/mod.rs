@@ -238,7 +238,7 @@ impl Gateway {
         let mut left = None;
         let session = match (replay, message.conversation_token()) {
             (Some((turn, record)), _) => {
-                left = record;
+                left = record.map(|r| *r);
                 turn
             }
             (None, Some(token)) if !units.is_empty() => {
@@ -335,7 +335,8 @@ impl Gateway {
         }
         let mut change = SessionChange { session: left, message: None };
         if let Some(id) = message_id {
-            let state = LedgerState::Pending { turn: session.clone(), session: change.session.clone() };
+            let state =
+                LedgerState::Pending { turn: session.clone(), session: change.session.clone().map(Box::new) };
             change.message = Some((id.to_owned(), state.for_replica()));
             changes.ledger.push((id.to_owned(), state));
         }

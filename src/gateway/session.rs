@@ -72,6 +72,7 @@ pub fn count_turn(
             turns: 0,
             heartbeat: policy.heartbeat,
             last_activity: now,
+            started: now,
             renewal_due: false,
             expired: false,
             partition: policy.partition.map(|p| p.index),

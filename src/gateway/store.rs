@@ -25,6 +25,10 @@ pub struct SessionRecord {
     /// Heartbeat N in force for this session.
     pub heartbeat: u32,
     pub last_activity: Millis,
+    /// When the session began (its first turn): tells it from a later session of the same
+    /// conversation, begun after this one expired (records written before it was kept: 0).
+    #[serde(default)]
+    pub started: Millis,
     /// The context was reset after the last turn; the next message carries a renewal notice.
     pub renewal_due: bool,
     /// Expired sessions stay as tombstones (answering `session_expired`) until swept.
@@ -84,7 +88,7 @@ pub enum LedgerState {
     Pending {
         turn: Option<Turn>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        session: Option<SessionRecord>,
+        session: Option<Box<SessionRecord>>,
     },
     /// Every publish confirmed; a redelivery must not publish again.
     Published,

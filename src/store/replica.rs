@@ -5,12 +5,14 @@
 //!
 //! Changes are idempotent upserts of whole records, so applying a change again, or applying
 //! changes this replica made itself, leaves the same state: replay never needs to know which
-//! records are already here.
+//! records are already here. A record never replaces a later one of the same session (more
+//! turns): a message handled again after later turns were appended sends the session as it
+//! left it, which is older than what the replicas hold.
 
 use super::staged::Writes;
 use super::{PROFILE, SESSION, SledStore, encode, key};
 use crate::gateway::session::Partition;
-use crate::gateway::store::{AgentProfile, Freeze, LedgerState, Millis, SessionRecord, StoreError};
+use crate::gateway::store::{AgentProfile, Freeze, LedgerState, Millis, SessionRecord, Store, StoreError};
 use crate::silp::Frontend;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
@@ -62,6 +64,13 @@ pub struct ProfileShare {
     pub profile: AgentProfile,
     /// The instance that learnt it.
     pub by: String,
+}
+
+/// Whether `record` may replace `held`, the record of the same conversation: it belongs to a
+/// later session (the held one expired and was forgotten where `record` was made), or it has
+/// counted at least as many turns.
+fn supersedes(record: &SessionRecord, held: &SessionRecord) -> bool {
+    record.started != held.started || record.turns >= held.turns
 }
 
 fn applied_key(partition: u16) -> Vec<u8> {
@@ -118,6 +127,8 @@ impl SledStore {
         match change {
             PartitionChange::Session { session, message } => {
                 self.replace_session(&mut batch, session)?;
+                // The ledger entry applies either way: the message's turn is in the newer
+                // record as in its own.
                 if let Some((id, state)) = message {
                     self.put_ledger(&mut batch, id, state, now)?;
                 }
@@ -148,10 +159,13 @@ impl SledStore {
         self.stage(batch)
     }
 
-    /// Writes `session` over whatever this replica holds for its conversation: the changelog
-    /// is the truth.
+    /// Writes `session` over what this replica holds for its conversation, unless that is a
+    /// later record of the same session: the changelog is the truth, in the order of turns.
     fn replace_session(&self, batch: &mut Writes, session: &SessionRecord) -> Result<(), StoreError> {
-        Self::put_session(batch, session);
+        let held = self.session_by_token(&session.token)?;
+        if held.is_none_or(|held| supersedes(session, &held)) {
+            Self::put_session(batch, session);
+        }
         Ok(())
     }
 
@@ -193,7 +207,6 @@ impl SledStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::store::Store;
 
     /// A store in a directory of its own, removed when the store is dropped.
     struct Scratch {
@@ -228,6 +241,7 @@ mod tests {
             turns,
             heartbeat: 10,
             last_activity: 1,
+            started: 1,
             renewal_due: false,
             expired: false,
             partition: None,
@@ -262,6 +276,24 @@ mod tests {
         // Applying the same entry again changes nothing.
         store.apply_change(P0, &change, Some(2), 1).unwrap();
         assert_eq!(store.sessions().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_older_record_of_the_same_session_never_replaces_a_later_one() {
+        let store = store("older");
+        let change = |session: SessionRecord, id: &str| PartitionChange::Session {
+            session,
+            message: Some((id.into(), LedgerState::Pending { turn: None, session: None })),
+        };
+        store.apply_change(P0, &change(session_of(0, "aa", "conv", 5), "m-5"), Some(0), 1).unwrap();
+        // m-4 handled again after turn 5 was appended: it sends the session as it left it.
+        store.apply_change(P0, &change(session_of(0, "aa", "conv", 4), "m-4"), Some(1), 1).unwrap();
+        assert_eq!(store.session_by_token("conv").unwrap().unwrap().turns, 5);
+        assert!(store.ledger("m-4").unwrap().is_some(), "its ledger entry still applies");
+        // A later session of the conversation (the first expired and was forgotten) replaces it.
+        let later = SessionRecord { started: 9, ..session_of(0, "aa", "conv", 1) };
+        store.apply_change(P0, &change(later.clone(), "m-6"), Some(2), 1).unwrap();
+        assert_eq!(store.session_by_token("conv").unwrap(), Some(later));
     }
 
     #[test]
