@@ -31,12 +31,12 @@ use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::config::ClusterConfig;
 use crate::gateway::session::Partition;
-use crate::gateway::store::{Freeze, SessionChange, Store, StoreError};
+use crate::gateway::store::{Freeze, LedgerState, SessionChange, Store, StoreError};
 use crate::store::SledStore;
 use crate::store::replica::{LockProposal, PartitionChange, ProfileShare};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use tracing::info;
 
 /// Why a cluster step failed: the broker (reconnect and try again) or the store.
@@ -82,6 +82,9 @@ struct PartitionState {
     since_snapshot: AtomicU64,
     /// Deliveries handed to the workers and not yet settled.
     in_flight: AtomicUsize,
+    /// Ledger entries of messages whose state is committed here and whose changelog entry is
+    /// not yet confirmed, by message id: a snapshot carries their turns, so it carries them.
+    unappended: Mutex<HashMap<String, LedgerState>>,
 }
 
 /// The members and the partitions consumed here, as the last tick saw them.
@@ -112,6 +115,10 @@ pub struct Cluster {
     takeovers: AtomicU64,
     view: Mutex<View>,
     handover_wait: std::time::Duration,
+    /// Shared from a partition message's commit until [`Cluster::committed`] has noted it,
+    /// exclusive while a snapshot reads the store: a snapshot never holds a turn whose ledger
+    /// entry it lacks.
+    commits: RwLock<()>,
 }
 
 impl Cluster {
@@ -134,6 +141,7 @@ impl Cluster {
             takeovers: AtomicU64::new(0),
             view: Mutex::new(View::default()),
             handover_wait,
+            commits: RwLock::new(()),
         }
     }
 
@@ -182,6 +190,7 @@ impl Cluster {
 
     /// This instance no longer serves `partition`.
     pub fn release(&self, partition: Partition) {
+        self.state(partition).unappended.lock().expect("unappended").clear();
         if self.state(partition).owned.swap(false, Ordering::AcqRel) {
             crate::metrics::get().partitions_owned.dec();
         }
@@ -354,8 +363,29 @@ impl Cluster {
         changelog::publication(self.changelog(partition), entry)
     }
 
-    /// Counts what a message appended; every `snapshot_every` changes, appends a snapshot of
-    /// the partition's sessions, so that a changelog cut by retention still starts whole.
+    /// To be held from committing partition messages until they are [noted](Cluster::committed).
+    pub fn committing(&self) -> RwLockReadGuard<'_, ()> {
+        self.commits.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes a partition message's committed change until its changelog entry is confirmed
+    /// ([`Cluster::appended`]). A change that appends nothing (a redelivery whose entry came
+    /// from the changelog) is not noted.
+    pub fn committed(&self, partition: Partition, change: &SessionChange) {
+        if let (Some(_), Some((id, state))) = (&change.session, &change.message) {
+            self.state(partition).unappended.lock().expect("unappended").insert(id.clone(), state.clone());
+        }
+    }
+
+    /// The changelog entry of `message_id` is confirmed: a snapshot need not carry its ledger
+    /// entry any more.
+    fn confirmed(&self, partition: Partition, message_id: &str) {
+        self.state(partition).unappended.lock().expect("unappended").remove(message_id);
+    }
+
+    /// Counts what a message appended (`message_id`: its changelog entry is confirmed); every
+    /// `snapshot_every` changes, appends a snapshot of the partition's sessions, so that a
+    /// changelog cut by retention still starts whole.
     ///
     /// # Errors
     /// The snapshot could not be read or appended (the next change tries again).
@@ -363,20 +393,37 @@ impl Cluster {
         &self,
         publisher: &Publisher,
         partition: Partition,
+        message_id: Option<&str>,
         changes: u64,
         proposals: u64,
     ) -> Result<(), ClusterError> {
         self.count_proposed(proposals);
         let state = &self.partitions[usize::from(partition.index)];
+        if let Some(id) = message_id.filter(|_| changes > 0) {
+            self.confirmed(partition, id);
+        }
         let since = state.since_snapshot.fetch_add(changes, Ordering::AcqRel) + changes;
         if changes == 0 || since < self.config.snapshot_every {
             return Ok(());
         }
         state.since_snapshot.store(0, Ordering::Release);
-        let sessions = self.store.partition_sessions(partition)?;
-        let entry = changelog::Entry::Change(PartitionChange::Snapshot { sessions });
+        let entry = changelog::Entry::Change(self.snapshot(partition)?);
         publisher.publish_all(vec![self.changelog_entry(partition, &entry)]).await?;
         Ok(())
+    }
+
+    /// The partition's sessions as the store holds them now. The store holds turns of
+    /// messages whose own entries are still on their way (a window commits all its messages
+    /// first): their ledger entries go with the snapshot, read in the same pause of commits.
+    ///
+    /// # Errors
+    /// The store could not be read.
+    fn snapshot(&self, partition: Partition) -> Result<PartitionChange, StoreError> {
+        let _quiet = self.commits.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sessions = self.store.partition_sessions(partition)?;
+        let unappended = self.state(partition).unappended.lock().expect("unappended");
+        let pending = unappended.iter().map(|(id, state)| (id.clone(), state.clone())).collect();
+        Ok(PartitionChange::Snapshot { sessions, pending })
     }
 
     /// Notes that the lock follower applied an entry of the lock stream this instance proposed.
@@ -442,5 +489,63 @@ impl Cluster {
                 "follow_lag": lag,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::store::{Changes, SessionRecord, Turn};
+
+    fn session(turns: u64) -> SessionRecord {
+        SessionRecord {
+            id: "aa".into(),
+            token: "conv".into(),
+            turns,
+            heartbeat: 10,
+            last_activity: 1,
+            started: 1,
+            renewal_due: false,
+            expired: false,
+            partition: Some(0),
+        }
+    }
+
+    #[test]
+    fn a_snapshot_carries_the_ledger_entries_of_turns_whose_own_entries_are_still_on_their_way() {
+        let dir = std::env::temp_dir().join(format!("silpgate-cluster-snapshot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Arc::new(SledStore::open(&dir, None).unwrap());
+        let cluster =
+            Cluster::new(ClusterConfig::default(), store.clone(), std::time::Duration::from_secs(1));
+        let partition = cluster.partition(0);
+        // Two messages of one window committed; neither entry is confirmed yet.
+        for turns in [1, 2] {
+            let id = format!("m-{turns}");
+            let turn = Turn { id: "aa".into(), turn: turns, renewed: false };
+            let state = LedgerState::Pending { turn: Some(turn), session: None };
+            let commit = Changes { sessions: vec![session(turns)], ..Changes::default() };
+            store.commit(&commit, 1).unwrap();
+            let change = SessionChange { session: Some(session(turns)), message: Some((id, state)) };
+            cluster.committed(partition, &change);
+        }
+        let pending_ids = |change: PartitionChange| match change {
+            PartitionChange::Snapshot { sessions, pending } => {
+                assert_eq!(sessions.iter().map(|s| s.turns).collect::<Vec<_>>(), vec![2]);
+                let mut ids: Vec<String> = pending.into_iter().map(|(id, _)| id).collect();
+                ids.sort();
+                ids
+            }
+            PartitionChange::Session { .. } => panic!("a snapshot"),
+        };
+        assert_eq!(pending_ids(cluster.snapshot(partition).unwrap()), ["m-1", "m-2"]);
+        // m-1's entry is confirmed: the snapshot no longer needs to carry it.
+        cluster.confirmed(partition, "m-1");
+        assert_eq!(pending_ids(cluster.snapshot(partition).unwrap()), ["m-2"]);
+        cluster.release(partition);
+        assert!(pending_ids(cluster.snapshot(partition).unwrap()).is_empty(), "forgotten with the partition");
+        drop(cluster);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

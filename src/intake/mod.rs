@@ -566,6 +566,11 @@ pub struct Planned<'a> {
 }
 
 impl Planned<'_> {
+    /// What the message changed in its conversation, for the replicas of its partition.
+    pub fn change(&self) -> &SessionChange {
+        &self.change
+    }
+
     /// Whether the plan wrote anything that must be durable before it is delivered.
     pub fn needs_flush(&self) -> bool {
         !self.duplicate

@@ -27,8 +27,13 @@ pub enum PartitionChange {
     /// A conversation's session as it stands after a message, and that message's ledger
     /// state (which carries the turn it counted, for a redelivery).
     Session { session: SessionRecord, message: Option<(String, LedgerState)> },
-    /// Every session of the partition: the state to reset to.
-    Snapshot { sessions: Vec<SessionRecord> },
+    /// Every session of the partition: the state to reset to; with the ledger entries of the
+    /// messages whose turns it holds and whose own entries come after it.
+    Snapshot {
+        sessions: Vec<SessionRecord>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pending: Vec<(String, LedgerState)>,
+    },
 }
 
 /// A compile.lock entry proposed to the cluster; the first proposal of an (IR hash, frontend)
@@ -133,7 +138,10 @@ impl SledStore {
                     self.put_ledger(&mut batch, id, state, now)?;
                 }
             }
-            PartitionChange::Snapshot { sessions } => {
+            PartitionChange::Snapshot { sessions, pending } => {
+                for (id, state) in pending {
+                    self.put_ledger(&mut batch, id, state, now)?;
+                }
                 for stale in self.partition_sessions(partition)? {
                     if !sessions.iter().any(|s| s.token == stale.token) {
                         batch.remove(key(SESSION, stale.token.as_bytes()));
@@ -311,8 +319,17 @@ mod tests {
         store.apply_change(P0, &named, None, 1).unwrap();
         let elsewhere = PartitionChange::Session { session: session_of(1, "aa", "t4", 1), message: None };
         store.apply_change(p1, &elsewhere, None, 1).unwrap();
-        let snapshot = PartitionChange::Snapshot { sessions: vec![session("ac", "t2", 5)] };
+        let pending = LedgerState::Pending { turn: None, session: None };
+        let snapshot = PartitionChange::Snapshot {
+            sessions: vec![session("ac", "t2", 5)],
+            pending: vec![("m-5".into(), pending.clone())],
+        };
         store.apply_change(P0, &snapshot, Some(9), 1).unwrap();
+        assert_eq!(
+            store.ledger("m-5").unwrap(),
+            Some(pending),
+            "a turn it holds comes with its ledger entry"
+        );
         assert_eq!(store.session_by_token("t0").unwrap(), None, "not in the snapshot: gone");
         assert_eq!(
             store.session_by_token("t3").unwrap(),
