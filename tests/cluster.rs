@@ -929,3 +929,67 @@ async fn a_forwarded_reply_reaches_its_waiting_channel_and_one_for_a_gone_client
     let missing = publisher.publish_all(vec![reply("sgtest.no-such-queue")]).await;
     assert!(matches!(missing, Err(PublishError::Unroutable { .. })), "{missing:?}");
 }
+
+/// The agent `planner` (reads SILP code) behind a queue of its own, for the HTTP door's turns.
+fn with_planner(names: &Names, config: String) -> String {
+    let planner = format!(
+        "[[agents]]\nname = \"planner\"\nfrontends = [\"code\"]\nrouting_key = \"{queue}\"\nqueue = \"{queue}\"\n\n[[routes]]\nname = \"http-to-planner\"\ndestination = \"planner\"\nmode = \"encode\"\n[routes.match]\nsource = \"http\"\n\n",
+        queue = planner_queue(names)
+    );
+    let first_route = "[[routes]]\nname = \"decode-for-sender\"";
+    assert!(config.contains(first_route), "the test configuration has its routes");
+    config.replacen(first_route, &format!("{planner}{first_route}"), 1)
+}
+
+fn planner_queue(names: &Names) -> String {
+    format!("{}.planner", names.sink())
+}
+
+/// One HTTP turn of `conv` through `instance`'s front door, answered by the planner.
+async fn planner_turn(cluster: &Instances, instance: &str, i: usize, conv: &str) {
+    let body = serde_json::to_vec(&support::gateway::ir_request(i, conv)).unwrap();
+    let (code, answer) = support::gateway::post(&cluster.running[instance].http, "/nlip", &body).await;
+    assert_eq!(code, 200, "turn {i} through {instance}: {answer}");
+    assert_eq!(
+        support::gateway::order_in(&answer.to_string()),
+        Some(i),
+        "the planner's answer to turn {i}: {answer}"
+    );
+}
+
+/// An agent's answer counts a turn of its conversation, on the partition's owner: that turn is
+/// in the partition's changelog too, so the next owner counts on from it (without it, the last
+/// answer before a crash was lost to the session, and every renewal after it came a turn late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_answer_turn_survives_its_owners_crash() {
+    let _serial = SERIAL.lock().await;
+    within_limit("an_agents_answer_turn_survives_its_owners_crash", async {
+        let mut cluster = Instances::new("cluster-answers");
+        let (connection, channel) = broker::channel().await;
+        let names = cluster.names.clone();
+        let queue = planner_queue(&names);
+        let planner = |config: String| with_planner(&names, config);
+        cluster.start_with("a", planner);
+        // silpgate declares its agents' queues: the planner consumes once a has.
+        let agent_channel = connection.create_channel().await.unwrap();
+        let _planner = support::agents::amqp_agent(agent_channel, &queue, support::agents::echo_code()).await;
+        // Three turns and their three answers on a, which owns every partition; then a dies.
+        for i in 0..3 {
+            planner_turn(&cluster, "a", i, "conv-answered").await;
+        }
+        cluster.kill("a");
+        // A fresh instance takes the conversation's partition over from the changelog alone.
+        cluster.start_with("b", planner);
+        planner_turn(&cluster, "b", 3, "conv-answered").await;
+        cluster.terminate("b");
+        let sessions = broker::sessions(&cluster.store("b"));
+        let (_, turns) = sessions.get("conv-answered").cloned().expect("b holds the conversation's session");
+        assert_eq!(turns, 8, "four requests and four answers, each a turn");
+        channel
+            .queue_delete(queue.as_str().into(), lapin::options::QueueDeleteOptions::default())
+            .await
+            .unwrap();
+        names.clean_up(&channel, PARTITIONS).await;
+    })
+    .await;
+}

@@ -505,12 +505,23 @@ fn a_partitioned_message_hands_its_replicas_the_session_as_it_left_it_even_after
     assert_eq!(turns_of(&again), Some(1));
     assert_eq!(again.change.message, first.change.message);
     assert_eq!(g.store().session_by_token("conv-P").unwrap().unwrap().turns, 2);
-    // Without a partition there are no replicas: the ledger keeps no session copy.
-    let mut alone = partitioned("m-3");
+    // A message that comes another way (an agent's answer) changes the same partition's
+    // session: its replicas get that too.
+    let mut answer = partitioned("m-3");
+    answer.origin.partition = None;
+    assert_eq!(turns_of(&g.handle(answer)), Some(3));
+    // A conversation without a partition has no replicas: the ledger keeps no session copy.
+    let mut alone = partitioned("m-4");
     alone.origin.partition = None;
+    alone.envelope = nlip::decode(
+        br#"{"format":"structured","subformat":"silp-code","content":"cancel(x)","label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-Q"}]}"#,
+        Encoding::Json,
+        &Limits::default(),
+    )
+    .unwrap();
     let alone = g.handle(alone);
     assert_eq!(alone.change.session, None);
-    assert!(matches!(g.store().ledger("m-3").unwrap(), Some(LedgerState::Pending { session: None, .. })));
+    assert!(matches!(g.store().ledger("m-4").unwrap(), Some(LedgerState::Pending { session: None, .. })));
 }
 
 #[test]

@@ -37,7 +37,7 @@ use crate::store::replica::{LockProposal, PartitionChange, ProfileShare};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
-use tracing::info;
+use tracing::{info, warn};
 
 /// Why a cluster step failed: the broker (reconnect and try again) or the store.
 #[derive(Debug, thiserror::Error)]
@@ -331,23 +331,41 @@ impl Cluster {
         }
     }
 
-    /// Appends what a message taken through a front door adds to the lock stream (see
-    /// [`Cluster::shared`]) and waits for the broker's confirms: the door answers only then,
-    /// as a partition owner acknowledges only then.
+    /// Appends what a message handled outside the partition queues adds to the streams (an
+    /// agent's answer, a front-door message served here: see [`Cluster::entries`]) and waits
+    /// for the broker's confirms: the door answers, and the answer goes on, only then, as a
+    /// partition owner acknowledges only then.
     ///
     /// # Errors
     /// The store could not be read or the broker did not confirm.
     pub async fn propose(
         &self,
         publisher: &Publisher,
+        change: &SessionChange,
         frozen: &[Freeze],
         learnt: &[String],
     ) -> Result<(), ClusterError> {
-        if frozen.is_empty() && learnt.is_empty() {
+        let partition = self.partition_changed(change);
+        let entries = match partition {
+            Some(partition) => self.entries(partition, change, frozen, learnt)?,
+            None => Entries {
+                publications: self.shared(frozen, learnt)?,
+                changes: 0,
+                proposals: frozen.len() as u64,
+            },
+        };
+        if entries.publications.is_empty() {
             return Ok(());
         }
-        publisher.publish_all(self.shared(frozen, learnt)?).await?;
-        self.count_proposed(frozen.len() as u64);
+        publisher.publish_all(entries.publications).await?;
+        let Some(partition) = partition else {
+            self.count_proposed(entries.proposals);
+            return Ok(());
+        };
+        let id = change.message.as_ref().map(|(id, _)| id.as_str());
+        if let Err(e) = self.appended(publisher, partition, id, entries.changes, entries.proposals).await {
+            warn!(partition = partition.index, error = %e, "Snapshot not appended; the next change tries again.");
+        }
         Ok(())
     }
 
@@ -368,13 +386,19 @@ impl Cluster {
         self.commits.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Notes a partition message's committed change until its changelog entry is confirmed
-    /// ([`Cluster::appended`]). A change that appends nothing (a redelivery whose entry came
-    /// from the changelog) is not noted.
-    pub fn committed(&self, partition: Partition, change: &SessionChange) {
-        if let (Some(_), Some((id, state))) = (&change.session, &change.message) {
+    /// Notes a committed change of a partition's conversation until its changelog entry is
+    /// confirmed ([`Cluster::appended`]). A change that appends nothing (a redelivery whose
+    /// entry came from the changelog) is not noted.
+    pub fn committed(&self, change: &SessionChange) {
+        if let (Some(partition), Some((id, state))) = (self.partition_changed(change), &change.message) {
             self.state(partition).unappended.lock().expect("unappended").insert(id.clone(), state.clone());
         }
+    }
+
+    /// The partition whose changelog carries `change`, if any.
+    fn partition_changed(&self, change: &SessionChange) -> Option<Partition> {
+        let index = change.session.as_ref()?.partition?;
+        (index < self.config.partitions).then(|| self.partition(index))
     }
 
     /// The changelog entry of `message_id` is confirmed: a snapshot need not carry its ledger
@@ -527,7 +551,7 @@ mod tests {
             let commit = Changes { sessions: vec![session(turns)], ..Changes::default() };
             store.commit(&commit, 1).unwrap();
             let change = SessionChange { session: Some(session(turns)), message: Some((id, state)) };
-            cluster.committed(partition, &change);
+            cluster.committed(&change);
         }
         let pending_ids = |change: PartitionChange| match change {
             PartitionChange::Snapshot { sessions, pending } => {

@@ -233,8 +233,8 @@ impl Gateway {
 
         let mut changes = Changes::default();
         let mut outbound = Vec::with_capacity(2);
-        // The session as this message leaves it, kept with its ledger entry for a partition's
-        // replicas (only a partitioned message has any).
+        // The session as this message leaves it, kept with its ledger entry for the replicas
+        // of the partition the session belongs to (only a cluster's sessions have any).
         let mut left = None;
         let session = match (replay, message.conversation_token()) {
             (Some((turn, record)), _) => {
@@ -252,7 +252,7 @@ impl Gateway {
                         .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
                 changes.turns_seen.push((record.token.clone(), record.turns - 1));
-                if inbound.origin.partition.is_some() {
+                if record.partition.is_some() {
                     left = Some(record.clone());
                 }
                 changes.sessions.push(record);

@@ -160,25 +160,27 @@ impl Intake {
         self
     }
 
-    /// Appends `frozen` and the profiles of `learnt` to the cluster's lock stream and waits
-    /// for the confirms, in a span under `parent` (nothing to do, and no span, outside cluster
-    /// mode or when the message taught nothing). The local store has them already; the lock
-    /// stream is what makes them the cluster's.
+    /// Appends `change` to its partition's changelog, and `frozen` and the profiles of
+    /// `learnt` to the cluster's lock stream, and waits for the confirms, in a span under
+    /// `parent` (nothing to do, and no span, outside cluster mode or when the message changed
+    /// and taught nothing the cluster shares). The local store has them already; the streams
+    /// are what make them the cluster's.
     async fn share(
         &self,
         parent: &tracing::Span,
+        change: &SessionChange,
         frozen: &[Freeze],
         learnt: &[String],
     ) -> Result<(), ClusterError> {
         let Some((cluster, broker)) = &self.cluster else { return Ok(()) };
-        if frozen.is_empty() && learnt.is_empty() {
+        if change.session.is_none() && frozen.is_empty() && learnt.is_empty() {
             return Ok(());
         }
         let Some(link) = broker.current() else {
             return Err(ClusterError::Stream("the broker is not connected".into()));
         };
         let shared = cluster
-            .propose(&link.publisher, frozen, learnt)
+            .propose(&link.publisher, change, frozen, learnt)
             .instrument(info_span!(parent: parent, "cluster share"))
             .await;
         if let Err(ClusterError::Publish(e @ crate::broker::publish::PublishError::Channel(_))) = &shared {
@@ -273,7 +275,7 @@ impl Intake {
             }
         }
         if !planned.duplicate
-            && let Err(e) = self.share(&planned.span, &planned.frozen, &planned.learnt).await
+            && let Err(e) = self.share(&planned.span, &planned.change, &planned.frozen, &planned.learnt).await
         {
             return Err(planned.refuse(refusal(Failure::Shared(e))));
         }
@@ -338,7 +340,21 @@ impl Intake {
     /// Runs the core on a message (or, with the asker's form, on an answer). A plan that lost
     /// a race with another message of its conversation (its commit was refused, nothing was
     /// written) is made again at once: the loser reads the winner's state.
+    ///
+    /// In a cluster, what the message changed in a partition's conversation is noted from its
+    /// commit on, until its changelog entry is confirmed ([`Cluster::committed`]).
     fn handle(&self, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
+        let cluster = self.cluster.as_ref().map(|(cluster, _)| cluster);
+        let _committing = cluster.map(|cluster| cluster.committing());
+        let outcome = self.handle_racing(inbound, answering);
+        if let Some(cluster) = cluster {
+            cluster.committed(&outcome.change);
+        }
+        outcome
+    }
+
+    /// The core on a message, again while it loses races (see [`Intake::handle`]).
+    fn handle_racing(&self, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
         let mut races = 0;
         loop {
             let outcome = match answering {
@@ -493,7 +509,7 @@ impl Intake {
             self.waiting.restore(id, waiter);
             return Err(AnswerError::Retry(e.to_string()));
         }
-        if let Err(e) = self.share(&span, &outcome.frozen, &learnt(&outcome.notes)).await {
+        if let Err(e) = self.share(&span, &outcome.change, &outcome.frozen, &learnt(&outcome.notes)).await {
             self.waiting.restore(id, waiter);
             return Err(AnswerError::Retry(e.to_string()));
         }
@@ -566,11 +582,6 @@ pub struct Planned<'a> {
 }
 
 impl Planned<'_> {
-    /// What the message changed in its conversation, for the replicas of its partition.
-    pub fn change(&self) -> &SessionChange {
-        &self.change
-    }
-
     /// Whether the plan wrote anything that must be durable before it is delivered.
     pub fn needs_flush(&self) -> bool {
         !self.duplicate

@@ -257,18 +257,14 @@ impl Pipeline {
     /// message the core refused carries why; one that could not be decoded, or whose state
     /// the flush failed to make durable, is left to the one-at-a-time path (`Err(None)`).
     async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<Refused>>> {
-        let mut planned: Vec<_> = {
-            let _committing = self.cluster.as_ref().map(|cluster| cluster.committing());
-            jobs.iter()
-                .map(|job| {
-                    let message = job.decoded.as_ref().map_err(|_| None)?.clone();
-                    let arrival = self.arrival(job, message);
-                    let planned = job.span.in_scope(|| self.intake.plan(arrival)).map_err(Some)?;
-                    self.committed(job, &planned);
-                    Ok(planned)
-                })
-                .collect()
-        };
+        let mut planned: Vec<_> = jobs
+            .iter()
+            .map(|job| {
+                let message = job.decoded.as_ref().map_err(|_| None)?.clone();
+                let arrival = self.arrival(job, message);
+                job.span.in_scope(|| self.intake.plan(arrival)).map_err(Some)
+            })
+            .collect();
         let durable = planned.iter().flatten().filter(|p| p.needs_flush()).count();
         if durable > 0 {
             // One flush for the window; each message's trace shows it as its own stage.
@@ -420,15 +416,7 @@ impl Pipeline {
                 return Err(GatewayError::Envelope(e.clone()).into());
             }
         };
-        let planned = {
-            let _committing = self.cluster.as_ref().map(|cluster| cluster.committing());
-            let planned = self.intake.plan(self.arrival(job, message));
-            if let Ok(planned) = &planned {
-                self.committed(job, planned);
-            }
-            planned
-        };
-        let planned = match planned {
+        let planned = match self.intake.plan(self.arrival(job, message)) {
             Ok(planned) => planned,
             Err(refused) => return Err(self.refused(job, &base_id, refused).await),
         };
@@ -443,14 +431,6 @@ impl Pipeline {
             flushed.map_err(GatewayError::Store)?;
         }
         self.finish(job, &base_id, planned).await
-    }
-
-    /// Notes a partition message's committed change with the cluster until its changelog
-    /// entry is confirmed (see [`Cluster::committed`]).
-    fn committed(&self, job: &Job, planned: &Planned<'_>) {
-        if let (Some(cluster), Some(partition)) = (&self.cluster, job.partition) {
-            cluster.committed(partition, planned.change());
-        }
     }
 
     /// The message as the intake takes it.
