@@ -157,7 +157,11 @@ impl Run {
     /// Once the producer is done: every envelope delivered in order (but for messages numbered
     /// below `reorder_below`) and applied once.
     async fn assert_settled(self, count: usize, reorder_below: usize) {
-        self.producer.await.expect("the producer finishes");
+        let producer = tokio::time::timeout(Duration::from_secs(300), self.producer).await;
+        let confirmed = self.confirmed.load(std::sync::atomic::Ordering::SeqCst);
+        producer
+            .unwrap_or_else(|_| panic!("the producer did not finish in 300 s: {confirmed} confirmed"))
+            .expect("the producer finishes");
         assert_delivered_in_order(&self.names, count, reorder_below).await;
         assert_applied_once(self.daemon, &self.names, &self.store, count).await;
     }

@@ -522,17 +522,7 @@ mod tests {
     use crate::gateway::store::{Changes, SessionRecord, Turn};
 
     fn session(turns: u64) -> SessionRecord {
-        SessionRecord {
-            id: "aa".into(),
-            token: "conv".into(),
-            turns,
-            heartbeat: 10,
-            last_activity: 1,
-            started: 1,
-            renewal_due: false,
-            expired: false,
-            partition: Some(0),
-        }
+        SessionRecord { turns, ..SessionRecord::begin("aa".into(), "conv", 10, 1, Some(0)) }
     }
 
     #[test]

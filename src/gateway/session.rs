@@ -66,17 +66,13 @@ pub fn count_turn(
             return Err(GatewayError::SessionExpired { id: record.id });
         }
         Some(record) => record,
-        None => SessionRecord {
-            id: id_for(token),
-            token: token.to_owned(),
-            turns: 0,
-            heartbeat: policy.heartbeat,
-            last_activity: now,
-            started: now,
-            renewal_due: false,
-            expired: false,
-            partition: policy.partition.map(|p| p.index),
-        },
+        None => SessionRecord::begin(
+            id_for(token),
+            token,
+            policy.heartbeat,
+            now,
+            policy.partition.map(|p| p.index),
+        ),
     };
     record.turns += 1;
     let renewed = std::mem::take(&mut record.renewal_due);

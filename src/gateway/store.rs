@@ -38,6 +38,29 @@ pub struct SessionRecord {
     pub partition: Option<u16>,
 }
 
+impl SessionRecord {
+    /// A session of conversation `token` that begins `now`, before its first turn.
+    pub fn begin(
+        id: String,
+        token: &str,
+        heartbeat: u32,
+        now: Millis,
+        partition: Option<u16>,
+    ) -> SessionRecord {
+        SessionRecord {
+            id,
+            token: token.to_owned(),
+            turns: 0,
+            heartbeat,
+            last_activity: now,
+            started: now,
+            renewal_due: false,
+            expired: false,
+            partition,
+        }
+    }
+}
+
 /// Where an agent's accepted frontends came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ProfileSource {

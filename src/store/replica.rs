@@ -243,17 +243,7 @@ mod tests {
     }
 
     fn session(id: &str, token: &str, turns: u64) -> SessionRecord {
-        SessionRecord {
-            id: id.into(),
-            token: token.into(),
-            turns,
-            heartbeat: 10,
-            last_activity: 1,
-            started: 1,
-            renewal_due: false,
-            expired: false,
-            partition: None,
-        }
+        SessionRecord { turns, ..SessionRecord::begin(id.into(), token, 10, 1, None) }
     }
 
     /// A session that names its partition (the current layout).

@@ -118,8 +118,14 @@ pub async fn connect_any(nodes: &[u8], deadline: Instant) -> (Connection, Channe
             else {
                 continue;
             };
-            let Ok(channel) = connection.create_channel().await else { continue };
-            if channel.confirm_select(ConfirmSelectOptions::default()).await.is_ok() {
+            // A node that is still starting may take the connection and never answer on it.
+            let step = Duration::from_secs(3);
+            let Ok(Ok(channel)) = tokio::time::timeout(step, connection.create_channel()).await else {
+                continue;
+            };
+            let selected =
+                tokio::time::timeout(step, channel.confirm_select(ConfirmSelectOptions::default())).await;
+            if matches!(selected, Ok(Ok(()))) {
                 return (connection, channel);
             }
         }
@@ -150,18 +156,16 @@ pub async fn publish_paced(
         let mut confirms = Vec::with_capacity(WINDOW);
         for (routing_key, body, properties) in &messages[next..end] {
             let options = BasicPublishOptions { mandatory: true, immediate: false };
-            match channel
-                .basic_publish(
-                    exchange.as_str().into(),
-                    routing_key.as_str().into(),
-                    options,
-                    body,
-                    properties.clone(),
-                )
-                .await
-            {
-                Ok(confirm) => confirms.push(confirm),
-                Err(_) => {
+            let publish = channel.basic_publish(
+                exchange.as_str().into(),
+                routing_key.as_str().into(),
+                options,
+                body,
+                properties.clone(),
+            );
+            match tokio::time::timeout(Duration::from_secs(5), publish).await {
+                Ok(Ok(confirm)) => confirms.push(confirm),
+                _ => {
                     window_ok = false;
                     break;
                 }
@@ -181,7 +185,8 @@ pub async fn publish_paced(
         }
         if !window_ok {
             assert!(Instant::now() < deadline, "publishing did not finish within 240 s");
-            let _ = connection.close(200, "moving".into()).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(3), connection.close(200, "moving".into())).await;
             (connection, channel) = connect_any(&nodes, deadline).await;
             continue;
         }
@@ -190,7 +195,7 @@ pub async fn publish_paced(
         let due = started + Duration::from_secs_f64(next as f64 / f64::from(per_second));
         tokio::time::sleep_until(due.into()).await;
     }
-    let _ = connection.close(200, "published".into()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(3), connection.close(200, "published".into())).await;
 }
 
 /// Waits until `counter` reaches `at_least`, failing after `timeout`.
