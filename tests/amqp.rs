@@ -741,3 +741,62 @@ async fn among_many_publishes_in_flight_each_unroutable_one_fails_as_its_own() {
     assert_eq!(routed.message_count() as usize, expected, "every routed publish is in the queue");
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// A publish the broker refuses (here a full queue that rejects publishes) asks for a fresh
+/// channel, naming the refusing one, at most once per pause; once replaced, publishes go out on
+/// the fresh channel and the old one is closed when its publishes are decided.
+#[tokio::test]
+async fn a_refused_publish_asks_for_a_fresh_channel_once_and_the_old_one_is_closed() {
+    use lapin::options::ConfirmSelectOptions;
+    use silpgate::broker::publish::{Publication, PublishError, Publisher, RENEWAL_PAUSE};
+
+    let _serial = SERIAL.lock().await;
+    let (connection, channel) = broker::channel().await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
+    arguments.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    let exclusive =
+        QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+    let full = channel.queue_declare("".into(), exclusive, arguments).await.unwrap();
+    let full = full.name().as_str().to_owned();
+    let first = connection.create_channel().await.unwrap();
+    first.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let (publisher, mut renewals) = Publisher::renewing(first.clone(), Duration::from_secs(30));
+    let publish = |i: usize| Publication {
+        exchange: "",
+        routing_key: &full,
+        body: format!("message {i}").into_bytes(),
+        properties: BasicProperties::default().with_message_id(format!("m-{i}").into()),
+    };
+
+    publisher.send(publish(0)).unwrap().confirmed().await.expect("the first message fits");
+    for i in 1..4 {
+        let refused = publisher.send(publish(i)).unwrap().confirmed().await;
+        assert!(matches!(refused, Err(PublishError::Refused { .. })), "message {i}: {refused:?}");
+    }
+    let asked = tokio::time::timeout(LONG, renewals.recv()).await.expect("a renewal is asked for");
+    assert_eq!(asked, Some(first.id()), "the refusing channel is named");
+    assert!(renewals.try_recv().is_err(), "a burst of refusals asks once");
+
+    let fresh = connection.create_channel().await.unwrap();
+    fresh.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    publisher.replace(fresh.clone(), Duration::ZERO);
+    assert_eq!(publisher.channel().id(), fresh.id(), "publishes go out on the fresh channel");
+    let closed = async {
+        while first.status().connected() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(LONG, closed).await.expect("the replaced channel is closed");
+
+    // Refused again within the pause after the renewal: no new ask. After it: one.
+    let refused = publisher.send(publish(4)).unwrap().confirmed().await;
+    assert!(matches!(refused, Err(PublishError::Refused { .. })), "{refused:?}");
+    assert!(renewals.try_recv().is_err(), "no renewal within {RENEWAL_PAUSE:?} of the last");
+    tokio::time::sleep(RENEWAL_PAUSE).await;
+    let refused = publisher.send(publish(5)).unwrap().confirmed().await;
+    assert!(matches!(refused, Err(PublishError::Refused { .. })), "{refused:?}");
+    let asked = tokio::time::timeout(LONG, renewals.recv()).await.expect("asked again after the pause");
+    assert_eq!(asked, Some(fresh.id()));
+    let _ = connection.close(200, "done".into()).await;
+}

@@ -22,7 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// Why a publish did not make it into a queue.
@@ -65,12 +65,28 @@ pub struct Publication<'a> {
     pub properties: BasicProperties,
 }
 
-/// A confirm-mode channel.
+/// A confirm-mode channel, which the connection's owner may replace by a fresh one when the
+/// broker refuses a publish (see [`Publisher::renewing`]). Clones share the channel in use.
 #[derive(Clone)]
 pub struct Publisher {
-    channel: Channel,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    lane: Mutex<Arc<Lane>>,
     confirm_timeout: Duration,
+    /// Where a refusal asks for a fresh channel, naming the channel that refused.
+    renewals: Option<mpsc::UnboundedSender<ChannelId>>,
+    /// When the channel in use was opened to replace a refusing one.
+    renewed_at: Mutex<Option<Instant>>,
+}
+
+/// One channel's publishing: its order and its settling task.
+struct Lane {
+    channel: Channel,
     sending: Arc<Sending>,
+    /// Told when the settling task has decided the lane's last publish.
+    settled: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 /// How publishes reach the channel's settling task: in the order the channel numbered them.
@@ -84,22 +100,97 @@ struct Order {
     settling: mpsc::UnboundedSender<Outstanding>,
 }
 
-impl Publisher {
-    /// `channel` must be in confirm mode (`confirm_select`). Starts the channel's settling task,
-    /// so it must be called on a Tokio runtime; the task ends with the last clone of this
-    /// publisher once every publish it holds is decided.
-    pub fn new(channel: Channel, confirm_timeout: Duration) -> Self {
+/// A channel's number on its connection.
+pub type ChannelId = u16;
+
+/// How soon after one renewal a refusal may ask for another: a fresh channel opened before the
+/// broker has elected a queue's new leader refuses too, and asking again at once would only
+/// churn channels while the election runs.
+pub const RENEWAL_PAUSE: Duration = Duration::from_secs(1);
+
+impl Lane {
+    /// Starts the channel's settling task, which ends once the lane is dropped and every
+    /// publish it holds is decided.
+    fn start(channel: Channel) -> Arc<Lane> {
         let (settling, incoming) = mpsc::unbounded_channel();
         let sending = Arc::new(Sending {
             order: Mutex::new(Order { next_id: 0, settling }),
             bell: Arc::new(Bell::default()),
         });
-        tokio::spawn(settle(incoming, Arc::downgrade(&sending), Arc::clone(&sending.bell)));
-        Publisher { channel, confirm_timeout, sending }
+        let (done, settled) = oneshot::channel();
+        let task = settle(incoming, Arc::downgrade(&sending), Arc::clone(&sending.bell));
+        tokio::spawn(async move {
+            task.await;
+            let _ = done.send(());
+        });
+        Arc::new(Lane { channel, sending, settled: Mutex::new(Some(settled)) })
+    }
+}
+
+impl Publisher {
+    /// `channel` must be in confirm mode (`confirm_select`). Starts the channel's settling task,
+    /// so it must be called on a Tokio runtime; the task ends with the last clone of this
+    /// publisher once every publish it holds is decided.
+    pub fn new(channel: Channel, confirm_timeout: Duration) -> Self {
+        Publisher::build(channel, confirm_timeout, None)
     }
 
-    pub fn channel(&self) -> &Channel {
-        &self.channel
+    /// A publisher whose refusals ask for a fresh channel through the returned receiver: it
+    /// names the channel that refused, and whoever holds the connection answers with
+    /// [`Publisher::replace`].
+    ///
+    /// Why: RabbitMQ (3.10) keeps a channel's publishing state for each quorum queue, made on
+    /// the channel's first publish to it from the queue's recorded leader. Made while that
+    /// leader's node is dead (a connection that moved to another node at once), it refuses
+    /// every publish to the queue for as long as the channel lives. A fresh channel, opened
+    /// once the queue has its new leader, publishes normally. A refusal for another reason (a
+    /// full queue) costs a channel a second at most.
+    pub fn renewing(
+        channel: Channel,
+        confirm_timeout: Duration,
+    ) -> (Self, mpsc::UnboundedReceiver<ChannelId>) {
+        let (asks, renewals) = mpsc::unbounded_channel();
+        (Publisher::build(channel, confirm_timeout, Some(asks)), renewals)
+    }
+
+    fn build(
+        channel: Channel,
+        confirm_timeout: Duration,
+        renewals: Option<mpsc::UnboundedSender<ChannelId>>,
+    ) -> Self {
+        let lane = Lane::start(channel);
+        let shared =
+            Shared { lane: Mutex::new(lane), confirm_timeout, renewals, renewed_at: Mutex::new(None) };
+        Publisher { shared: Arc::new(shared) }
+    }
+
+    /// The channel in use.
+    pub fn channel(&self) -> Channel {
+        self.lane().channel.clone()
+    }
+
+    fn lane(&self) -> Arc<Lane> {
+        Arc::clone(&self.shared.lane.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Publishes on `channel` (in confirm mode) from now on. The channel it replaces is closed
+    /// once every publish sent on it is decided and `linger` has passed (what answers its
+    /// publishes, such as direct reply-to, arrives on it meanwhile).
+    pub fn replace(&self, channel: Channel, linger: Duration) {
+        let lane = Lane::start(channel);
+        let retired =
+            std::mem::replace(&mut *self.shared.lane.lock().unwrap_or_else(PoisonError::into_inner), lane);
+        *self.shared.renewed_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        let channel = retired.channel.clone();
+        let settled = retired.settled.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(retired);
+        tokio::spawn(async move {
+            if let Some(settled) = settled {
+                let _ = settled.await;
+            }
+            tokio::time::sleep(linger).await;
+            let _ = channel.close(200, "replaced after a refused publish".into()).await;
+        });
     }
 
     /// Publishes `publications` in order on the one channel (so that their order holds) and
@@ -128,7 +219,8 @@ impl Publisher {
         let direct_reply = p.exchange.is_empty() && p.routing_key.starts_with(DIRECT_REPLY_TO);
         let options = BasicPublishOptions { mandatory: !direct_reply, immediate: false };
         let identity = Identity::of(p.exchange, p.routing_key, &p.properties, p.body.len());
-        let channel = self.channel.clone();
+        let lane = self.lane();
+        let channel = lane.channel.clone();
         let (exchange, routing_key) = (p.exchange.into(), p.routing_key.into());
         let Publication { body, properties, .. } = p;
         let mut publishing: Publishing = Box::pin(async move {
@@ -139,9 +231,9 @@ impl Publisher {
         // lapin numbers the publish (its confirm's delivery tag) and queues its frames in the
         // first poll, before its first await. Doing that and handing it to the settling task
         // under one lock keeps the settling task's order the channel's (see `settle`).
-        let mut order = self.sending.order.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut order = lane.sending.order.lock().unwrap_or_else(PoisonError::into_inner);
         let id = order.next_id;
-        let waker = Waker::from(Arc::new(ConfirmWaker { id, bell: Arc::clone(&self.sending.bell) }));
+        let waker = Waker::from(Arc::new(ConfirmWaker { id, bell: Arc::clone(&lane.sending.bell) }));
         let stage = match publishing.as_mut().poll(&mut Context::from_waker(&waker)) {
             Poll::Ready(Err(e)) => return Err(PublishError::Channel(e)),
             Poll::Ready(Ok(confirm)) => Stage::Confirming(confirm),
@@ -151,7 +243,8 @@ impl Publisher {
         // The settling task ends only once every publisher is gone, and this is one.
         let _ = order.settling.send(Outstanding { id, identity, stage, waker, decided });
         drop(order);
-        Ok(Pending { verdict, timeout: self.confirm_timeout })
+        let refusals = Refusals { publisher: Arc::downgrade(&self.shared), channel: lane.channel.id() };
+        Ok(Pending { verdict, timeout: self.shared.confirm_timeout, refusals })
     }
 }
 
@@ -159,6 +252,31 @@ impl Publisher {
 pub struct Pending {
     verdict: oneshot::Receiver<Result<(), PublishError>>,
     timeout: Duration,
+    refusals: Refusals,
+}
+
+/// Where a refused publish reports its channel.
+struct Refusals {
+    publisher: Weak<Shared>,
+    channel: ChannelId,
+}
+
+impl Shared {
+    /// Asks for a fresh channel when `channel` is still the one in use and the last renewal
+    /// is at least [`RENEWAL_PAUSE`] old.
+    fn refused(&self, channel: ChannelId) {
+        let Some(renewals) = &self.renewals else { return };
+        if self.lane.lock().unwrap_or_else(PoisonError::into_inner).channel.id() != channel {
+            return;
+        }
+        let mut renewed_at = self.renewed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if renewed_at.is_some_and(|at| at.elapsed() < RENEWAL_PAUSE) {
+            return;
+        }
+        // Counted as a renewal from the ask on, so that a burst of refusals asks once.
+        *renewed_at = Some(Instant::now());
+        let _ = renewals.send(channel);
+    }
 }
 
 impl Pending {
@@ -168,7 +286,14 @@ impl Pending {
     /// Returned as unroutable, refused (nack), not confirmed in time, or the channel failed.
     pub async fn confirmed(self) -> Result<(), PublishError> {
         match tokio::time::timeout(self.timeout, self.verdict).await {
-            Ok(Ok(verdict)) => verdict,
+            Ok(Ok(verdict)) => {
+                if let (Err(PublishError::Refused { .. }), Some(publisher)) =
+                    (&verdict, self.refusals.publisher.upgrade())
+                {
+                    publisher.refused(self.refusals.channel);
+                }
+                verdict
+            }
             Ok(Err(_)) => {
                 let state = lapin::ChannelState::Closed;
                 Err(PublishError::Channel(

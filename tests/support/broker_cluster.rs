@@ -77,7 +77,7 @@ impl BrokerCluster {
     /// Restarts RabbitMQ on node `n` (its application; the Erlang VM stays): every connection
     /// to it drops and its queue replicas go down and come back, as in a rolling upgrade.
     pub fn restart(&self, n: u8) {
-        let node = if n == 1 { "rabbit@localhost".to_owned() } else { format!("rabbit{n}@localhost") };
+        let node = node_name(n);
         super::broker::rabbitmqctl(&["-n", &node, "stop_app"]);
         super::broker::rabbitmqctl(&["-n", &node, "start_app"]);
         super::broker::rabbitmqctl(&["-n", &node, "await_startup"]);
@@ -91,6 +91,47 @@ impl BrokerCluster {
         } else {
             run(&["start", &n.to_string()]);
         }
+    }
+}
+
+/// The node (1 to 3) that leads quorum queue `queue` (on the default virtual host).
+pub fn leader_of(queue: &str) -> u8 {
+    let out = super::broker::rabbitmqctl(&["list_queues", "--quiet", "--no-table-headers", "name", "leader"]);
+    let leader = out
+        .lines()
+        .find_map(|line| line.strip_prefix(queue)?.strip_prefix('\t'))
+        .unwrap_or_else(|| panic!("the broker lists queue {queue}"));
+    node_number(leader.trim())
+}
+
+/// Moves the leadership of quorum queue `queue` to node `to`, and waits until the broker lists
+/// it there.
+pub fn move_leader(queue: &str, to: u8) {
+    let target = node_name(to);
+    let transfer = format!(
+        "{{ok, Q}} = rabbit_amqqueue:lookup(rabbit_misc:r(<<\"/\">>, queue, <<\"{queue}\">>)), \
+         {{Name, _}} = Leader = amqqueue:get_pid(Q), ra:transfer_leadership(Leader, {{Name, '{target}'}})."
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leader_of(queue) != to {
+        assert!(Instant::now() < deadline, "the leadership of {queue} did not move to {target}");
+        super::broker::rabbitmqctl(&["eval", &transfer]);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn node_name(n: u8) -> String {
+    if n == 1 { "rabbit@localhost".to_owned() } else { format!("rabbit{n}@localhost") }
+}
+
+fn node_number(name: &str) -> u8 {
+    match name {
+        "rabbit@localhost" => 1,
+        _ => name
+            .strip_prefix("rabbit")
+            .and_then(|rest| rest.strip_suffix("@localhost"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is no node of this cluster")),
     }
 }
 

@@ -59,6 +59,10 @@ const BROKER_GOODBYE: Duration = Duration::from_secs(5);
 /// connection attempt for the system's TCP timeout (minutes).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the workers of a lost connection may take to finish: whatever they still do needs
+/// the dead connection, and they find that out within milliseconds unless they wait on it.
+const LOST_DRAIN: Duration = Duration::from_secs(1);
+
 /// A connection that lasted less than this before it was lost does not earn an immediate
 /// reconnection: a node that accepts and then drops every connection must not be hammered.
 const STEADY: Duration = Duration::from_secs(5);
@@ -263,6 +267,44 @@ impl Amqp {
         Ok((connection, consume, publish))
     }
 
+    /// A cluster's forwarded front-door messages are answered on direct reply-to, which is
+    /// consumed on the channel that publishes them, before the first one goes out.
+    async fn forwarded_replies_consumer(&self, publish: &Channel) -> lapin::Result<Option<lapin::Consumer>> {
+        if self.cluster.is_none() {
+            return Ok(None);
+        }
+        let tag = format!("silpgate-{}-forwarded-replies-{}", std::process::id(), publish.id());
+        let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+        let consumer = publish.basic_consume(
+            publish::DIRECT_REPLY_TO.into(),
+            tag.as_str().into(),
+            options,
+            FieldTable::default(),
+        );
+        Ok(Some(consumer.await?))
+    }
+
+    /// A fresh confirm-mode channel to publish on, with its direct reply-to consumer in a cluster.
+    async fn publishing_channel(
+        &self,
+        connection: &Connection,
+    ) -> lapin::Result<(Channel, Option<lapin::Consumer>)> {
+        let publish = connection.create_channel().await?;
+        publish.confirm_select(ConfirmSelectOptions::default()).await?;
+        let replies = self.forwarded_replies_consumer(&publish).await?;
+        Ok((publish, replies))
+    }
+
+    /// How long a replaced publishing channel stays open once its publishes are decided: in a
+    /// cluster, the replies to the forwards it carried come back on it for as long as their
+    /// doors wait.
+    fn retired_channel_linger(&self) -> Duration {
+        match self.cluster {
+            Some(_) => Duration::from_millis(self.config.gateway.reply_timeout_ms),
+            None => Duration::ZERO,
+        }
+    }
+
     /// Consumes until shutdown, connection loss or a fatal error; returns once every worker
     /// has finished (or the drain deadline has passed).
     async fn consume(
@@ -291,24 +333,12 @@ impl Amqp {
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
         let acks = Arc::new(acks::AckBook::new());
         let (endings, mut ending) = Endings::new();
-        // A cluster's forwarded front-door messages are answered on direct reply-to, which is
-        // consumed on the channel that publishes them, before the first one goes out.
-        let forwarded_replies = match &self.cluster {
-            Some(_) => match publish
-                .basic_consume(
-                    publish::DIRECT_REPLY_TO.into(),
-                    format!("silpgate-{}-forwarded-replies", std::process::id()).as_str().into(),
-                    BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() },
-                    FieldTable::default(),
-                )
-                .await
-            {
-                Ok(consumer) => Some(consumer),
-                Err(e) => return Ended::Lost(e.to_string()),
-            },
-            None => None,
+        let forwarded_replies = match self.forwarded_replies_consumer(&publish).await {
+            Ok(consumer) => consumer,
+            Err(e) => return Ended::Lost(e.to_string()),
         };
-        let publisher = publish::Publisher::new(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
+        let (publisher, mut renewals) =
+            publish::Publisher::renewing(publish, Duration::from_millis(self.amqp.confirm_timeout_ms));
         let reply_queue = self.reply_queue();
         self.link.send_replace(Some(Link {
             publisher: publisher.clone(),
@@ -330,10 +360,21 @@ impl Amqp {
             acks: acks.clone(),
             cluster: self.cluster.clone(),
         });
-        let _forwarded_replies = forwarded_replies.map(|replies| {
-            let pipeline = pipeline.clone();
-            AbortOnDrop(tokio::spawn(async move { pipeline.forwarded_replies(replies).await }))
-        });
+        // Each publishing channel's direct reply-to consumer; only the one of the channel in use
+        // ending means the connection is lost.
+        let mut reply_consumers = tokio::task::JoinSet::new();
+        let follow_replies =
+            |tasks: &mut tokio::task::JoinSet<()>, replies: Option<lapin::Consumer>, channel| {
+                let Some(replies) = replies else { return };
+                let pipeline = pipeline.clone();
+                tasks.spawn(async move {
+                    pipeline.forwarded_replies(replies).await;
+                    if pipeline.publisher.channel().id() == channel {
+                        pipeline.endings.broken("the direct reply-to consumer ended");
+                    }
+                });
+            };
+        follow_replies(&mut reply_consumers, forwarded_replies, pipeline.publisher.channel().id());
         // Acknowledges what waits above a delivery still in work (see `acks`).
         let _lingering = AbortOnDrop(tokio::spawn({
             let acks = acks.clone();
@@ -431,6 +472,21 @@ impl Amqp {
                     Ending::Broken(why) => Ended::Lost(why),
                     Ending::StoreDamaged(why) => Ended::Fatal(why),
                 },
+                Some(refusing) = renewals.recv() => {
+                    if pipeline.publisher.channel().id() != refusing {
+                        continue;
+                    }
+                    match tokio::time::timeout(BROKER_GOODBYE, self.publishing_channel(connection)).await {
+                        Ok(Ok((fresh, replies))) => {
+                            warn!(broker = %broker, refused_on = refusing, channel = fresh.id(), "The broker refused a publish; publishing on a fresh channel (a quorum queue's leader may have moved).");
+                            let id = fresh.id();
+                            pipeline.publisher.replace(fresh, self.retired_channel_linger());
+                            follow_replies(&mut reply_consumers, replies, id);
+                        }
+                        Ok(Err(e)) => break Ended::Lost(format!("opening a fresh publishing channel failed: {e}")),
+                        Err(_) => break Ended::Lost("opening a fresh publishing channel took too long".into()),
+                    }
+                }
                 () = stopped(&mut shutdown), if leaving.is_none() => {
                     let Some(side) = cluster_side.as_mut() else { break Ended::Shutdown };
                     leaving = Some(tokio::time::Instant::now() + Duration::from_secs(self.amqp.drain_secs));
@@ -518,14 +574,20 @@ impl Amqp {
         }
         drop(senders);
         drop(deliveries);
-        let drain = Duration::from_secs(self.amqp.drain_secs);
+        // A lost connection's workers can acknowledge nothing more (the broker has put back
+        // every delivery they hold), so they are not waited for beyond a moment: the next
+        // connection must not wait for a worker stuck on the dead one.
+        let drain = match ended {
+            Ended::Lost(_) => LOST_DRAIN,
+            _ => Duration::from_secs(self.amqp.drain_secs),
+        };
         let all = async {
             futures_util::future::join_all(workers.iter_mut()).await;
             while answers.join_next().await.is_some() {}
         };
         if tokio::time::timeout(drain, all).await.is_err() {
             warn!(
-                drain_secs = self.amqp.drain_secs,
+                drain_ms = drain.as_millis() as u64,
                 "In-flight messages did not finish in time; the broker will redeliver them."
             );
             for worker in &workers {

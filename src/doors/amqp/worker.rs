@@ -672,7 +672,6 @@ impl Pipeline {
                 );
             }
         }
-        self.endings.broken("the direct reply-to consumer ended".to_owned());
     }
 
     /// An agent's answer from this instance's reply queue, taken to its asker; acknowledged
