@@ -4,7 +4,8 @@
 # rabbit3@localhost on 5674, joined to it.
 #
 #   tests/broker-cluster.sh up           start the extra nodes and join them (idempotent)
-#   tests/broker-cluster.sh down         stop the extra nodes and make the local node forget them
+#   tests/broker-cluster.sh down         delete the tests' leftover sgtest.* queues, stop the extra
+#                                        nodes and make the local node forget them
 #   tests/broker-cluster.sh stop N       stop node N (2 or 3) gracefully
 #   tests/broker-cluster.sh start N      start node N again (it rejoins the cluster)
 #   tests/broker-cluster.sh kill N       SIGKILL node N (a crash)
@@ -79,7 +80,39 @@ up() {
       rabbitmqctl -q -n "$node" start_app
     fi
   done
+  # A running stream coordinator takes the new nodes in on its next tick. Streams declared
+  # before that would be placed by a coordinator that does not know them yet.
+  if rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' 2>/dev/null | grep -q '^{ok'; then
+    for _ in $(seq 60); do
+      coordinator_complete && break
+      sleep 0.5
+    done
+    coordinator_complete || {
+      echo "broker-cluster: the stream coordinator did not take in the extra nodes:" >&2
+      rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' >&2 || true
+      exit 1
+    }
+  fi
   rabbitmqctl -q cluster_status
+}
+
+# The stream coordinator's members are all three nodes.
+coordinator_complete() {
+  local members
+  members=$(rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' 2>/dev/null) || return 1
+  grep -q 'rabbit2@localhost' <<<"$members" && grep -q 'rabbit3@localhost' <<<"$members"
+}
+
+# Deletes what tests left on the broker (a failed test does not clean up after itself), while
+# every node still runs: a stream left behind is recovered by a node joining later, which can
+# then start a stream coordinator of its own beside the cluster's.
+forget_leftovers() {
+  local queue
+  # With a node down a quorum queue may have no majority to agree on its deletion.
+  running 2 && running 3 || return 0
+  for queue in $(rabbitmqctl -q list_queues --no-table-headers name 2>/dev/null | grep '^sgtest\.' || true); do
+    timeout 60 rabbitmqctl -q delete_queue "$queue" >/dev/null 2>&1 || echo "broker-cluster: could not delete $queue" >&2
+  done
 }
 
 down() {
@@ -88,6 +121,7 @@ down() {
   # both extra nodes first would leave Raft clusters (the stream coordinator above all) with one
   # of three members, unable to agree even on removing the other two: every later stream
   # declaration on the local node then fails with `coordinator_unavailable`.
+  forget_leftovers
   for n in 3 2; do
     local node
     node=$(node_name "$n")
@@ -105,6 +139,14 @@ down() {
       rabbitmqctl -q forget_cluster_node "$node" >/dev/null
     fi
   done
+  # The extra nodes' logs outlive them, for a failed run to be read afterwards.
+  if [ -d "$root" ]; then
+    rm -rf "$root.logs"
+    mkdir -p "$root.logs"
+    for n in 2 3; do
+      [ -d "$root/rabbit$n/log" ] && cp -r "$root/rabbit$n/log" "$root.logs/rabbit$n"
+    done
+  fi
   rm -rf "$root"
   # The local node must be able to declare streams again (cluster mode's tests need it).
   for _ in $(seq 40); do

@@ -3,5 +3,6 @@
 pub mod agents;
 pub mod broker;
 pub mod broker_cluster;
+pub mod cluster;
 pub mod gateway;
 pub mod process;

@@ -1,0 +1,368 @@
+//! Cluster mode under test: several silpgate instances over the partitions of one test's
+//! topology, the envelopes they are fed, and the checks every cluster test makes of what
+//! reaches the downstream queue and of the stores.
+
+#![allow(dead_code, reason = "each test binary uses its own part of the support module")]
+
+use super::broker::{self, Daemon, Names, Received};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use silpgate::cluster::rendezvous;
+use silpgate::nlip::{self, Encoding, Limits};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub const PARTITIONS: u16 = 16;
+pub const CONVERSATIONS: usize = 300;
+/// `[sessions] heartbeat` in the test configuration.
+pub const HEARTBEAT: u64 = 10;
+/// How long the downstream queue is read for a test's messages.
+pub const LONG: Duration = Duration::from_secs(120);
+/// How long a whole test may take.
+pub const TEST_LIMIT: Duration = Duration::from_secs(300);
+
+/// Instances of one test: their names, store directories and running processes.
+pub struct Instances {
+    pub names: Names,
+    pub dir: PathBuf,
+    pub running: BTreeMap<String, Daemon>,
+}
+
+impl Instances {
+    pub fn new(test: &str) -> Instances {
+        Instances { names: Names::new(test), dir: broker::temp_dir(test), running: BTreeMap::new() }
+    }
+
+    pub fn store(&self, instance: &str) -> PathBuf {
+        self.dir.join(instance).join("store")
+    }
+
+    /// Starts (or restarts, on its store) the instance `name`, and waits until it is ready.
+    pub fn start(&mut self, name: &str) {
+        self.start_with(name, |config| config);
+    }
+
+    /// [`Instances::start`] with the configuration as `edit` makes it.
+    pub fn start_with(&mut self, name: &str, edit: impl Fn(String) -> String) {
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let amqp = "prefetch = 256\nworkers = 32\n";
+        let config = edit(self.names.config(&self.store(name), amqp, true))
+            + &self.names.cluster_section(PARTITIONS, name, 100);
+        let daemon = Daemon::start(&config, &dir);
+        daemon.wait_ready(Duration::from_secs(30));
+        self.running.insert(name.to_owned(), daemon);
+    }
+
+    pub fn kill(&mut self, name: &str) {
+        self.running.remove(name).expect("running").kill();
+    }
+
+    /// Waits until `name` serves at least one partition (a kill before that would test
+    /// nothing); blocking, for the moments between two chunks of a stream.
+    pub fn wait_serving(&self, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status(name);
+            if status["owned"].as_array().is_some_and(|owned| !owned.is_empty()) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{name} serves no partition: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn terminate(&mut self, name: &str) {
+        let (status, _) = self.running.remove(name).expect("running").terminate(Duration::from_secs(40));
+        assert!(status.success(), "{name} exits 0 on SIGTERM: {status}");
+    }
+
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        let (code, body) = self.running[name].get("/cluster");
+        assert_eq!(code, 200, "GET /cluster: {body}");
+        serde_json::from_str(&body).expect("the cluster status is JSON")
+    }
+
+    /// Waits until the running instances agree on the members and each owns and waits on
+    /// exactly its rendezvous share (owner plus one standby per partition), and that has held,
+    /// takeover counts unchanged, for 3 s. Returns each instance's takeovers since its start.
+    pub async fn wait_stable(&self) -> BTreeMap<String, u64> {
+        let members: Vec<String> = self.running.keys().cloned().collect();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut stable_since: Option<(Instant, BTreeMap<String, u64>)> = None;
+        loop {
+            let mut takeovers = BTreeMap::new();
+            let mut off = Vec::new();
+            for name in &members {
+                let status = self.status(name);
+                let share = rendezvous::share(PARTITIONS, &members, 1, name);
+                let numbers = |v: &serde_json::Value| -> Vec<u16> {
+                    v.as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as u16).collect()
+                };
+                let heard: Vec<String> = status["members"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.as_str().unwrap().to_owned())
+                    .collect();
+                if numbers(&status["owned"]) != share.owned
+                    || numbers(&status["subscribed"]) != share.subscribed()
+                    || heard != members
+                {
+                    off.push(format!("{name}: expected {share:?} among {members:?}, status {status}"));
+                }
+                takeovers.insert(name.clone(), status["takeovers"].as_u64().unwrap());
+            }
+            if !off.is_empty() {
+                stable_since = None;
+            } else if stable_since.as_ref().is_none_or(|(_, seen)| *seen != takeovers) {
+                stable_since = Some((Instant::now(), takeovers));
+            } else if let Some((since, seen)) = &stable_since
+                && since.elapsed() >= Duration::from_secs(3)
+            {
+                return seen.clone();
+            }
+            assert!(Instant::now() < deadline, "the shares did not settle:\n{}", off.join("\n"));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits until every running instance hears all the others.
+    pub async fn wait_members(&self) {
+        let members: Vec<String> = self.running.keys().cloned().collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let heard: Vec<serde_json::Value> =
+                members.iter().map(|n| self.status(n)["members"].clone()).collect();
+            if heard.iter().all(|h| *h == serde_json::json!(members)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the members did not hear each other: {heard:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until every running instance has applied the lock stream to the same offset.
+    pub async fn wait_lock_followed(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let offsets: BTreeSet<String> =
+                self.running.keys().map(|n| self.status(n)["lock"]["applied_offset"].to_string()).collect();
+            if offsets.len() == 1 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "lock stream offsets differ: {offsets:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Runs a test's body, failing it if it takes longer than [`TEST_LIMIT`].
+pub async fn within_limit(test: &str, body: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(TEST_LIMIT, body).await.is_err() {
+        panic!("{test} did not finish within {TEST_LIMIT:?}");
+    }
+}
+
+pub fn header(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value.as_bytes().to_vec()))
+}
+
+/// Envelopes `range` over the 300 conversations (message `i` belongs to conversation
+/// `i % 300`). Two conversations in three go through silpgate's ingress (the inbound queue);
+/// every third is published straight to the partition exchange with its conversation header.
+pub fn batch(
+    names: &Names,
+    range: std::ops::Range<usize>,
+) -> Vec<(String, String, Vec<u8>, BasicProperties)> {
+    range
+        .map(|i| {
+            let conversation = i % CONVERSATIONS;
+            let properties = BasicProperties::default()
+                .with_message_id(format!("m-{i}").into())
+                .with_content_type("application/json".into())
+                .with_delivery_mode(2);
+            let body = broker::envelope(i, conversation, None);
+            if conversation.is_multiple_of(3) {
+                let mut headers = FieldTable::default();
+                headers.insert("nlip-conversation".into(), header(&format!("conv-{conversation}")));
+                (names.partition_exchange(), String::new(), body, properties.with_headers(headers))
+            } else {
+                (names.inbound_exchange(), names.inbound(), body, properties)
+            }
+        })
+        .collect()
+}
+
+pub async fn publish(channel: &lapin::Channel, messages: Vec<(String, String, Vec<u8>, BasicProperties)>) {
+    let mut by_exchange: BTreeMap<String, Vec<(String, Vec<u8>, BasicProperties)>> = BTreeMap::new();
+    for (exchange, key, body, properties) in messages {
+        by_exchange.entry(exchange).or_default().push((key, body, properties));
+    }
+    for (exchange, messages) in by_exchange {
+        broker::publish_all(channel, &exchange, messages).await;
+    }
+}
+
+/// Publishes `range` in chunks of 500, calling `between` after each chunk.
+pub async fn publish_in_chunks(
+    channel: &lapin::Channel,
+    names: &Names,
+    range: std::ops::Range<usize>,
+    mut between: impl FnMut(usize),
+) {
+    let mut at = range.start;
+    while at < range.end {
+        let end = (at + 500).min(range.end);
+        publish(channel, batch(names, at..end)).await;
+        between(end);
+        at = end;
+    }
+}
+
+/// What reached the downstream queue, per conversation.
+#[derive(Default)]
+pub struct Delivered {
+    /// Inbound message numbers in arrival order (duplicates included).
+    pub forwarded: BTreeMap<usize, Vec<usize>>,
+    /// (session id, turn) of every renewal notice.
+    pub notices: BTreeMap<usize, Vec<(String, u64)>>,
+}
+
+pub fn conversation_of(message: &nlip::Message) -> usize {
+    let token = message.conversation_token().expect("every envelope carries its conversation");
+    token.strip_prefix("conv-").and_then(|n| n.parse().ok()).expect("conv-<n>")
+}
+
+pub fn read_delivered(got: &[Received]) -> Delivered {
+    let mut delivered = Delivered::default();
+    for r in got {
+        let encoding = Encoding::from_content_type(r.content_type.as_deref().unwrap_or_default()).unwrap();
+        let message = nlip::decode(&r.body, encoding, &Limits::default()).expect("valid NLIP downstream");
+        let conversation = conversation_of(&message);
+        if message.is_control() {
+            let nlip::Content::Json(content) = &message.content else { panic!("a notice is JSON") };
+            let session = content["session"].as_str().expect("a notice names its session").to_owned();
+            delivered
+                .notices
+                .entry(conversation)
+                .or_default()
+                .push((session, content["turn"].as_u64().unwrap()));
+        } else {
+            let inbound = r.message_id.rsplit_once(':').expect("<inbound id>:<n>").0;
+            let number = inbound.strip_prefix("m-").and_then(|n| n.parse().ok()).expect("m-<i>");
+            delivered.forwarded.entry(conversation).or_default().push(number);
+        }
+    }
+    delivered
+}
+
+/// Reads the downstream queue until every one of `count` messages has arrived.
+pub async fn collect_all(channel: &lapin::Channel, names: &Names, count: usize) -> Delivered {
+    let mut seen = BTreeSet::new();
+    let got = broker::collect(channel, &names.sink(), LONG, |got| {
+        if let Some(last) = got.last() {
+            let delivered = read_delivered(std::slice::from_ref(last));
+            seen.extend(delivered.forwarded.into_values().flatten());
+        }
+        seen.len() >= count
+    })
+    .await;
+    // A last look for duplicates still on their way.
+    let mut rest = broker::collect(channel, &names.sink(), Duration::from_secs(2), |_| false).await;
+    let mut all = got;
+    all.append(&mut rest);
+    read_delivered(&all)
+}
+
+/// Every message arrived, in order per conversation; renewal notices exactly after every 10th
+/// turn, all naming one session.
+pub fn assert_delivered(delivered: &Delivered, count: usize) {
+    let mut out_of_order = Vec::new();
+    let mut distinct = 0;
+    for conversation in 0..CONVERSATIONS.min(count) {
+        let expected: Vec<usize> = (conversation..count).step_by(CONVERSATIONS).collect();
+        let arrived = delivered.forwarded.get(&conversation).cloned().unwrap_or_default();
+        let mut first_seen = Vec::new();
+        for n in arrived {
+            if !first_seen.contains(&n) {
+                first_seen.push(n);
+            }
+        }
+        let mut sorted = first_seen.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, expected, "conv-{conversation}: every message");
+        if first_seen != expected {
+            out_of_order.push(format!("conv-{conversation}: {first_seen:?}"));
+        }
+        distinct += first_seen.len();
+
+        let notices = delivered.notices.get(&conversation).cloned().unwrap_or_default();
+        let turns: BTreeSet<u64> = notices.iter().map(|&(_, t)| t).collect();
+        let due: BTreeSet<u64> = (1..=expected.len() as u64)
+            .filter(|t| *t > HEARTBEAT && (t - 1).is_multiple_of(HEARTBEAT))
+            .collect();
+        assert_eq!(turns, due, "conv-{conversation}: a renewal notice after exactly every {HEARTBEAT} turns");
+    }
+    assert_eq!(distinct, count);
+    assert!(
+        out_of_order.is_empty(),
+        "{} of {CONVERSATIONS} conversations out of order:\n{}",
+        out_of_order.len(),
+        out_of_order.join("\n")
+    );
+}
+
+/// The sessions in the stores: per conversation, the highest turn count any instance's store
+/// holds equals its messages (a partition's last owner holds its latest state; an earlier
+/// owner's copy can only be behind), and every store that holds the conversation, and every
+/// renewal notice, names the same session id (a session lost and started again would take a
+/// new one).
+pub fn assert_sessions(stores: &[PathBuf], delivered: &Delivered, count: usize) {
+    let mut turns: HashMap<String, u64> = HashMap::new();
+    let mut ids: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for store in stores {
+        for (token, (id, t)) in broker::sessions(store) {
+            let entry = turns.entry(token.clone()).or_default();
+            *entry = (*entry).max(t);
+            ids.entry(token).or_default().insert(id);
+        }
+    }
+    for conversation in 0..CONVERSATIONS.min(count) {
+        let token = format!("conv-{conversation}");
+        let expected = (conversation..count).step_by(CONVERSATIONS).count() as u64;
+        let arrived = delivered.forwarded.get(&conversation);
+        assert_eq!(
+            turns.get(&token),
+            Some(&expected),
+            "turns of {token}; arrived (with copies): {arrived:?}"
+        );
+        let mut named = ids.remove(&token).unwrap_or_default();
+        let notices = delivered.notices.get(&conversation).into_iter().flatten();
+        named.extend(notices.map(|(session, _)| session.clone()));
+        assert_eq!(named.len(), 1, "{token} keeps one session id, in every store and notice: {named:?}");
+    }
+}
+
+/// Runs the command line with `args`, bounded: a command that hangs fails the test.
+pub fn silpgate(args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(args);
+    super::process::run_bounded(command, Duration::from_secs(60))
+}
+
+pub fn path(p: &Path) -> &str {
+    p.to_str().expect("the tests' paths are UTF-8")
+}
+
+pub fn lock_export(store: &Path) -> String {
+    let out = silpgate(&["lock", "export", "--store", path(store)]);
+    assert!(out.status.success(), "lock export: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn lock_verifies(store: &Path) -> bool {
+    silpgate(&["lock", "verify", "--store", path(store)]).status.success()
+}
