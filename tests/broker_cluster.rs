@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 use support::broker::{self, BROKER, Daemon, Names, Received};
 use support::broker_cluster::{self, BrokerCluster, leader_of, move_leader, publish_paced, url, wait_count};
 use support::cluster::{
-    Instances, PARTITIONS, assert_delivered, assert_sessions, collect_all, lock_export, lock_verifies,
-    publish_in_chunks,
+    Instances, PARTITIONS, a_fresh_instance_takes_over_after_the_kills, publish_in_chunks,
 };
 
 /// One multi-node test at a time: each reshapes the broker cluster.
@@ -319,33 +318,10 @@ async fn cluster_mode_on_three_brokers_loses_nothing_when_instances_and_a_broker
             _ => {}
         })
         .await;
-        cluster.start_with("d", every_node);
-        publish_in_chunks(&channel, &names, 3000..6000, |_| {}).await;
-        let count = 6000;
-        let delivered = collect_all(&channel, &names, count).await;
-        assert_delivered(&delivered, count);
-
-        let fresh = cluster.status("d");
-        let rebuilt: u64 = fresh["partitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["owned"] == true)
-            .map(|p| p["replayed_entries"].as_u64().unwrap_or(0))
-            .sum();
-        assert!(rebuilt > 0, "the fresh instance rebuilt its partitions from the changelogs: {fresh}");
-        cluster.wait_lock_followed().await;
-        for name in ["a", "d"] {
-            cluster.terminate(name);
-        }
-        let stores: Vec<std::path::PathBuf> = ["a", "b", "c", "d"].iter().map(|n| cluster.store(n)).collect();
-        assert_sessions(&stores, &delivered, count);
-        assert_eq!(
-            lock_export(&stores[0]),
-            lock_export(&stores[3]),
-            "one compile.lock, from the lock stream"
-        );
-        assert!(lock_verifies(&stores[3]));
+        a_fresh_instance_takes_over_after_the_kills(&mut cluster, &channel, |cluster| {
+            cluster.start_with("d", every_node)
+        })
+        .await;
         // Back to three nodes, so that the cluster is taken down cleanly.
         brokers.start(killed_node);
         names.clean_up(&channel, PARTITIONS).await;

@@ -101,33 +101,8 @@ async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state(
             cluster.kill(victim);
         })
         .await;
-        // A fresh instance with an empty store joins; the survivor hands it half the partitions,
-        // which it rebuilds from their changelogs.
-        cluster.start("d");
-        publish_in_chunks(&channel, &names, 3000..6000, |_| {}).await;
-        let count = 6000;
-        let delivered = collect_all(&channel, &names, count).await;
-        assert_delivered(&delivered, count);
-
-        let fresh = cluster.status("d");
-        let rebuilt: u64 = fresh["partitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["owned"] == true)
-            .map(|p| p["replayed_entries"].as_u64().unwrap_or(0))
-            .sum();
-        assert!(rebuilt > 0, "the fresh instance rebuilt its partitions from the changelogs: {fresh}");
-
-        cluster.wait_lock_followed().await;
-        for name in ["a", "d"] {
-            cluster.terminate(name);
-        }
-        let stores: Vec<PathBuf> = ["a", "b", "c", "d"].iter().map(|n| cluster.store(n)).collect();
-        assert_sessions(&stores, &delivered, count);
-        let (a, d) = (lock_export(&stores[0]), lock_export(&stores[3]));
-        assert_eq!(a, d, "the fresh instance holds the same compile.lock, from the lock stream");
-        assert!(lock_verifies(&stores[3]));
+        a_fresh_instance_takes_over_after_the_kills(&mut cluster, &channel, |cluster| cluster.start("d"))
+            .await;
         names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
