@@ -121,6 +121,13 @@ down() {
   # both extra nodes first would leave Raft clusters (the stream coordinator above all) with one
   # of three members, unable to agree even on removing the other two: every later stream
   # declaration on the local node then fails with `coordinator_unavailable`.
+  # A node a failed test left stopped or killed comes back first: without it the Raft clusters
+  # it belongs to may have no majority to let it (or anything else) go.
+  for n in 2 3; do
+    if [ -d "$root/rabbit$n" ] && joined "$n" && ! running "$n"; then
+      start_node "$n"
+    fi
+  done
   forget_leftovers
   for n in 3 2; do
     local node
