@@ -618,3 +618,66 @@ async fn an_agents_answer_turn_survives_its_owners_crash() {
     })
     .await;
 }
+
+/// What `ownership::let_go` relies on: a single-active consumer of a quorum queue whose channel
+/// closes gives back what it held before the next consumer gets anything newer. Consumer `a`
+/// holds the first 10 messages unacknowledged, `b` waits behind it, 10 more are queued, and `a`
+/// lets go: `b` gets all 20 in the order they were published. (Cancelling `a` first would hand
+/// `b` the newer 10 before the held ones.)
+#[tokio::test]
+async fn a_consumer_let_go_of_gives_back_what_it_held_before_the_next_one_gets_newer_messages() {
+    use lapin::options::{
+        BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions, QueueDeleteOptions,
+    };
+    use lapin::types::AMQPValue;
+    use silpgate::cluster::ownership::let_go;
+
+    let names = Names::new("let-go");
+    let queue = names.inbound();
+    let (connection, channel) = broker::channel().await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    arguments.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(queue.as_str().into(), durable, arguments).await.unwrap();
+    let message = |i: usize| (queue.clone(), format!("m-{i}").into_bytes(), BasicProperties::default());
+    broker::publish_all(&channel, "", (0..10).map(message).collect()).await;
+
+    let subscribe = |tag: &'static str| {
+        let connection = &connection;
+        let queue = queue.clone();
+        async move {
+            let channel = connection.create_channel().await.unwrap();
+            channel.basic_qos(10, BasicQosOptions { global: false }).await.unwrap();
+            let consumer = channel
+                .basic_consume(
+                    queue.as_str().into(),
+                    tag.into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            (channel, consumer)
+        }
+    };
+    let (a, mut held_by_a) = subscribe("a").await;
+    for i in 0..10 {
+        let delivery =
+            tokio::time::timeout(LONG, held_by_a.next()).await.expect("a is served").unwrap().unwrap();
+        assert_eq!(delivery.data, format!("m-{i}").into_bytes());
+    }
+    let (_b, mut to_b) = subscribe("b").await;
+    broker::publish_all(&channel, "", (10..20).map(message).collect()).await;
+
+    let_go(&a).await.unwrap();
+    let mut order = Vec::new();
+    while order.len() < 20 {
+        let delivery = tokio::time::timeout(LONG, to_b.next()).await.expect("b is served").unwrap().unwrap();
+        order.push(String::from_utf8(delivery.data.clone()).unwrap());
+        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    let expected: Vec<String> = (0..20).map(|i| format!("m-{i}")).collect();
+    assert_eq!(order, expected, "b gets a's held messages first, in order");
+    channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await.unwrap();
+}

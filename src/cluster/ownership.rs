@@ -5,8 +5,8 @@
 //! ([`super::rendezvous`]): this instance consumes the partitions it ranks first for (their
 //! owner) and those it ranks within the next `standby` for, where it waits as a
 //! single-active consumer to take over at once if the owner dies. When the members change
-//! ([`Ownership::reconcile`]) it subscribes to partitions new to its share, cancels the waiting
-//! consumers of those it no longer ranks for and closes their channels, and hands on the
+//! ([`Ownership::reconcile`]) it subscribes to partitions new to its share, closes the channels
+//! of the waiting consumers of those it no longer ranks for ([`let_go`]), and hands on the
 //! partitions it serves but no longer ranks first for, once the new owner waits on them:
 //!
 //! 1. quiesce: hold the partition's new deliveries until every one handed out is settled and
@@ -150,7 +150,7 @@ impl Ownership {
     }
 
     /// Brings what this instance consumes in line with the `live` members' ranking: subscribes
-    /// to partitions new to its share, cancels the waiting consumers of partitions no longer
+    /// to partitions new to its share, lets go of the waiting consumers of partitions no longer
     /// in it (not those in `taking_over`: they are handed on once served), and starts handing
     /// on the partitions it serves but another member now ranks first for, once that member
     /// waits on them ([`Members::ready_for`]).
@@ -204,19 +204,19 @@ impl Ownership {
                 && !self.releases.contains_key(&index)
                 && !taking_over.contains(&index)
             {
-                self.drop_partition(cluster, index).await?;
+                self.drop_partition(index).await?;
             }
         }
         Ok(())
     }
 
-    /// Stops waiting on a partition and closes its channel: whatever the broker gave it in the
-    /// meantime (it may just have turned active) goes back to the queue, unacknowledged.
-    async fn drop_partition(&mut self, cluster: &Cluster, index: u16) -> lapin::Result<()> {
+    /// Stops waiting on a partition: whatever the broker gave it in the meantime (it may just
+    /// have turned active) goes back to the queue, unacknowledged, ahead of anything newer
+    /// (see [`let_go`]).
+    async fn drop_partition(&mut self, index: u16) -> lapin::Result<()> {
         let Some(channel) = self.channels.remove(&index) else { return Ok(()) };
         self.dropped.insert(index);
-        channel.basic_cancel(tag(cluster, index).as_str().into(), BasicCancelOptions::default()).await?;
-        channel.close(200, "not in this instance's share".into()).await
+        let_go(&channel).await
     }
 
     /// Holds a delivery of a partition that is quiescing before its hand-over; gives it back
@@ -320,6 +320,19 @@ impl Ownership {
         }
         Ok(ready)
     }
+}
+
+/// Leaves a single-active-consumer quorum queue without handling what this consumer may hold:
+/// closes its channel, and does not cancel first.
+///
+/// The two are not the same to a quorum queue (RabbitMQ 3.10, `rabbit_fifo`). A cancelled
+/// consumer keeps the messages it was sent, unacknowledged, while the queue makes the next
+/// consumer active at once and sends it newer ones; the held messages return only when the
+/// channel closes, behind those. A consumer that goes down with its channel gives back
+/// everything it held in the same step that makes the next one active, so the next one gets
+/// them first, in order.
+pub async fn let_go(channel: &Channel) -> lapin::Result<()> {
+    channel.close(200, "not in this instance's share".into()).await
 }
 
 fn tag(cluster: &Cluster, index: u16) -> String {
