@@ -30,6 +30,8 @@ pub enum RunError {
     Listen { addr: String, source: std::io::Error },
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
+    #[error("cannot install the SIGTERM and SIGINT handlers: {0}")]
+    Signals(std::io::Error),
     #[error("{0}")]
     Key(String),
     #[error("{0}")]
@@ -234,12 +236,18 @@ async fn sweep_forever(store: Arc<SledStore>, retention: Retention) {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn signals() {
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+/// A future that completes on SIGTERM or SIGINT. The handlers are installed by this call, not
+/// at the future's first poll: a signal that arrives once the daemon has said it is listening,
+/// but before the task awaiting the future has run, must stop it cleanly (store flushed,
+/// exit 0) instead of killing it with the signal's default action.
+pub fn signals() -> Result<impl Future<Output = ()> + Send + 'static, RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
 }

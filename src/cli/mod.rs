@@ -111,8 +111,10 @@ fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Over
     let result = runtime.block_on(async {
         let daemon = crate::daemon::start(config, overrides).await?;
         let url = daemon.base_url().map_err(crate::daemon::RunError::Serve)?;
+        // Before the banner: whoever reads it may signal at once.
+        let shutdown = crate::daemon::signals()?;
         eprintln!("silpgate: listening on {url} (POST /nlip, GET /nlip/ws, /nlip/ws/text)");
-        daemon.serve(crate::daemon::signals()).await
+        daemon.serve(shutdown).await
     });
     drop(runtime);
     telemetry.shutdown();
