@@ -212,6 +212,16 @@ fn the_depth_limit_counts_every_level_alike_in_json_and_cbor() {
         (
             r#"{"format":"text","subformat":"e","content":"c","submessages":[{"format":"text","subformat":"json","content":{"a":[1]}}]}"#,
             false,
+        ), // A `silp-ir` content is kept as its text, and counted all the same.
+        (r#"{"format":"structured","subformat":"silp-ir","content":{"a":{"b":[1]}}}"#, true),
+        (r#"{"format":"structured","subformat":"silp-ir","content":{"a":{"b":[["]]]]"]]}}}"#, false),
+        (
+            r#"{"format":"text","subformat":"e","content":"c","submessages":[{"format":"structured","subformat":"silp-ir","content":{"a":1}}]}"#,
+            true,
+        ),
+        (
+            r#"{"format":"text","subformat":"e","content":"c","submessages":[{"format":"structured","subformat":"silp-ir","content":{"a":[1]}}]}"#,
+            false,
         ),
     ];
     for (text, accepted) in cases {
@@ -224,6 +234,25 @@ fn the_depth_limit_counts_every_level_alike_in_json_and_cbor() {
             assert_eq!(e.kind, NlipErrorKind::TooComplex, "{e}");
         }
     }
+}
+
+#[test]
+fn a_silp_ir_content_is_kept_as_written_and_written_back_canonical() {
+    let text = r#"{"format":"structured","subformat":"SILP-IR","content":{ "intent" : "!A",  "meta":{"req_id":"abcd"} },"submessages":[{"content":{"x":1},"format":"structured","subformat":"silp-ir"},{"format":"structured","subformat":"silp-ir","content":"not an object"}]}"#;
+    let m = decode_json(text).unwrap();
+    let Content::Raw(raw) = &m.content else { panic!("not kept as written: {:?}", m.content) };
+    assert_eq!(raw.get(), r#"{ "intent" : "!A",  "meta":{"req_id":"abcd"} }"#);
+    // A content written before its subformat is built as a tree; it reads the same.
+    assert_eq!(m.submessages()[0].content, Content::Json(json!({"x": 1})));
+    assert_eq!(m.submessages()[1].content, Content::text("not an object"));
+    assert_eq!(
+        nlip::to_json(&m),
+        r#"{"format":"structured","subformat":"SILP-IR","content":{"intent":"!A","meta":{"req_id":"abcd"}},"submessages":[{"format":"structured","subformat":"silp-ir","content":{"x":1}},{"format":"structured","subformat":"silp-ir","content":"not an object"}]}"#
+    );
+    let back = nlip::decode(&nlip::encode(&m, Encoding::Cbor), Encoding::Cbor, &Limits::default()).unwrap();
+    assert_eq!(back, m);
+    let broken = r#"{"format":"structured","subformat":"silp-ir","content":{"intent":"!A",}}"#;
+    assert_eq!(decode_json(broken).unwrap_err().kind, NlipErrorKind::InvalidEncoding);
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //! valid IR through both lossless frontends, and no input makes a decoder panic.
 
 use proptest::prelude::*;
+use serde_json::value::RawValue;
 use serde_json::{Map, json};
 use silpgate::gateway::payload::{self, SilpForm};
-use silpgate::nlip::Content;
+use silpgate::nlip::{Content, RawJson};
 use silpgate::silp::equivalence::{Strictness, comparable};
 use silpgate::silp::ir::{Constraint, Entity, Ir, Meta};
 use silpgate::silp::{self, DecodeOptions, Frontend, Notice, sanitize, schema};
@@ -63,6 +64,34 @@ proptest! {
         } else {
             let cleaned: String = compact.chars().filter(|c| !sanitize::is_invisible(*c)).collect();
             prop_assert_eq!(read.ir.to_compact_json(), cleaned);
+        }
+    }
+
+    #[test]
+    fn ir_payloads_read_the_same_from_their_text_as_from_a_tree(ir in ir(), change in 0..7u8, pretty in any::<bool>()) {
+        let mut value = ir.to_value();
+        match change {
+            1 => { value["meta"].as_object_mut().unwrap().remove("req_id"); }
+            2 => { value["meta"]["out"] = json!("code"); }
+            3 => { value.as_object_mut().unwrap().remove("intent"); }
+            4 => { value["extra"] = json!(1); }
+            5 => { value["meta"]["confidence"] = json!(2); }
+            6 => { value["entities"] = json!([{"id": "a"}]); }
+            _ => {}
+        }
+        let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) }.unwrap();
+        let raw = Content::Raw(RawJson::new(RawValue::from_string(text).unwrap()).unwrap());
+        let tree = Content::Json(value);
+        let options = DecodeOptions::default();
+        match (payload::read(SilpForm::Ir, &raw, &options, 8), payload::read(SilpForm::Ir, &tree, &options, 8)) {
+            (Ok(a), Ok(b)) => {
+                prop_assert_eq!(&a.ir, &b.ir);
+                prop_assert_eq!(a.notices, b.notices);
+                prop_assert_eq!(a.explicit_out, b.explicit_out);
+                prop_assert_eq!(a.sanitized, b.sanitized);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "raw {:?} tree {:?}", a.map(|r| r.ir), b.map(|r| r.ir)),
         }
     }
 

@@ -198,6 +198,7 @@ fn as_text(content: &Content) -> String {
     match content {
         Content::Json(Value::String(s)) => s.clone(),
         Content::Json(value) => value.to_string(),
+        Content::Raw(raw) => raw.value().to_string(),
         Content::Binary(bytes) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }

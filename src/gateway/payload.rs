@@ -12,7 +12,9 @@
 
 use crate::nlip::{Content, Format};
 use crate::silp::ir::Ir;
-use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema, tree};
+use crate::silp::{
+    self, DecodeOptions, ErrorCode, Frontend, Notice, SilpError, sanitize, schema, tree, typed,
+};
 use crate::util::hash::sha256_hex;
 use serde_json::Value;
 
@@ -93,9 +95,15 @@ pub fn read(
     options: &DecodeOptions,
     req_id_len: usize,
 ) -> Result<ReadPayload, SilpError> {
-    let Content::Json(value) = content else {
+    if let (SilpForm::Ir, Content::Raw(raw)) = (form, content)
+        && let Some(read) = read_plain_ir_text(raw.get())?
+    {
+        return Ok(read);
+    }
+    let Some(value) = content.json() else {
         return Err(SilpError::new(ErrorCode::InvalidSyntax, "a SILP payload cannot be binary content"));
     };
+    let value = &*value;
     match form {
         SilpForm::Ir => {
             if let Some(read) = read_plain_ir(value)? {
@@ -123,7 +131,7 @@ pub fn read(
             } else {
                 schema::parse_ir_assigning(value, &derived_req_id(value, req_id_len))?
             };
-            let sanitized = sanitized.as_ref().map(|after| (content_text(content), after.to_string()));
+            let sanitized = sanitized.as_ref().map(|after| (value.to_string(), after.to_string()));
             Ok(ReadPayload { ir, notices, explicit_out, sanitized })
         }
         SilpForm::Code => {
@@ -154,20 +162,23 @@ pub fn read(
 /// `req_id`, every string ASCII (so nothing for the sanitiser to strip, on or off). `None`
 /// for any other IR: the general path reads it, and words what is wrong with it.
 fn read_plain_ir(value: &Value) -> Result<Option<ReadPayload>, SilpError> {
-    let Ok((ir, noted)) = tree::from_value_noting(value) else { return Ok(None) };
+    let Ok(read) = tree::from_value_noting(value) else { return Ok(None) };
+    plain(read)
+}
+
+/// [`read_plain_ir`] for an IR still in its text, read by the typed reader without a tree.
+fn read_plain_ir_text(text: &str) -> Result<Option<ReadPayload>, SilpError> {
+    let Ok(read) = typed::read_noting(text) else { return Ok(None) };
+    plain(read)
+}
+
+fn plain((ir, noted): (Ir, tree::Noted)) -> Result<Option<ReadPayload>, SilpError> {
     if !ir.is_ascii() {
         return Ok(None);
     }
     schema::check_version(&ir)?;
     let explicit_out = if noted.out_given { ir.meta.out.parse().ok() } else { None };
     Ok(Some(ReadPayload { ir, notices: Vec::new(), explicit_out, sanitized: None }))
-}
-
-fn content_text(content: &Content) -> String {
-    match content {
-        Content::Json(value) => value.to_string(),
-        _ => String::new(),
-    }
 }
 
 /// `text` before and after what the sanitiser's `notices` say it did: invisible characters

@@ -8,13 +8,14 @@
 //! the subformat carries `;base64` (ECMA-432 §7); JSON -> CBOR -> JSON is lossless.
 
 use super::error::{NlipError, NlipErrorKind};
-use super::message::{Content, Format, Message, Submessage};
+use super::message::{Content, Format, Message, RawJson, Submessage};
 use crate::util::json_text::{self, Style};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 /// The wire encoding of a message.
@@ -146,7 +147,7 @@ fn check_token(sub: &Submessage, index: usize, max_bytes: usize) -> Result<(), N
     let length = match &sub.content {
         Content::Json(Value::String(s)) => s.len(),
         Content::Binary(b) => b.len(),
-        Content::Json(_) => 0,
+        Content::Json(_) | Content::Raw(_) => 0,
     };
     if sub.is_conversation_token() && length > max_bytes {
         return Err(NlipError::at(
@@ -178,9 +179,11 @@ pub fn encode(message: &Message, encoding: Encoding) -> Vec<u8> {
 /// A JSON or CBOR document: JSON's values plus CBOR byte strings. A JSON document is split
 /// into nodes only down to the envelope's own levels (the message, its submessage list, each
 /// submessage); below them each value stays the tree serde_json built, and is handed over as
-/// content or an unknown field as it is, not taken apart and built again.
+/// content or an unknown field as it is, not taken apart and built again. The object content
+/// of a `silp-ir` (sub)message is not built into a tree at all: it stays the text it was.
 enum Node {
     Json(Value),
+    Raw(RawJson),
     Bytes(Vec<u8>),
     Array(Vec<Node>),
     Map(Vec<(String, Node)>),
@@ -224,6 +227,7 @@ impl Node {
     fn depth(&self) -> usize {
         match self {
             Node::Json(value) => json_depth(value),
+            Node::Raw(raw) => raw.depth(),
             Node::Bytes(_) => 0,
             Node::Array(items) => 1 + items.iter().map(Node::depth).max().unwrap_or(0),
             Node::Map(entries) => 1 + entries.iter().map(|(_, v)| v.depth()).max().unwrap_or(0),
@@ -234,6 +238,7 @@ impl Node {
     fn into_json(self) -> Value {
         match self {
             Node::Json(v) => v,
+            Node::Raw(raw) => raw.value(),
             Node::Bytes(b) => Value::String(BASE64.encode(b)),
             Node::Array(items) => Value::Array(items.into_iter().map(Node::into_json).collect()),
             Node::Map(entries) => {
@@ -249,7 +254,7 @@ impl Node {
             Node::Json(Value::Number(_)) => "a number",
             Node::Json(Value::String(_)) => "a string",
             Node::Json(Value::Array(_)) | Node::Array(_) => "an array",
-            Node::Json(Value::Object(_)) | Node::Map(_) => "an object",
+            Node::Json(Value::Object(_)) | Node::Map(_) | Node::Raw(_) => "an object",
             Node::Bytes(_) => "a byte string",
         }
     }
@@ -289,12 +294,23 @@ impl<'de> Visitor<'de> for JsonLevel {
             return Value::deserialize(MapAccessDeserializer::new(map)).map(Node::Json);
         }
         let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(6));
+        // The subformat is usually written before the content (the SDK's order): a `silp-ir`
+        // content that follows its subformat is kept raw. One written first is built as a tree,
+        // which reads the same, only slower.
+        let mut holds_ir = false;
         while let Some(key) = map.next_key::<String>()? {
             let node = match self {
                 JsonLevel::Message if key.eq_ignore_ascii_case("submessages") => {
                     map.next_value_seed(JsonLevel::Submessages)?
                 }
-                _ => Node::Json(map.next_value()?),
+                _ if holds_ir && key.eq_ignore_ascii_case("content") => raw_content(map.next_value()?)?,
+                _ => {
+                    let value: Value = map.next_value()?;
+                    if key.eq_ignore_ascii_case("subformat") {
+                        holds_ir = value.as_str().is_some_and(|s| s.eq_ignore_ascii_case("silp-ir"));
+                    }
+                    Node::Json(value)
+                }
             };
             entries.push((key, node));
         }
@@ -335,6 +351,20 @@ impl<'de> Visitor<'de> for JsonLevel {
     fn visit_unit<E>(self) -> Result<Node, E> {
         Ok(Node::Json(Value::Null))
     }
+}
+
+/// A `silp-ir` content read raw: kept so when it is an object that can be read back (see
+/// [`RawJson`]); anything else is built into the tree it would have been.
+fn raw_content<E: serde::de::Error>(raw: Box<RawValue>) -> Result<Node, E> {
+    let raw = if raw.get().starts_with('{') {
+        match RawJson::new(raw) {
+            Ok(raw) => return Ok(Node::Raw(raw)),
+            Err(raw) => raw,
+        }
+    } else {
+        raw
+    };
+    serde_json::from_str(raw.get()).map(Node::Json).map_err(E::custom)
 }
 
 /// How deep arrays and objects nest in `value`, counted as [`Node::depth`] counts them.
@@ -516,6 +546,7 @@ fn body(fields: &mut Fields, path: &str) -> Result<(Format, String, Content), Nl
                 Err(_) => Content::Json(Value::String(s)),
             }
         }
+        Some(Node::Raw(raw)) => Content::Raw(raw),
         Some(node) => Content::Json(node.into_json()),
     };
     Ok((format, subformat, content))
@@ -575,6 +606,12 @@ fn write_body(out: &mut String, format: Format, subformat: &str, content: &Conte
             out.push_str(",\"content\":");
             json_text::write_value(out, value, Style::CANONICAL);
         }
+        // Written canonical like any other content, not as the sender spaced it.
+        Content::Raw(raw) => {
+            json_text::write_str(out, subformat);
+            out.push_str(",\"content\":");
+            json_text::write_value(out, &raw.value(), Style::CANONICAL);
+        }
         Content::Binary(bytes) => {
             json_text::write_str(out, &format!("{subformat}{BASE64_MARKER}"));
             out.push_str(",\"content\":\"");
@@ -624,6 +661,7 @@ fn cbor_body(
     entries.push((C::Text("subformat".into()), C::Text(subformat.into())));
     let content = match content {
         Content::Json(v) => json_to_cbor(v),
+        Content::Raw(raw) => json_to_cbor(&raw.value()),
         Content::Binary(b) => C::Bytes(b.clone()),
     };
     entries.push((C::Text("content".into()), content));

@@ -2,7 +2,9 @@
 //! `subformat`, `content`) with an ordered list of submessages. Unknown fields are kept, in
 //! their original spelling, so that a forwarded message loses nothing.
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 
 /// The `format` values of ECMA-430 Table 1, plus the drafts' `error`.
@@ -55,9 +57,13 @@ impl fmt::Display for Format {
 
 /// A `content` value: any JSON value, or raw bytes (a CBOR byte string; base64 with a
 /// `;base64` subformat marker in JSON).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Content {
     Json(Value),
+    /// A JSON object as the sender wrote it, not yet parsed: the codec keeps a `silp-ir`
+    /// payload so, because the gateway reads it straight into an IR and a tree built first
+    /// would only be dropped. Equal to the [`Content::Json`] of the same value.
+    Raw(RawJson),
     Binary(Vec<u8>),
 }
 
@@ -72,6 +78,96 @@ impl Content {
             _ => None,
         }
     }
+
+    /// The content as a JSON value: as held, or parsed from its raw text; `None` for binary.
+    pub fn json(&self) -> Option<Cow<'_, Value>> {
+        match self {
+            Content::Json(value) => Some(Cow::Borrowed(value)),
+            Content::Raw(raw) => Some(Cow::Owned(raw.value())),
+            Content::Binary(_) => None,
+        }
+    }
+
+    /// The content as a JSON value, owned; `None` for binary.
+    pub fn into_json(self) -> Option<Value> {
+        match self {
+            Content::Json(value) => Some(value),
+            Content::Raw(raw) => Some(raw.value()),
+            Content::Binary(_) => None,
+        }
+    }
+}
+
+impl PartialEq for Content {
+    fn eq(&self, other: &Content) -> bool {
+        match (self, other) {
+            (Content::Binary(a), Content::Binary(b)) => a == b,
+            (Content::Binary(_), _) | (_, Content::Binary(_)) => false,
+            (Content::Json(a), Content::Json(b)) => a == b,
+            _ => self.json() == other.json(),
+        }
+    }
+}
+
+/// JSON text that serde_json has read in full once, kept as written, and shallow enough to be
+/// read into a value again: serde_json checks the text of a `RawValue` without its recursion
+/// limit, but builds a value within it.
+#[derive(Debug, Clone)]
+pub struct RawJson {
+    raw: Box<RawValue>,
+    depth: usize,
+}
+
+impl RawJson {
+    /// Deepest nesting kept raw, well inside serde_json's recursion limit of 128.
+    pub const MAX_DEPTH: usize = 100;
+
+    /// `raw` kept, or given back when it nests deeper than [`RawJson::MAX_DEPTH`].
+    pub fn new(raw: Box<RawValue>) -> Result<RawJson, Box<RawValue>> {
+        let depth = text_depth(raw.get());
+        if depth <= Self::MAX_DEPTH { Ok(RawJson { raw, depth }) } else { Err(raw) }
+    }
+
+    pub fn get(&self) -> &str {
+        self.raw.get()
+    }
+
+    /// How deep arrays and objects nest in it (a scalar is 0, `{}` is 1).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.raw.get()).expect("valid JSON within the recursion limit reads back")
+    }
+}
+
+/// How deep arrays and objects nest in valid JSON `text`: brackets outside strings.
+fn text_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut bytes = text.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => {
+                while let Some(b) = bytes.next() {
+                    match b {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// One submessage.
@@ -183,5 +279,38 @@ impl Message {
     /// Every token submessage, in order: what a reply must echo (§6.2).
     pub fn tokens(&self) -> impl Iterator<Item = &Submessage> {
         self.submessages().iter().filter(|s| s.is_token())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> RawJson {
+        RawJson::new(RawValue::from_string(text.to_owned()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn raw_depth_counts_brackets_outside_strings() {
+        assert_eq!(raw("1").depth(), 0);
+        assert_eq!(raw("{}").depth(), 1);
+        assert_eq!(raw(r#"{"a":[{"b":"]}[[\"{"},[]]}"#).depth(), 3);
+    }
+
+    #[test]
+    fn json_nested_past_the_limit_is_not_kept_raw() {
+        let deep = format!("{}{}", "[".repeat(RawJson::MAX_DEPTH + 1), "]".repeat(RawJson::MAX_DEPTH + 1));
+        assert!(RawJson::new(RawValue::from_string(deep).unwrap()).is_err());
+        let limit = format!("{}{}", "[".repeat(RawJson::MAX_DEPTH), "]".repeat(RawJson::MAX_DEPTH));
+        assert_eq!(raw(&limit).value().to_string(), limit);
+    }
+
+    #[test]
+    fn raw_content_equals_the_same_value_held_parsed() {
+        let text = r#"{ "intent": "!A", "n": [1, 2.5] }"#;
+        let parsed: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(Content::Raw(raw(text)), Content::Json(parsed.clone()));
+        assert_ne!(Content::Raw(raw(text)), Content::Json(Value::Null));
+        assert_eq!(Content::Raw(raw(text)).into_json(), Some(parsed));
     }
 }

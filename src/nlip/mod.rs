@@ -10,4 +10,4 @@ pub mod reply;
 
 pub use codec::{Encoding, Limits, decode, encode, to_json};
 pub use error::{NlipError, NlipErrorKind};
-pub use message::{Content, Format, Message, Submessage};
+pub use message::{Content, Format, Message, RawJson, Submessage};

@@ -27,10 +27,10 @@ pub fn error_code(message: &Message) -> Option<String> {
     if !message.is_error() {
         return None;
     }
-    let code = message.submessages().iter().find_map(|s| match &s.content {
-        Content::Json(v) => v.get("code").and_then(Value::as_str).map(str::to_owned),
-        Content::Binary(_) => None,
-    });
+    let code = message
+        .submessages()
+        .iter()
+        .find_map(|s| s.content.json()?.get("code").and_then(Value::as_str).map(str::to_owned));
     Some(code.unwrap_or_else(|| "error".to_owned()))
 }
 

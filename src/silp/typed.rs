@@ -16,9 +16,11 @@
 //! accept; this reader refuses at the first, and the caller's fallback accepts it.
 
 use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_action_code};
+use super::tree::Noted;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 /// The fast path gave a text back: not JSON, JSON that breaks the schema, or (rarely) a
@@ -28,8 +30,19 @@ pub struct Refused;
 
 /// Reads an IR from JSON `text`, or refuses it.
 pub fn read(text: &str) -> Result<Ir, Refused> {
+    read_noting(text).map(|(ir, _)| ir)
+}
+
+/// [`read`], noting whether `meta.out` was given, which the IR alone cannot tell from the
+/// default.
+pub fn read_noting(text: &str) -> Result<(Ir, Noted), Refused> {
+    let out_given = Cell::new(false);
     let mut de = serde_json::Deserializer::from_str(text);
-    de.deserialize_map(RootVisitor { req_id: None }).and_then(|ir| de.end().map(|()| ir)).map_err(|_| Refused)
+    let ir = de
+        .deserialize_map(RootVisitor { req_id: None, out_given: &out_given })
+        .and_then(|ir| de.end().map(|()| ir))
+        .map_err(|_| Refused)?;
+    Ok((ir, Noted { out_given: out_given.get() }))
 }
 
 /// The serde error every refusal is raised as; its text is never shown, the caller re-checks
@@ -104,6 +117,7 @@ fn extra<'de, A: MapAccess<'de>>(
 /// Reads the root object; `req_id` is the one assigned to an IR that names none.
 struct RootVisitor<'r> {
     req_id: Option<&'r str>,
+    out_given: &'r Cell<bool>,
 }
 
 impl<'de> Visitor<'de> for RootVisitor<'_> {
@@ -143,7 +157,8 @@ impl<'de> Visitor<'de> for RootVisitor<'_> {
                 }
                 "meta" => {
                     seen |= 2;
-                    ir.meta = map.next_value_seed(MetaSeed { req_id: self.req_id })?;
+                    ir.meta =
+                        map.next_value_seed(MetaSeed { req_id: self.req_id, out_given: self.out_given })?;
                 }
                 // additionalProperties: false.
                 _ => return Err(refuse()),
@@ -320,6 +335,7 @@ impl Item for AlternativeSeed {
 /// Reads `meta`; `req_id` is the one assigned when it names none.
 struct MetaSeed<'r> {
     req_id: Option<&'r str>,
+    out_given: &'r Cell<bool>,
 }
 
 impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
@@ -352,6 +368,7 @@ impl<'de> Visitor<'de> for MetaSeed<'_> {
                 }
                 "out" => {
                     m.out = string(&mut map)?;
+                    self.out_given.set(true);
                 }
                 "next_agent" => {
                     m.next_agent = optional(&mut map)?;
@@ -469,6 +486,15 @@ mod tests {
         let ir = read(r#"{"intent":"!A","intent":"!B","meta":{"req_id":"abcd"}}"#).unwrap();
         assert_eq!(ir.intent, "!B");
         assert_eq!(read(r#"{"intent":"!A","intent":5,"meta":{"req_id":"abcd"}}"#), Err(Refused));
+    }
+
+    #[test]
+    fn an_explicit_out_is_noted() {
+        let (ir, noted) = read_noting(r#"{"intent":"!A","meta":{"req_id":"abcd","out":"natural"}}"#).unwrap();
+        assert_eq!(ir.meta.out, "natural");
+        assert!(noted.out_given);
+        let (_, noted) = read_noting(r#"{"intent":"!A","meta":{"req_id":"abcd"}}"#).unwrap();
+        assert!(!noted.out_given);
     }
 
     #[test]

@@ -79,7 +79,9 @@ fn part(format: Format, subformat: &str, content: &Content, label: Option<&str>)
     }
     let mut part = match content {
         Content::Json(Value::String(text)) => json!({"text": text}),
-        Content::Json(data) => json!({"data": data, "mediaType": "application/json"}),
+        Content::Json(_) | Content::Raw(_) => {
+            json!({"data": content.json(), "mediaType": "application/json"})
+        }
         Content::Binary(bytes) => json!({
             "raw": base64::engine::general_purpose::STANDARD.encode(bytes),
             "mediaType": "application/octet-stream",
