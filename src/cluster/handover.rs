@@ -88,6 +88,10 @@ impl Handover {
             positions.entry(identity(parked)).or_default().push(position);
         }
         let missing = held.len();
+        tracing::debug!(
+            put_back = ?held.iter().map(|p| (identity(p), p.delivery.redelivered)).collect::<Vec<_>>(),
+            "Putting back what came during the replay."
+        );
         // One nack for them all (the partition's channel holds nothing else unacknowledged).
         if let Some(last) = held.iter().max_by_key(|parked| parked.delivery.delivery_tag) {
             last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
@@ -115,6 +119,7 @@ impl Handover {
         }
         let mut ready: Vec<Parked> = settling.ours.drain(..).flatten().collect();
         ready.append(&mut settling.fresh);
+        tracing::debug!(ready = ?ready.iter().map(identity).collect::<Vec<_>>(), "Settled.");
         Some(ready)
     }
 }
@@ -130,7 +135,10 @@ impl Settling {
             .positions
             .get(&identity(&parked))
             .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
-        let Some(position) = slot else { return Some(parked) };
+        let Some(position) = slot else {
+            tracing::debug!(message_id = %identity(&parked), "A previous owner's message, handled at once.");
+            return Some(parked);
+        };
         self.ours[position] = Some(parked);
         self.missing -= 1;
         None

@@ -184,6 +184,12 @@ impl Forwarding {
         let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
         let decoded = self.pipeline.decode(&delivery.data, &envelope);
         let key = partition_key(&decoded, &envelope, &delivery.data);
+        debug!(
+            message_id = envelope.message_id.as_deref().unwrap_or("-"),
+            key = %key,
+            redelivered = delivery.redelivered,
+            "Forwarding to its partition."
+        );
         let publication = Publication {
             exchange: &self.exchange,
             routing_key: "",

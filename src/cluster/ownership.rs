@@ -40,7 +40,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use tracing::info;
+use tracing::{info, warn};
 
 /// One consumer's deliveries, tagged with its queue; `None` once the consumer has ended.
 pub type Tagged = (Arc<str>, Option<lapin::Result<Delivery>>);
@@ -53,6 +53,9 @@ pub type Deliveries = SelectAll<BoxStream<'static, Tagged>>;
 const PARTITION_PREFETCH: u16 = 32;
 /// No delivery for this long while quiescing: the broker has nothing on its way here.
 pub const QUIET: std::time::Duration = std::time::Duration::from_millis(300);
+/// How often a hand-over that waits for its messages in flight says so: a message retried
+/// for long (a broker that refuses its publishes) holds the partition's hand-over with it.
+const WAITING_SAID_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Subscribes to `queue` on `channel`; the stream ends with one `None`.
 ///
@@ -92,6 +95,8 @@ struct Release {
     /// When the cancel went through: `Released` waits until what the broker still had on its
     /// way here has gone back to the queue ([`STRAY_GRACE`]).
     cancelled_at: tokio::time::Instant,
+    /// When the hand-over last said it was still waiting for its messages in flight.
+    waiting_said: tokio::time::Instant,
 }
 
 impl Release {
@@ -102,6 +107,7 @@ impl Release {
             held: Vec::new(),
             last_arrival: tokio::time::Instant::now(),
             cancelled_at: tokio::time::Instant::now(),
+            waiting_said: tokio::time::Instant::now(),
         }
     }
 }
@@ -279,7 +285,17 @@ impl Ownership {
         let mut released = Vec::new();
         for (&index, release) in &mut self.releases {
             let partition = cluster.partition(index);
-            let settled = cluster.in_flight(partition) == 0;
+            let in_flight = cluster.in_flight(partition);
+            let settled = in_flight == 0;
+            if !settled && release.waiting_said.elapsed() >= WAITING_SAID_EVERY {
+                release.waiting_said = tokio::time::Instant::now();
+                let step = match release.step {
+                    Step::Quiescing => "quiescing",
+                    Step::Cancelled => "cancelled",
+                    Step::Finishing => "finishing",
+                };
+                warn!(instance = %cluster.instance, partition = index, step, in_flight, held = release.held.len(), "A hand-over waits for messages in flight.");
+            }
             match release.step {
                 Step::Quiescing
                     if settled

@@ -364,6 +364,8 @@ impl Daemon {
             .spawn()
             .expect("silpgate starts");
         let stderr = child.stderr.take().unwrap();
+        // The daemon's own pid: a test that runs several tells their lines apart by it.
+        let pid = child.id();
         let (tx, rx) = std::sync::mpsc::channel();
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let lines_seen = log.clone();
@@ -375,7 +377,7 @@ impl Daemon {
                     let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
                     sent = true;
                 }
-                eprintln!("[silpgate {}] {line}", std::process::id());
+                eprintln!("[silpgate {pid}] {line}");
                 lines_seen.lock().unwrap().push(line);
             }
         });

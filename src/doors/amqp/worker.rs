@@ -623,6 +623,13 @@ impl Pipeline {
     }
 
     async fn ack(&self, job: &Job) {
+        // Each message's last step, for following one message across instances in a log.
+        debug!(
+            message_id = job.envelope.message_id.as_deref().unwrap_or("-"),
+            queue = %job.queue,
+            redelivered = job.delivery.redelivered,
+            "Acknowledging."
+        );
         let span = info_span!(parent: &job.span, "amqp ack");
         self.ack_delivery(&job.delivery, job.partition.is_some(), span).await;
     }
