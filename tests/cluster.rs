@@ -148,14 +148,15 @@ fn takeovers_between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u6
     after.iter().map(|(name, &n)| n - before.get(name).copied().unwrap_or(0)).sum()
 }
 
-/// Publishes 50 envelopes every 250 ms, in order, until told to stop; returns how many it
-/// published. An instance learns it owns a partition from the partition's first delivery, so
-/// steady traffic is what makes ownership (and every takeover) visible.
-fn steady_traffic(names: &Names, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
+/// Publishes 50 envelopes every 250 ms, in order from number `from`, until told to stop;
+/// returns the number after the last it published. An instance learns it owns a partition
+/// from the partition's first delivery, so steady traffic is what makes ownership (and every
+/// takeover) visible.
+fn steady_traffic(names: &Names, from: usize, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<usize> {
     let names = names.clone();
     tokio::spawn(async move {
         let (_connection, channel) = broker::channel().await;
-        let mut published = 0;
+        let mut published = from;
         while !stop.load(Ordering::Relaxed) {
             publish(&channel, batch(&names, published..published + 50)).await;
             published += 50;
@@ -179,7 +180,7 @@ async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_o
             }
             let names = cluster.names.clone();
             let stop = Arc::new(AtomicBool::new(false));
-            let traffic = steady_traffic(&names, stop.clone());
+            let traffic = steady_traffic(&names, 0, stop.clone());
             let settled = cluster.wait_stable().await;
 
             // d joins under traffic: only the partitions d ranks first for move, each once, to d.
@@ -680,4 +681,87 @@ async fn a_consumer_let_go_of_gives_back_what_it_held_before_the_next_one_gets_n
     let expected: Vec<String> = (0..20).map(|i| format!("m-{i}")).collect();
     assert_eq!(order, expected, "b gets a's held messages first, in order");
     channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await.unwrap();
+}
+
+/// A connection lost while the workers hold partition messages (each retrying against a full
+/// agent queue, asleep in a long backoff) ends with those jobs dropped, unfinished: they must
+/// stop counting as in flight then. A count that kept them held every later hand-over of their
+/// partitions for good, since a hand-over waits until nothing of its partition is in flight:
+/// here, the second instance would never be given its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_lost_while_messages_wait_to_be_retried_holds_no_hand_over_back() {
+    let _serial = SERIAL.lock().await;
+    within_limit("lost mid-retry", async {
+        let mut cluster = Instances::new("lost-mid-retry");
+        let names = cluster.names.clone();
+        let policy = format!("{}-full", names.prefix);
+        let sink = format!("^{}$", names.sink().replace('.', "\\."));
+        broker::rabbitmqctl(&[
+            "set_policy",
+            "--apply-to",
+            "queues",
+            &policy,
+            &sink,
+            r#"{"max-length": 0, "overflow": "reject-publish"}"#,
+        ]);
+        cluster.start_with("a", |config| {
+            config
+                .replace("retry_initial_ms = 50\n", "retry_initial_ms = 20000\n")
+                .replace("retry_max_ms = 400\n", "retry_max_ms = 20000\n")
+        });
+        let count = CONVERSATIONS;
+        {
+            let (connection, channel) = broker::channel().await;
+            publish_in_chunks(&channel, &names, 0..count, |_| {}).await;
+            let _ = connection.close(200, "published".into()).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let retrying = |cluster: &Instances| {
+            cluster.running["a"]
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains("Message failed; retrying"))
+                .count()
+        };
+        while retrying(&cluster) < 16 {
+            assert!(Instant::now() < deadline, "the full agent queue refused no publish");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Every message now waits out its backoff, longer than a lost connection's workers are
+        // waited for; the agent queue takes messages again when they come back.
+        broker::rabbitmqctl(&["clear_policy", &policy]);
+        broker::rabbitmqctl(&["close_all_connections", "silpgate test: forced close"]);
+        let connected = |cluster: &Instances| {
+            cluster.running["a"]
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains("Connected to the broker"))
+                .count()
+        };
+        while connected(&cluster) < 2 {
+            assert!(Instant::now() < deadline, "a did not reconnect");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Serving again on its new connection (the messages came back), a hands half of the
+        // partitions on to b; steady traffic makes b take them over.
+        cluster.wait_serving("a");
+        cluster.start("b");
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic = steady_traffic(&names, count, stop.clone());
+        cluster.wait_stable().await;
+        stop.store(true, Ordering::Relaxed);
+        let count = traffic.await.unwrap();
+        let (_connection, channel) = broker::channel().await;
+        let delivered = collect_all(&channel, &names, count).await;
+        assert_delivered(&delivered, count);
+        for name in ["a", "b"] {
+            cluster.terminate(name);
+        }
+        names.clean_up(&channel, PARTITIONS).await;
+    })
+    .await;
 }

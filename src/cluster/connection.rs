@@ -143,10 +143,10 @@ impl ClusterSide {
         Ok(Vec::new())
     }
 
-    /// Counts deliveries handed to the workers.
-    fn hand_out(&self, partition: Partition, ready: Vec<Parked>) -> Vec<Parked> {
-        for _ in &ready {
-            self.cluster.dispatched(partition);
+    /// Counts deliveries handed to the workers, each until its job is dropped.
+    fn hand_out(&self, partition: Partition, mut ready: Vec<Parked>) -> Vec<Parked> {
+        for parked in &mut ready {
+            parked.in_flight = Some(self.cluster.dispatched(partition));
         }
         ready
     }

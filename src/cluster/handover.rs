@@ -34,6 +34,8 @@ pub struct Parked {
     pub queue: Arc<str>,
     pub envelope: Envelope,
     pub delivery: Delivery,
+    /// Set when it is handed to a worker ([`super::Cluster::dispatched`]).
+    pub in_flight: Option<super::InFlight>,
 }
 
 /// How long a previous owner's messages may take to return to the queue after it let go.

@@ -59,6 +59,20 @@ impl ClusterError {
     }
 }
 
+/// One delivery of a partition in a worker's hands, counted in [`Cluster::in_flight`] until it
+/// is dropped. A guard, not a pair of calls: a connection that is lost drops the jobs its
+/// workers still hold (aborted after a moment, their queues discarded), and a count that
+/// missed them would hold every later hand-over of their partitions for good, waiting for
+/// deliveries nobody handles any more.
+#[derive(Debug)]
+pub struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// What a handled message appends to the streams.
 pub struct Entries<'a> {
     pub publications: Vec<Publication<'a>>,
@@ -80,8 +94,8 @@ struct PartitionState {
     replay_ms: AtomicU64,
     /// Changes appended since the last snapshot.
     since_snapshot: AtomicU64,
-    /// Deliveries handed to the workers and not yet settled.
-    in_flight: AtomicUsize,
+    /// Deliveries handed to the workers and not yet settled: one [`InFlight`] each.
+    in_flight: Arc<AtomicUsize>,
     /// Ledger entries of messages whose state is committed here and whose changelog entry is
     /// not yet confirmed, by message id: a snapshot carries their turns, so it carries them.
     unappended: Mutex<HashMap<String, LedgerState>>,
@@ -173,14 +187,12 @@ impl Cluster {
         (0..self.config.partitions).map(|i| self.partition(i)).filter(|&p| self.owns(p)).collect()
     }
 
-    /// A delivery of `partition` was handed to a worker.
-    pub fn dispatched(&self, partition: Partition) {
-        self.state(partition).in_flight.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// A delivery of `partition` is settled (acknowledged, dead-lettered or left to the broker).
-    pub fn settled(&self, partition: Partition) {
-        self.state(partition).in_flight.fetch_sub(1, Ordering::AcqRel);
+    /// A delivery of `partition` is handed to a worker: it counts as in flight until the
+    /// returned guard is dropped, with the job that carries it.
+    pub fn dispatched(&self, partition: Partition) -> InFlight {
+        let count = &self.state(partition).in_flight;
+        count.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(count))
     }
 
     /// Deliveries of `partition` handed out and not yet settled.

@@ -423,14 +423,14 @@ impl Amqp {
 
         // Hands a delivery to the worker of its conversation.
         let dispatch = async |senders: &[mpsc::Sender<Job>], parked: Parked, partition| {
-            let Parked { queue, envelope, delivery } = parked;
+            let Parked { queue, envelope, delivery, in_flight } = parked;
             let span = worker::delivery_span(&queue, &envelope, &delivery, broker);
             let decoded = tracing::info_span!(parent: &span, "nlip decode")
                 .in_scope(|| pipeline.decode(&delivery.data, &envelope));
             let key = worker::conversation_key(&decoded, &envelope, delivery.delivery_tag);
             let shard = (key % senders.len() as u64) as usize;
             let received = std::time::Instant::now();
-            let job = Job { span, received, delivery, queue, envelope, decoded, partition };
+            let job = Job { span, received, delivery, queue, envelope, decoded, partition, in_flight };
             senders[shard].send(job).await.is_ok()
         };
         let dispatch_all = async |senders: &[mpsc::Sender<Job>], ready: Vec<Parked>, partition| {
@@ -535,7 +535,7 @@ impl Amqp {
                         metrics.messages_in.with_label_values(&["amqp", &queue]).inc();
                         metrics.bytes.with_label_values(&["amqp", "in"]).inc_by(delivery.data.len() as u64);
                         let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
-                        let parked = Parked { queue, envelope, delivery };
+                        let parked = Parked { queue, envelope, delivery, in_flight: None };
                         let partition = self.cluster.as_ref().and_then(|c| c.partition_of(&parked.queue));
                         let ready = match (&mut cluster_side, partition) {
                             (Some(side), Some(partition)) => {

@@ -147,6 +147,25 @@ pub struct Job {
     pub decoded: Result<Message, NlipError>,
     /// The cluster partition it was delivered from.
     pub partition: Option<Partition>,
+    /// Counts it in flight for its partition until the job is dropped (settled, or abandoned
+    /// with a lost connection).
+    pub in_flight: Option<crate::cluster::InFlight>,
+}
+
+/// An amount added to a gauge for as long as it lives.
+struct Gauged<'a>(&'a prometheus::IntGauge, i64);
+
+impl<'a> Gauged<'a> {
+    fn add(gauge: &'a prometheus::IntGauge, amount: i64) -> Self {
+        gauge.add(amount);
+        Gauged(gauge, amount)
+    }
+}
+
+impl Drop for Gauged<'_> {
+    fn drop(&mut self) {
+        self.0.sub(self.1);
+    }
 }
 
 /// Why an attempt at a message failed.
@@ -224,7 +243,8 @@ impl Pipeline {
     /// one message at a time. Acknowledgements go out together once the window is settled.
     pub async fn process_window(&self, jobs: Vec<Job>) {
         let metrics = crate::metrics::get();
-        metrics.in_flight.add(jobs.len() as i64);
+        // Counted down on drop: a lost connection's worker may be aborted mid-window.
+        let _gauged = Gauged::add(&metrics.in_flight, jobs.len() as i64);
         if self.held_until_released().await {
             let mut planned: Vec<_> = self.plan_window(&jobs).await.into_iter().map(Some).collect();
             let chains = chains_of(&jobs);
@@ -241,11 +261,7 @@ impl Pipeline {
                 self.endings.broken(format!("an acknowledgement failed: {e}"));
             }
         }
-        metrics.in_flight.sub(jobs.len() as i64);
         for job in &jobs {
-            if let (Some(cluster), Some(partition)) = (&self.cluster, job.partition) {
-                cluster.settled(partition);
-            }
             metrics
                 .message_seconds
                 .with_label_values(&["amqp"])
