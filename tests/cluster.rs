@@ -715,37 +715,13 @@ async fn a_connection_lost_while_messages_wait_to_be_retried_holds_no_hand_over_
             publish_in_chunks(&channel, &names, 0..count, |_| {}).await;
             let _ = connection.close(200, "published".into()).await;
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let retrying = |cluster: &Instances| {
-            cluster.running["a"]
-                .log
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains("Message failed; retrying"))
-                .count()
-        };
-        while retrying(&cluster) < 16 {
-            assert!(Instant::now() < deadline, "the full agent queue refused no publish");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        // The full agent queue refuses the messages: they wait out their backoff.
+        cluster.running["a"].wait_logged("Message failed; retrying", 16, Duration::from_secs(60));
         // Every message now waits out its backoff, longer than a lost connection's workers are
         // waited for; the agent queue takes messages again when they come back.
         broker::rabbitmqctl(&["clear_policy", &policy]);
         broker::rabbitmqctl(&["close_all_connections", "silpgate test: forced close"]);
-        let connected = |cluster: &Instances| {
-            cluster.running["a"]
-                .log
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|l| l.contains("Connected to the broker"))
-                .count()
-        };
-        while connected(&cluster) < 2 {
-            assert!(Instant::now() < deadline, "a did not reconnect");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        cluster.running["a"].wait_logged("Connected to the broker", 2, Duration::from_secs(60));
         // Serving again on its new connection (the messages came back), a hands half of the
         // partitions on to b; steady traffic makes b take them over.
         cluster.wait_serving("a");

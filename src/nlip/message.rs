@@ -87,15 +87,6 @@ impl Content {
             Content::Binary(_) => None,
         }
     }
-
-    /// The content as a JSON value, owned; `None` for binary.
-    pub fn into_json(self) -> Option<Value> {
-        match self {
-            Content::Json(value) => Some(value),
-            Content::Raw(raw) => Some(raw.value()),
-            Content::Binary(_) => None,
-        }
-    }
 }
 
 impl PartialEq for Content {
@@ -311,6 +302,6 @@ mod tests {
         let parsed: Value = serde_json::from_str(text).unwrap();
         assert_eq!(Content::Raw(raw(text)), Content::Json(parsed.clone()));
         assert_ne!(Content::Raw(raw(text)), Content::Json(Value::Null));
-        assert_eq!(Content::Raw(raw(text)).into_json(), Some(parsed));
+        assert_eq!(Content::Raw(raw(text)).json().as_deref(), Some(&parsed));
     }
 }

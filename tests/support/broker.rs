@@ -429,6 +429,19 @@ impl Daemon {
         }
     }
 
+    /// Waits until at least `times` lines of its log contain `text`.
+    pub fn wait_logged(&self, text: &str, times: usize, timeout: Duration) {
+        let started = Instant::now();
+        let seen = || self.log.lock().unwrap().iter().filter(|line| line.contains(text)).count();
+        while seen() < times {
+            assert!(
+                started.elapsed() < timeout,
+                "silpgate logged '{text}' fewer than {times} times in {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Its stderr so far, one string.
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
