@@ -10,10 +10,14 @@
 //! later), and collects until all of it has come again.
 //!
 //! Meanwhile, redelivered messages that are not its own are the previous owner's, older than
-//! all of its own: they are handled at once. Holding them would be wrong as well as slow:
-//! they take up the prefetch window that its own need to come back through. Its own are
-//! handled once all have come back, in the order they were put back (RabbitMQ may return
-//! them in another), then anything delivered fresh meanwhile.
+//! all it was given fresh: they are handled at once. Holding them all would be wrong as well
+//! as slow: they take up the prefetch window that its own need to come back through. One
+//! whose conversation still waits for a message put back is held behind it, though: a
+//! previous owner (or this instance's own lost connection) can have its messages returned in
+//! two parts, one before the replay ended and one after, and the later part holds newer turns
+//! of the same conversations. Its own are handled once all have come back, in the order they
+//! were put back (RabbitMQ may return them in another), then the strays held behind them,
+//! then anything delivered fresh meanwhile.
 //!
 //! The partition is served, and can be handed on, only once this is complete
 //! ([`super::Cluster::serve`]): handed on earlier, what it put back would go to the next
@@ -60,6 +64,10 @@ pub struct Settling {
     /// The put-back deliveries as they come again, in the order they were put back.
     ours: Vec<Option<Parked>>,
     missing: usize,
+    /// The conversation of each put-back delivery, by position.
+    conversations: Vec<Option<String>>,
+    /// A previous owner's deliveries whose conversation waits for one of ours: after ours.
+    behind: Vec<Parked>,
     /// Delivered for the first time meanwhile: newer than all of ours.
     fresh: Vec<Parked>,
 }
@@ -90,6 +98,7 @@ impl Handover {
             positions.entry(identity(parked)).or_default().push(position);
         }
         let missing = held.len();
+        let conversations = held.iter().map(conversation).collect();
         tracing::debug!(
             put_back = ?held.iter().map(|p| (identity(p), p.delivery.redelivered)).collect::<Vec<_>>(),
             "Putting back what came during the replay."
@@ -103,6 +112,8 @@ impl Handover {
             positions,
             ours: std::iter::repeat_with(|| None).take(missing).collect(),
             missing,
+            conversations,
+            behind: Vec::new(),
             fresh: Vec::new(),
         });
         Ok(())
@@ -120,6 +131,7 @@ impl Handover {
             warn!(missing = settling.missing, "Requeued deliveries did not all come back; serving anyway.");
         }
         let mut ready: Vec<Parked> = settling.ours.drain(..).flatten().collect();
+        ready.append(&mut settling.behind);
         ready.append(&mut settling.fresh);
         tracing::debug!(ready = ?ready.iter().map(identity).collect::<Vec<_>>(), "Settled.");
         Some(ready)
@@ -138,6 +150,11 @@ impl Settling {
             .get(&identity(&parked))
             .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
         let Some(position) = slot else {
+            if self.waits_for_ours(conversation(&parked).as_deref()) {
+                tracing::debug!(message_id = %identity(&parked), "A previous owner's message, held behind ours.");
+                self.behind.push(parked);
+                return None;
+            }
             tracing::debug!(message_id = %identity(&parked), "A previous owner's message, handled at once.");
             return Some(parked);
         };
@@ -145,6 +162,22 @@ impl Settling {
         self.missing -= 1;
         None
     }
+
+    /// Whether a put-back delivery of `conversation` has not come again yet.
+    fn waits_for_ours(&self, conversation: Option<&str>) -> bool {
+        let Some(conversation) = conversation else { return false };
+        self.ours
+            .iter()
+            .zip(&self.conversations)
+            .any(|(slot, of)| slot.is_none() && of.as_deref() == Some(conversation))
+    }
+}
+
+/// The conversation a partition delivery belongs to (the header its partition was chosen by).
+fn conversation(parked: &Parked) -> Option<String> {
+    let headers = parked.delivery.properties.headers().as_ref()?;
+    let value = headers.inner().get(crate::broker::topology::CONVERSATION_HEADER)?;
+    properties::value_text(value)
 }
 
 /// What tells a delivery from the others when it comes again: its message id, else its body.
