@@ -12,7 +12,7 @@
 //! Meanwhile, redelivered messages that are not its own are the previous owner's, older than
 //! all it was given fresh: they are handled at once. Holding them all would be wrong as well
 //! as slow: they take up the prefetch window that its own need to come back through. One
-//! whose conversation still waits for a message put back is held behind it, though: a
+//! of a conversation that has a message put back is held behind ours, though: a
 //! previous owner (or this instance's own lost connection) can have its messages returned in
 //! two parts, one before the replay ended and one after, and the later part holds newer turns
 //! of the same conversations. Its own are handled once all have come back, in the order they
@@ -27,7 +27,7 @@ use super::ClusterError;
 use crate::broker::properties::{self, Envelope};
 use lapin::message::Delivery;
 use lapin::options::BasicNackOptions;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -64,9 +64,9 @@ pub struct Settling {
     /// The put-back deliveries as they come again, in the order they were put back.
     ours: Vec<Option<Parked>>,
     missing: usize,
-    /// The conversation of each put-back delivery, by position.
-    conversations: Vec<Option<String>>,
-    /// A previous owner's deliveries whose conversation waits for one of ours: after ours.
+    /// The conversations of the put-back deliveries: each of them waits until settled.
+    conversations: HashSet<String>,
+    /// A previous owner's deliveries of those conversations: handled right after ours.
     behind: Vec<Parked>,
     /// Delivered for the first time meanwhile: newer than all of ours.
     fresh: Vec<Parked>,
@@ -98,7 +98,7 @@ impl Handover {
             positions.entry(identity(parked)).or_default().push(position);
         }
         let missing = held.len();
-        let conversations = held.iter().map(conversation).collect();
+        let conversations = held.iter().filter_map(conversation).collect();
         tracing::debug!(
             put_back = ?held.iter().map(|p| (identity(p), p.delivery.redelivered)).collect::<Vec<_>>(),
             "Putting back what came during the replay."
@@ -150,7 +150,7 @@ impl Settling {
             .get(&identity(&parked))
             .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
         let Some(position) = slot else {
-            if self.waits_for_ours(conversation(&parked).as_deref()) {
+            if conversation(&parked).is_some_and(|c| self.conversations.contains(&c)) {
                 tracing::debug!(message_id = %identity(&parked), "A previous owner's message, held behind ours.");
                 self.behind.push(parked);
                 return None;
@@ -161,15 +161,6 @@ impl Settling {
         self.ours[position] = Some(parked);
         self.missing -= 1;
         None
-    }
-
-    /// Whether a put-back delivery of `conversation` has not come again yet.
-    fn waits_for_ours(&self, conversation: Option<&str>) -> bool {
-        let Some(conversation) = conversation else { return false };
-        self.ours
-            .iter()
-            .zip(&self.conversations)
-            .any(|(slot, of)| slot.is_none() && of.as_deref() == Some(conversation))
     }
 }
 
