@@ -741,3 +741,65 @@ async fn a_connection_lost_while_messages_wait_to_be_retried_holds_no_hand_over_
     })
     .await;
 }
+
+/// A hand-over that cannot finish (the agent's queue refuses the messages it hands out after
+/// its cancel) must be over before the next owner stops waiting for it and serves on the
+/// changelog as it stands: a turn the previous owner counted after that point would be missing
+/// there, and the next owner would count its conversation's next message as the same turn. So
+/// the previous owner lets go of its connection in time, and its messages go back to the
+/// partitions' queues, for the next owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_waiting() {
+    let _serial = SERIAL.lock().await;
+    within_limit("overdue hand-over", async {
+        let mut cluster = Instances::new("overdue");
+        let names = cluster.names.clone();
+        // Refused messages are retried until the queue takes them again; the next owner waits
+        // 6 s for a hand-over (`drain_secs`), so the previous one gives up after 3.
+        let patient = |config: String| {
+            config.replace(
+                "retry_max_ms = 400\n",
+                "retry_max_ms = 400\nmax_attempts = 100000\ndrain_secs = 6\n",
+            )
+        };
+        cluster.start_with("a", patient);
+        // Steady traffic: a's partitions never go quiet, so each quiesces until it holds a
+        // full window, which it handles after the cancel.
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic = steady_traffic(&names, 0, stop.clone());
+        let deadline = Instant::now() + LONG;
+        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
+            assert!(Instant::now() < deadline, "a did not take every partition over");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cluster.start_with("b", patient);
+        cluster.running["a"].wait_logged("Handing a partition on to its owner", 1, LONG);
+        let policy = format!("{}-full", names.prefix);
+        let sink = format!("^{}$", names.sink().replace('.', "\\."));
+        broker::rabbitmqctl(&[
+            "set_policy",
+            "--apply-to",
+            "queues",
+            &policy,
+            &sink,
+            r#"{"max-length": 0, "overflow": "reject-publish"}"#,
+        ]);
+        let members = ["a", "b"];
+        let b_share = rendezvous::share(PARTITIONS, &members, 1, "b").owned.len();
+        cluster.running["b"].wait_logged("Took over a partition", b_share, LONG);
+        stop.store(true, Ordering::Relaxed);
+        let count = traffic.await.unwrap();
+        broker::rabbitmqctl(&["clear_policy", &policy]);
+        let (_connection, channel) = broker::channel().await;
+        let delivered = collect_all(&channel, &names, count).await;
+        assert_delivered(&delivered, count);
+        let gave_up = cluster.running["a"].log_text().contains("A hand-over did not finish in time");
+        for name in members {
+            cluster.terminate(name);
+        }
+        assert_sessions(&[cluster.store("a"), cluster.store("b")], &delivered, count);
+        assert!(gave_up, "a let go of its connection when a hand-over could not finish");
+        names.clean_up(&channel, PARTITIONS).await;
+    })
+    .await;
+}

@@ -9,7 +9,9 @@
 //! An owner that hands a partition on while it keeps running (rebalancing) appends
 //! `Releasing`, stops consuming, finishes the messages it holds, and appends `Released`. A
 //! replay that meets `Releasing` without its `Released` before the claim reads on past the
-//! claim until `Released` arrives (or the hand-over wait runs out: the old owner died).
+//! claim until `Released` arrives, or the hand-over wait runs out: the old owner died, or gave
+//! up and let go of its connection, which it does after half that wait (see
+//! [`super::ownership`]), so that nothing of the partition is acknowledged there afterwards.
 //!
 //! A gap (retention cut the stream past the local offset) is bridged by the first snapshot
 //! after it.

@@ -164,20 +164,19 @@ impl ClusterSide {
         }
     }
 
-    /// The partition's changelog is replayed: puts its waiting deliveries back in order (see
-    /// [`Handover`]); returns any ready for the workers.
+    /// The partition's changelog is replayed: hands out the previous owner's deliveries that
+    /// waited for it and puts the rest back in order (see [`Handover`]); returns any ready for
+    /// the workers.
     ///
     /// # Errors
     /// The channel failed.
     pub async fn taken_over(&mut self, partition: Partition) -> Result<Vec<Parked>, ClusterError> {
-        let ready = match self.waiting.get_mut(&partition.index) {
-            Some(handover) => {
-                handover.requeue().await?;
-                handover.settled()
-            }
-            None => None,
-        };
-        Ok(self.complete(partition, ready))
+        let Some(handover) = self.waiting.get_mut(&partition.index) else { return Ok(Vec::new()) };
+        let now = handover.requeue().await?;
+        let settled = handover.settled();
+        let mut ready = self.hand_out(partition, now);
+        ready.extend(self.complete(partition, settled));
+        Ok(ready)
     }
 
     /// One tick: moves the hand-overs to other instances on, and brings the partitions

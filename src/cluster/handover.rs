@@ -3,21 +3,21 @@
 //! RabbitMQ makes the next consumer active as soon as the previous one cancels or its channel
 //! closes, and only afterwards returns what that consumer still had on its way: the new owner
 //! can be given newer messages before such an older one. Returned messages are delivered
-//! ahead of the rest, and marked redelivered. So the new owner, once its replay is done and
-//! the previous owner's messages have had [`STRAY_GRACE`] to return, puts back what it was
-//! given meanwhile, redelivered ones first (a message a previous owner returned was taken
-//! from the queue before anything this instance was given fresh, even when it came here
-//! later), and collects until all of it has come again.
+//! ahead of the rest, in the order they were returned, and marked redelivered. So the new
+//! owner, once its replay is done and the previous owner's messages have had [`STRAY_GRACE`]
+//! to return, handles the redelivered messages it was given meanwhile at once (a message a
+//! previous owner returned was taken from the queue before anything this instance was given
+//! fresh, even when it came here later), puts back the fresh ones, and collects until they
+//! have all come again: behind whatever else of the previous owner's is still to come back.
 //!
 //! Meanwhile, redelivered messages that are not its own are the previous owner's, older than
-//! all it was given fresh: they are handled at once. Holding them all would be wrong as well
-//! as slow: they take up the prefetch window that its own need to come back through. One
-//! of a conversation that has a message put back is held behind ours, though: a
-//! previous owner (or this instance's own lost connection) can have its messages returned in
-//! two parts, one before the replay ended and one after, and the later part holds newer turns
-//! of the same conversations. Its own are handled once all have come back, in the order they
-//! were put back (RabbitMQ may return them in another), then the strays held behind them,
-//! then anything delivered fresh meanwhile.
+//! all it was given fresh and newer than those it was given before: they are handled at once.
+//! (A previous owner, or this instance's own lost connection, can have its messages returned
+//! in two parts, one before the replay ended and one after, and the later part holds newer
+//! turns of the same conversations.) Holding them would be wrong as well as slow: they would
+//! take up the prefetch window that its own need to come back through. Its own are handled
+//! once all have come back, in the order they were put back (RabbitMQ may return them in
+//! another), then anything delivered fresh meanwhile.
 //!
 //! The partition is served, and can be handed on, only once this is complete
 //! ([`super::Cluster::serve`]): handed on earlier, what it put back would go to the next
@@ -27,7 +27,7 @@ use super::ClusterError;
 use crate::broker::properties::{self, Envelope};
 use lapin::message::Delivery;
 use lapin::options::BasicNackOptions;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -64,10 +64,6 @@ pub struct Settling {
     /// The put-back deliveries as they come again, in the order they were put back.
     ours: Vec<Option<Parked>>,
     missing: usize,
-    /// The conversations of the put-back deliveries: each of them waits until settled.
-    conversations: HashSet<String>,
-    /// A previous owner's deliveries of those conversations: handled right after ours.
-    behind: Vec<Parked>,
     /// Delivered for the first time meanwhile: newer than all of ours.
     fresh: Vec<Parked>,
 }
@@ -84,39 +80,38 @@ impl Handover {
         }
     }
 
-    /// The replay is done: puts the parked deliveries back.
+    /// The replay is done: puts the fresh deliveries that waited for it back; returns the
+    /// redelivered ones, to handle now, in the order they came.
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn requeue(&mut self) -> Result<(), ClusterError> {
-        let Handover::Parking(held) = self else { return Ok(()) };
-        let mut held = std::mem::take(held);
-        // Stable: each kind keeps the order it came in.
-        held.sort_by_key(|parked| !parked.delivery.redelivered);
+    pub async fn requeue(&mut self) -> Result<Vec<Parked>, ClusterError> {
+        let Handover::Parking(held) = self else { return Ok(Vec::new()) };
+        let (now, put_back): (Vec<Parked>, Vec<Parked>) =
+            std::mem::take(held).into_iter().partition(|parked| parked.delivery.redelivered);
         let mut positions: HashMap<String, Vec<usize>> = HashMap::new();
-        for (position, parked) in held.iter().enumerate() {
+        for (position, parked) in put_back.iter().enumerate() {
             positions.entry(identity(parked)).or_default().push(position);
         }
-        let missing = held.len();
-        let conversations = held.iter().filter_map(conversation).collect();
         tracing::debug!(
-            put_back = ?held.iter().map(|p| (identity(p), p.delivery.redelivered)).collect::<Vec<_>>(),
-            "Putting back what came during the replay."
+            now = ?now.iter().map(identity).collect::<Vec<_>>(),
+            put_back = ?put_back.iter().map(identity).collect::<Vec<_>>(),
+            "Handling the redelivered, putting back the rest of what came during the replay."
         );
-        // One nack for them all (the partition's channel holds nothing else unacknowledged).
-        if let Some(last) = held.iter().max_by_key(|parked| parked.delivery.delivery_tag) {
-            last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
+        // One by one, in the order they came: those handled now stay out of the way, and the
+        // queue takes them back in this order.
+        for parked in &put_back {
+            parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
         }
+        let missing = put_back.len();
         *self = Handover::Settling(Settling {
             since: Instant::now(),
             positions,
             ours: std::iter::repeat_with(|| None).take(missing).collect(),
             missing,
-            conversations,
-            behind: Vec::new(),
             fresh: Vec::new(),
         });
-        Ok(())
+        Ok(now)
     }
 
     /// `Some` with the deliveries still to handle once everything put back has come again (or
@@ -131,7 +126,6 @@ impl Handover {
             warn!(missing = settling.missing, "Requeued deliveries did not all come back; serving anyway.");
         }
         let mut ready: Vec<Parked> = settling.ours.drain(..).flatten().collect();
-        ready.append(&mut settling.behind);
         ready.append(&mut settling.fresh);
         tracing::debug!(ready = ?ready.iter().map(identity).collect::<Vec<_>>(), "Settled.");
         Some(ready)
@@ -150,11 +144,6 @@ impl Settling {
             .get(&identity(&parked))
             .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
         let Some(position) = slot else {
-            if conversation(&parked).is_some_and(|c| self.conversations.contains(&c)) {
-                tracing::debug!(message_id = %identity(&parked), "A previous owner's message, held behind ours.");
-                self.behind.push(parked);
-                return None;
-            }
             tracing::debug!(message_id = %identity(&parked), "A previous owner's message, handled at once.");
             return Some(parked);
         };
@@ -162,13 +151,6 @@ impl Settling {
         self.missing -= 1;
         None
     }
-}
-
-/// The conversation a partition delivery belongs to (the header its partition was chosen by).
-fn conversation(parked: &Parked) -> Option<String> {
-    let headers = parked.delivery.properties.headers().as_ref()?;
-    let value = headers.inner().get(crate::broker::topology::CONVERSATION_HEADER)?;
-    properties::value_text(value)
 }
 
 /// What tells a delivery from the others when it comes again: its message id, else its body.

@@ -50,12 +50,21 @@ pub enum ClusterError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Stream(String),
+    #[error(
+        "handing on partition {partition} did not finish within {limit:?} of its cancel; the connection is let go so that the next owner is given what it held"
+    )]
+    HandOverOverdue { partition: u16, limit: std::time::Duration },
 }
 
 impl ClusterError {
     /// A damaged store must stop the instance; anything else is retried after a reconnect.
     pub fn is_fatal(&self) -> bool {
         matches!(self, ClusterError::Store(StoreError::Corrupt(_)))
+    }
+
+    /// The connection must be closed at once, its deliveries given back to the broker.
+    pub fn lets_go_of_the_connection(&self) -> bool {
+        matches!(self, ClusterError::HandOverOverdue { .. })
     }
 }
 
@@ -157,6 +166,13 @@ impl Cluster {
             handover_wait,
             commits: RwLock::new(()),
         }
+    }
+
+    /// How long a partition's hand-over to another instance may take from its cancel: half
+    /// the time the next owner waits for it before it serves without it, which leaves the
+    /// other half for the connection to close once this instance gives up.
+    pub fn finish_limit(&self) -> std::time::Duration {
+        self.handover_wait / 2
     }
 
     /// The changelog stream of `partition`.

@@ -21,7 +21,13 @@
 //!    the partition is still in this instance's share (as a standby), else close its channel.
 //!
 //! The new owner gets only messages after the ones handled here, and starts on them once it
-//! has read everything this instance appended: order and state both hold. (What quiescing
+//! has read everything this instance appended: order and state both hold. It waits for
+//! `Released` only so long (the hand-over wait) before it serves anyway, taking this instance
+//! for dead; so steps 3 and 4 must be over within half of that ([`Cluster::finish_limit`]). A
+//! hand-over that is not (its messages refused by the broker, say) lets go of the whole
+//! connection: the broker takes back every message still held here, which then reach the
+//! next owner as the rest of the previous owner's, and nothing is acknowledged here after the
+//! next owner has started on state that lacks it. (What quiescing
 //! cannot rule out: a message published within milliseconds of the cancel to a partition that
 //! had been idle for [`QUIET`].)
 
@@ -95,6 +101,9 @@ struct Release {
     /// When the cancel went through: `Released` waits until what the broker still had on its
     /// way here has gone back to the queue ([`STRAY_GRACE`]).
     cancelled_at: tokio::time::Instant,
+    /// When the cancel was sent: from then on the next owner may be serving, and the rest
+    /// must be finished within [`Cluster::finish_limit`].
+    cancel_sent: Option<tokio::time::Instant>,
     /// When the hand-over last said it was still waiting for its messages in flight.
     waiting_said: tokio::time::Instant,
 }
@@ -107,6 +116,7 @@ impl Release {
             held: Vec::new(),
             last_arrival: tokio::time::Instant::now(),
             cancelled_at: tokio::time::Instant::now(),
+            cancel_sent: None,
             waiting_said: tokio::time::Instant::now(),
         }
     }
@@ -296,6 +306,11 @@ impl Ownership {
                 };
                 warn!(instance = %cluster.instance, partition = index, step, in_flight, held = release.held.len(), "A hand-over waits for messages in flight.");
             }
+            let limit = cluster.finish_limit();
+            if release.cancel_sent.is_some_and(|sent| sent.elapsed() >= limit) {
+                warn!(instance = %cluster.instance, partition = index, in_flight, "A hand-over did not finish in time; letting go of the connection.");
+                return Err(ClusterError::HandOverOverdue { partition: index, limit });
+            }
             match release.step {
                 Step::Quiescing
                     if settled
@@ -304,10 +319,13 @@ impl Ownership {
                 {
                     let entry = Entry::Releasing(release.marker.clone());
                     changelog::append(publisher, cluster.changelog(partition), &entry).await?;
+                    // Taken before the cancel: the broker may act on it before it answers.
+                    let sent = tokio::time::Instant::now();
                     self.channels[&index]
                         .basic_cancel(tag(cluster, index).as_str().into(), BasicCancelOptions::default())
                         .await?;
                     release.step = Step::Cancelled;
+                    release.cancel_sent = Some(sent);
                 }
                 Step::Finishing if !release.held.is_empty() => {
                     ready.push((partition, std::mem::take(&mut release.held)));

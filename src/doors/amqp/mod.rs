@@ -505,7 +505,16 @@ impl Amqp {
                                 }
                             }
                         }
-                        Err(e) => break Ended::Lost(e.to_string()),
+                        Err(e) => {
+                            if e.lets_go_of_the_connection() {
+                                // Now, not after the workers' drain: the next owner serves once
+                                // its wait is over, and nothing of this connection may be
+                                // acknowledged after that (see `cluster::ownership`).
+                                let close = connection.close(200, "a hand-over is overdue".into());
+                                let _ = tokio::time::timeout(BROKER_GOODBYE, close).await;
+                            }
+                            break Ended::Lost(e.to_string());
+                        }
                     }
                 }
                 Some((partition, result)) = takeovers.recv() => {
