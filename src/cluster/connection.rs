@@ -182,9 +182,32 @@ impl ClusterSide {
     /// One tick: moves the hand-overs to other instances on, and brings the partitions
     /// consumed here in line with the members. Returns deliveries now ready for the workers.
     ///
+    /// A tick waits for the broker's answers (a changelog append, a cancel, a new channel),
+    /// and nothing else of the connection moves meanwhile, so it may take no longer than a
+    /// hand-over may: a broker that stops answering must not keep a partition from its next
+    /// owner (seen when a broker node was killed under a hand-over: the instance stood still,
+    /// the partitions it was handing on served by nobody).
+    ///
     /// # Errors
-    /// The broker failed.
+    /// The broker failed, or did not answer in time
+    /// ([`ClusterError::lets_go_of_the_connection`]).
     pub async fn tick(
+        &mut self,
+        connection: &Connection,
+        pipeline: &Pipeline,
+        deliveries: &mut Deliveries,
+    ) -> Result<Vec<(Partition, Vec<Parked>)>, ClusterError> {
+        let limit = self.cluster.finish_limit();
+        match tokio::time::timeout(limit, self.step(connection, pipeline, deliveries)).await {
+            Ok(result) => result,
+            Err(_) => {
+                warn!(instance = %self.cluster.instance, ?limit, "A cluster step got no answer from the broker in time; letting go of the connection.");
+                Err(ClusterError::Unanswered { limit })
+            }
+        }
+    }
+
+    async fn step(
         &mut self,
         connection: &Connection,
         pipeline: &Pipeline,

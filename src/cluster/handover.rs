@@ -7,8 +7,9 @@
 //! owner, once its replay is done and the previous owner's messages have had [`STRAY_GRACE`]
 //! to return, handles the redelivered messages it was given meanwhile at once (a message a
 //! previous owner returned was taken from the queue before anything this instance was given
-//! fresh, even when it came here later), puts back the fresh ones, and collects until they
-//! have all come again: behind whatever else of the previous owner's is still to come back.
+//! fresh, even when it came here later), puts back the fresh ones (in one step where it can,
+//! see [`put_back_in_order`]), and collects until they have all come again: behind whatever
+//! else of the previous owner's is still to come back.
 //!
 //! Meanwhile, redelivered messages that are not its own are the previous owner's, older than
 //! all it was given fresh and newer than those it was given before: they are handled at once.
@@ -98,11 +99,7 @@ impl Handover {
             put_back = ?put_back.iter().map(identity).collect::<Vec<_>>(),
             "Handling the redelivered, putting back the rest of what came during the replay."
         );
-        // One by one, in the order they came: those handled now stay out of the way, and the
-        // queue takes them back in this order.
-        for parked in &put_back {
-            parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
-        }
+        put_back_in_order(&now, &put_back).await?;
         let missing = put_back.len();
         *self = Handover::Settling(Settling {
             since: Instant::now(),
@@ -153,7 +150,54 @@ impl Settling {
     }
 }
 
+/// Gives `put_back` back to the queue, to come again in this order (the order they came in).
+///
+/// In one `nack` with `multiple` when that covers exactly them: the broker takes them back in
+/// one step, in the order it handed them out (RabbitMQ 3.10 keeps that order for up to 32, the
+/// most a partition's prefetch allows). One by one, it hands each out again as soon as it is back, and if this instance
+/// dies between two, it returns what it had handed out in the order it handed it out: those
+/// not yet put back first, then those that had come again, newer turns ahead of older ones.
+/// One `multiple` covers every unacknowledged delivery of the channel up to its tag. Tags on a
+/// channel are consecutive, and a partition's channel has nothing unacknowledged from before
+/// its takeover (a release waits for its in-flight deliveries; a lost connection brings new
+/// channels), so it is exact when the parked deliveries' tags run without a gap and those
+/// handled now all came after the put-back ones. Otherwise (a previous owner's returns came
+/// between ours) they go back one by one, in order.
+async fn put_back_in_order(now: &[Parked], put_back: &[Parked]) -> Result<(), ClusterError> {
+    let Some(last) = put_back.last() else { return Ok(()) };
+    let tags = put_back.iter().chain(now).map(|parked| parked.delivery.delivery_tag);
+    if consecutive(tags) {
+        last.delivery.acker.nack(BasicNackOptions { multiple: true, requeue: true }).await?;
+        return Ok(());
+    }
+    tracing::debug!("A previous owner's returns came between ours: putting back one by one.");
+    for parked in put_back {
+        parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
+    }
+    Ok(())
+}
+
+/// Whether `tags` run up one by one, without a gap.
+fn consecutive(tags: impl Iterator<Item = u64> + Clone) -> bool {
+    tags.clone().zip(tags.skip(1)).all(|(tag, next)| next == tag + 1)
+}
+
 /// What tells a delivery from the others when it comes again: its message id, else its body.
 fn identity(parked: &Parked) -> String {
     parked.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&parked.delivery.data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::consecutive;
+
+    #[test]
+    fn one_nack_covers_the_put_back_only_when_the_tags_run_without_a_gap() {
+        // Put back 4..=6, then handled now 7 and 8: one `multiple` up to 6 is exact.
+        assert!(consecutive([4, 5, 6, 7, 8].into_iter()));
+        assert!(consecutive([9].into_iter()));
+        // A redelivered 5 came between the put-back 4 and 6: a `multiple` would take it too.
+        assert!(!consecutive([4, 6, 5].into_iter()));
+        assert!(!consecutive([4, 5, 7].into_iter()));
+    }
 }

@@ -54,6 +54,10 @@ pub enum ClusterError {
         "handing on partition {partition} did not finish within {limit:?} of its cancel; the connection is let go so that the next owner is given what it held"
     )]
     HandOverOverdue { partition: u16, limit: std::time::Duration },
+    #[error(
+        "the broker did not answer a cluster step within {limit:?}; the connection is let go so that the partitions it serves go to their next owners"
+    )]
+    Unanswered { limit: std::time::Duration },
 }
 
 impl ClusterError {
@@ -64,7 +68,7 @@ impl ClusterError {
 
     /// The connection must be closed at once, its deliveries given back to the broker.
     pub fn lets_go_of_the_connection(&self) -> bool {
-        matches!(self, ClusterError::HandOverOverdue { .. })
+        matches!(self, ClusterError::HandOverOverdue { .. } | ClusterError::Unanswered { .. })
     }
 }
 

@@ -55,7 +55,8 @@ pub type Tagged = (Arc<str>, Option<lapin::Result<Delivery>>);
 pub type Deliveries = SelectAll<BoxStream<'static, Tagged>>;
 
 /// Deliveries a partition's consumer may hold unacknowledged. RabbitMQ returns a departed
-/// consumer's messages in delivery order; small windows keep what goes back small.
+/// consumer's messages in delivery order; small windows keep what goes back small. At most 32:
+/// a put-back `nack` with `multiple` keeps its order only up to that ([`super::handover`]).
 const PARTITION_PREFETCH: u16 = 32;
 /// No delivery for this long while quiescing: the broker has nothing on its way here.
 pub const QUIET: std::time::Duration = std::time::Duration::from_millis(300);

@@ -510,7 +510,7 @@ impl Amqp {
                                 // Now, not after the workers' drain: the next owner serves once
                                 // its wait is over, and nothing of this connection may be
                                 // acknowledged after that (see `cluster::ownership`).
-                                let close = connection.close(200, "a hand-over is overdue".into());
+                                let close = connection.close(200, "a cluster step is overdue".into());
                                 let _ = tokio::time::timeout(BROKER_GOODBYE, close).await;
                             }
                             break Ended::Lost(e.to_string());
