@@ -1,10 +1,11 @@
 //! silpgate on a real three-node RabbitMQ cluster on this machine (the local broker and two
 //! extra nodes started by `tests/broker-cluster.sh`): a broker node that dies under silpgate,
 //! two of three nodes gone for 20 s (the quorum queues' majority lost), and a rolling restart
-//! of all three nodes under a steady stream. Every test counts by message id what reaches the
-//! downstream queue, asserts each conversation's order, and reads session state from the store:
-//! nothing lost, nothing applied twice. Each test starts the extra nodes and stops and forgets
-//! them again, also when it fails.
+//! of all three nodes under a steady stream, and cluster mode (partitions, changelog and lock
+//! streams) on the three nodes while instances and a node are killed. Every test counts by
+//! message id what reaches the downstream queue, asserts each conversation's order, and reads
+//! session state from the store: nothing lost, nothing applied twice. Each test starts the
+//! extra nodes and stops and forgets them again, also when it fails.
 
 mod support;
 
@@ -17,6 +18,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 use support::broker::{self, BROKER, Daemon, Names, Received};
 use support::broker_cluster::{self, BrokerCluster, leader_of, move_leader, publish_paced, url, wait_count};
+use support::cluster::{
+    Instances, PARTITIONS, a_fresh_instance_takes_over_after_the_kills, publish_in_chunks,
+};
 
 /// One multi-node test at a time: each reshapes the broker cluster.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -278,4 +282,49 @@ async fn a_rolling_restart_of_the_three_brokers_under_200_per_second_loses_nothi
     })
     .await;
     drop(cluster);
+}
+
+/// Cluster mode's SIGKILL test on the three-node broker, with broker node 2 SIGKILLed between
+/// the two instance kills: every instance reaches the broker through all three addresses, and
+/// the partition queues, changelog streams and lock stream are replicated on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_on_three_brokers_loses_nothing_when_instances_and_a_broker_node_are_killed() {
+    let _serial = SERIAL.lock().await;
+    let brokers = BrokerCluster::up();
+    within(Duration::from_secs(480), async {
+        let mut cluster = Instances::new("bc-cluster");
+        let every_node = |config: String| {
+            let urls: Vec<String> = [1, 2, 3].iter().map(|&n| format!("\"{}\"", url(n))).collect();
+            config.replace(&format!("url = \"{BROKER}\"\n"), &format!("urls = [{}]\n", urls.join(", ")))
+        };
+        for name in ["a", "b", "c"] {
+            cluster.start_with(name, every_node);
+        }
+        let names = cluster.names.clone();
+        // The producer and the reader stay on node 1, which is never killed.
+        let (_connection, channel) = broker::channel().await;
+        let killed_node = 2;
+        publish_in_chunks(&channel, &names, 0..3000, |published| match published {
+            1000 => {
+                cluster.wait_serving("b");
+                cluster.kill("b");
+            }
+            1500 => brokers.kill(killed_node),
+            2000 => {
+                cluster.wait_serving("c");
+                cluster.kill("c");
+            }
+            _ => {}
+        })
+        .await;
+        a_fresh_instance_takes_over_after_the_kills(&mut cluster, &channel, |cluster| {
+            cluster.start_with("d", every_node)
+        })
+        .await;
+        // Back to three nodes, so that the cluster is taken down cleanly.
+        brokers.start(killed_node);
+        names.clean_up(&channel, PARTITIONS).await;
+    })
+    .await;
+    drop(brokers);
 }
