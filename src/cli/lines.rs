@@ -68,9 +68,10 @@ pub(super) fn drive(common: &Common, each: impl Fn(&str) -> Outcome, ok: OkForm)
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let mut buffer = String::with_capacity(OUTPUT_CHUNK + 4096);
-    while let Some(line) = input::next_line(&mut *reader, common.max_input_bytes) {
+    let mut lines = input::Lines::new(reader, common.max_input_bytes);
+    while let Some(line) = lines.next_line() {
         match line {
-            Ok(line) => one_line(&mut buffer, &line, &each, ok),
+            Ok(line) => one_line(&mut buffer, line, &each, ok),
             Err(InputError::Io(e)) => {
                 eprintln!("error: cannot read input: {e}");
                 return ExitCode::from(EXIT_INVALID);

@@ -80,7 +80,9 @@ pub fn run(command: SilpCommand) -> ExitCode {
                 }
             };
             with_frontend(&common, |frontend| {
-                let each = |text: &str| compile_one(text, frontend, rules, store.as_ref());
+                // `--lines` writes no warnings, so none are worked out.
+                let warn = !common.lines;
+                let each = |text: &str| compile_one(text, frontend, rules, store.as_ref(), warn);
                 let code = drive(&common, each, OkForm::Text);
                 if let Some(store) = &store
                     && let Err(e) = store.flush()
@@ -106,7 +108,8 @@ pub fn run(command: SilpCommand) -> ExitCode {
                     eprintln!("{}", err.render(""));
                     return ExitCode::from(EXIT_USAGE);
                 }
-                drive(&common, |text| decode_one(text, frontend, &options), OkForm::IrJson)
+                let warn = !common.lines;
+                drive(&common, |text| decode_one(text, frontend, &options, warn), OkForm::IrJson)
             })
         }
         SilpCommand::Validate { no_whitelist, file } => {
@@ -160,18 +163,28 @@ fn with_frontend(common: &Common, f: impl FnOnce(Frontend) -> ExitCode) -> ExitC
     }
 }
 
-fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Option<&SledStore>) -> Outcome {
+/// Compiles one IR text; `warn` says whether the validator's warnings are wanted.
+fn compile_one(
+    text: &str,
+    frontend: Frontend,
+    rules: ValidateOptions,
+    lock: Option<&SledStore>,
+    warn: bool,
+) -> Outcome {
     let ir = schema::parse_ir_text(text)?;
-    let report = validate::validate(&ir, rules);
-    if !report.valid {
+    let errors = validate::errors(&ir, rules);
+    if !errors.is_empty() {
         return Err(SilpError::new(
             ErrorCode::DecodeFailed,
-            format!("IR is not valid: {}", report.errors.join("; ")),
+            format!("IR is not valid: {}", errors.join("; ")),
         ));
     }
     let output = silp::compile(&ir, frontend);
-    let mut warnings = report.warnings;
-    warnings.extend(silp::draft02::warnings(&ir));
+    let mut warnings = Vec::new();
+    if warn {
+        warnings = validate::warnings(&ir);
+        warnings.extend(silp::draft02::warnings(&ir));
+    }
     let Some(store) = lock else { return Ok((output, warnings)) };
     let freeze = Freeze { ir_hash: ir.ir_hash(), frontend, output };
     let changes = Changes { freezes: vec![freeze], ..Changes::default() };
@@ -189,8 +202,9 @@ fn compile_one(text: &str, frontend: Frontend, rules: ValidateOptions, lock: Opt
     Ok((frozen.output, warnings))
 }
 
-fn decode_one(text: &str, frontend: Frontend, options: &DecodeOptions) -> Outcome {
+/// Decodes one text; `warn` says whether its notices are wanted.
+fn decode_one(text: &str, frontend: Frontend, options: &DecodeOptions, warn: bool) -> Outcome {
     let decoded = silp::decode(text, frontend, options)?;
-    let notices = decoded.notices.iter().map(ToString::to_string).collect();
+    let notices = if warn { decoded.notices.iter().map(ToString::to_string).collect() } else { Vec::new() };
     Ok((decoded.ir.to_compact_json(), notices))
 }

@@ -110,7 +110,7 @@ pub fn errors(ir: &Ir, options: ValidateOptions) -> Vec<String> {
 }
 
 /// The rules that only warn, in the order [`validate`] reports them.
-fn warnings(ir: &Ir) -> Vec<String> {
+pub fn warnings(ir: &Ir) -> Vec<String> {
     let mut warnings = Vec::new();
     let ids = Ids::new(&ir.entities);
 
