@@ -154,9 +154,11 @@ impl Settling {
 ///
 /// In one `nack` with `multiple` when that covers exactly them: the broker takes them back in
 /// one step, in the order it handed them out (RabbitMQ 3.10 keeps that order for up to 32, the
-/// most a partition's prefetch allows). One by one, it hands each out again as soon as it is back, and if this instance
-/// dies between two, it returns what it had handed out in the order it handed it out: those
-/// not yet put back first, then those that had come again, newer turns ahead of older ones.
+/// most a partition's prefetch allows). One by one, the broker hands each out again as soon as
+/// it is back, and if this instance dies between two, it returns what it had handed out in the
+/// order it handed it out: those not yet put back first, then those that had come again, newer
+/// turns ahead of older ones.
+///
 /// One `multiple` covers every unacknowledged delivery of the channel up to its tag. Tags on a
 /// channel are consecutive, and a partition's channel has nothing unacknowledged from before
 /// its takeover (a release waits for its in-flight deliveries; a lost connection brings new
