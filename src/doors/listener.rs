@@ -6,6 +6,7 @@
 //! A connection over the cap is refused at once (plain: a 503 with an NLIP error; TLS: closed
 //! before the handshake, which would cost more than the refusal is worth) and counted.
 
+use super::repoll::Repoll;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -105,12 +106,13 @@ impl Connection {
         let app = self.app.layer(axum::Extension(ConnectInfo::<SocketAddr>(self.peer)));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new()).header_read_timeout(self.bounds.header_timeout);
-        let served = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app)).with_upgrades();
-        tokio::pin!(served);
+        let mut served = Repoll::new(
+            http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app)).with_upgrades(),
+        );
         tokio::select! {
-            _ = served.as_mut() => {}
+            _ = &mut served => {}
             () = stopped(&mut self.stopping) => {
-                served.as_mut().graceful_shutdown();
+                served.inner().graceful_shutdown();
                 let _ = served.await;
             }
         }
