@@ -145,6 +145,32 @@ mod tests {
         assert_eq!(task.0.load(SeqCst), 1, "the task is woken once, to be polled again later");
     }
 
+    /// Wakes from another thread race the end of every poll; a lost one would hang the task.
+    #[test]
+    fn no_wake_from_another_thread_is_lost() {
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let received = runtime.block_on(async {
+            let turns = async {
+                let mut received = 0;
+                for turn in 0..2_000u32 {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    std::thread::spawn(move || {
+                        // Sometimes at once (likely inside the poll), sometimes a little later.
+                        if turn % 3 != 0 {
+                            std::thread::yield_now();
+                        }
+                        let _ = tx.send(turn);
+                    });
+                    received += usize::from(rx.await == Ok(turn));
+                }
+                received
+            };
+            tokio::time::timeout(std::time::Duration::from_secs(60), tokio::spawn(Repoll::new(turns))).await
+        });
+        assert_eq!(received.expect("a wake was lost: the task never finished").unwrap(), 2_000);
+    }
+
     #[test]
     fn a_wake_after_the_poll_reaches_the_task() {
         let task = Arc::new(Counting(AtomicUsize::new(0)));
