@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::task::{Context, Poll, Wake, Waker};
 
-/// How many times in a row a poll that woke itself is repeated before the task yields to the
-/// scheduler after all, so that a future that always wakes itself still lets others run.
+/// The most polls of the inner future in one poll of the task: past them, a future that woke
+/// itself yields to the scheduler after all, so that one that always wakes itself still lets
+/// others run.
 const REPOLLS: usize = 4;
 
 /// `F`, polled again at once when it wakes itself during a poll.
