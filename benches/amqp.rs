@@ -55,10 +55,10 @@ async fn main() {
     let silpgate = Relay::Silpgate { prefix: format!("{run}.sg") };
     let mut results = Vec::new();
     for relay in [&bare, &silpgate] {
-        let (throughput, cpu_us) = relay.throughput(n).await;
+        let (throughput, cpu_us, switches) = relay.throughput(n).await;
         let latency = relay.latency(rate, seconds).await;
         println!(
-            "{:<9} throughput {:>7.0} msg/s, cpu {cpu_us:.0} us/msg | at {rate}/s: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "{:<9} throughput {:>7.0} msg/s, cpu {cpu_us:.0} us/msg, {switches:.2} context switches/msg | at {rate}/s: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             relay.name(),
             throughput,
             latency.p(0.50),
@@ -103,6 +103,11 @@ impl Running {
     /// The process's user + system CPU time so far.
     fn cpu(&self) -> Duration {
         cpu::cpu_time(self.0.id())
+    }
+
+    /// The process's context switches so far, over its live threads.
+    fn switches(&self) -> u64 {
+        cpu::context_switches(self.0.id())
     }
 }
 
@@ -173,9 +178,9 @@ impl Relay {
         }
     }
 
-    /// Envelopes per second moved from a pre-filled input queue to the output, and the
-    /// relay's CPU time per envelope in microseconds.
-    async fn throughput(&self, n: usize) -> (f64, f64) {
+    /// Envelopes per second moved from a pre-filled input queue to the output, the relay's
+    /// CPU time per envelope in microseconds, and its context switches per envelope.
+    async fn throughput(&self, n: usize) -> (f64, f64, f64) {
         // The topology first, then the backlog, then the relay on the backlog.
         self.start().await.stop().await;
         let connection = connect().await;
@@ -184,13 +189,15 @@ impl Relay {
         let counter = connect().await;
         let counted = tokio::spawn(count_until(counter.create_channel().await.unwrap(), self.output(), n));
         let running = self.start().await;
-        let cpu_before = running.cpu();
+        let (cpu_before, switches_before) = (running.cpu(), running.switches());
         let (first, last) = counted.await.unwrap();
         let cpu = running.cpu() - cpu_before;
+        let switches = running.switches().saturating_sub(switches_before);
         running.stop().await;
         close(&counter, "done").await;
         close(&connection, "done").await;
-        ((n - 1) as f64 / (last - first).as_secs_f64(), cpu.as_secs_f64() * 1e6 / n as f64)
+        let per_message = |total: f64| total / n as f64;
+        ((n - 1) as f64 / (last - first).as_secs_f64(), per_message(cpu.as_secs_f64() * 1e6), per_message(switches as f64))
     }
 
     /// End-to-end latency (publish to arrival) at `rate` messages per second.

@@ -16,6 +16,25 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second())
 }
 
+/// How many times the threads of process `pid` have given up or lost their CPU so far
+/// (voluntary and involuntary context switches, summed over its live threads): on this VM a
+/// hand-off between threads costs more than most work done per message.
+#[allow(dead_code)] // not every benchmark reports it
+pub fn context_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter_map(|line| line.split_once(':'))
+                .filter(|(key, _)| key.ends_with("ctxt_switches"))
+                .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// The unit of /proc's CPU times.
 fn clock_ticks_per_second() -> f64 {
     let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
