@@ -197,7 +197,11 @@ impl Relay {
         close(&counter, "done").await;
         close(&connection, "done").await;
         let per_message = |total: f64| total / n as f64;
-        ((n - 1) as f64 / (last - first).as_secs_f64(), per_message(cpu.as_secs_f64() * 1e6), per_message(switches as f64))
+        (
+            (n - 1) as f64 / (last - first).as_secs_f64(),
+            per_message(cpu.as_secs_f64() * 1e6),
+            per_message(switches as f64),
+        )
     }
 
     /// End-to-end latency (publish to arrival) at `rate` messages per second.
