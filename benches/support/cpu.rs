@@ -9,11 +9,31 @@ use std::time::Duration;
 /// # Panics
 /// The process is gone, or /proc is not Linux's.
 pub fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    read_cpu_time(pid).expect("the process runs and /proc is Linux's")
+}
+
+/// [`cpu_time`], or `None` when the process is gone.
+fn read_cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second())
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_secs_f64(ticks as f64 / clock_ticks_per_second()))
+}
+
+/// The user + system CPU time of every RabbitMQ node on this machine (`beam.smp` processes)
+/// so far: on a machine the broker shares, what it spends per message is not the relay's to
+/// spend.
+#[allow(dead_code)] // not every benchmark reports it
+pub fn broker_cpu_time() -> Duration {
+    let processes = std::fs::read_dir("/proc").expect("/proc is mounted");
+    processes
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "beam.smp")
+        })
+        .filter_map(read_cpu_time)
+        .sum()
 }
 
 /// How many times the threads of process `pid` have given up or lost their CPU so far
