@@ -2,7 +2,9 @@
 # Round-trip latency of a small text envelope, sequential over one keep-alive connection, median
 # and p99 of 1,000 requests after 200 warm-up ones: silpgate over HTTP and WebSocket, and the
 # reference Python server (nlip-server 0.1.3, uvicorn nlip_server.echo:app) on the same machine
-# in the same run. Installs what it needs (a venv in target/bench-venv). The last line is
+# in the same run, and the floor under both: echo servers on silpgate's runtime with nothing
+# behind them (benches/latency.rs `floor`). Installs what it needs (a venv in
+# target/bench-venv). The last line is
 #   median ratio nlip-server/silpgate: http X, ws Y
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +36,13 @@ TOML
 silpgate_pid=$!
 (cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) &
 reference_pid=$!
-trap 'kill $silpgate_pid $reference_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT
-for port in 18990 18991; do
+# The floor: echo servers on silpgate's runtime with no gateway behind them (benches/latency.rs).
+floor_bin=$(cargo bench --quiet --bench latency --no-run --message-format=json 2>/dev/null |
+  sed -n 's/.*"executable":"\([^"]*latency[^"]*\)".*/\1/p' | tail -1)
+"$floor_bin" floor 127.0.0.1:18992 127.0.0.1:18994 127.0.0.1:18993 &
+floor_pid=$!
+trap 'kill $silpgate_pid $reference_pid $floor_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT
+for port in 18990 18991 18992 18993 18994; do
   for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 done
 
@@ -43,10 +50,18 @@ load() { cargo bench --quiet --bench latency -- "$@" 2>/dev/null | tail -1; }
 read -r s_http_med s_http_p99 < <(load http 127.0.0.1:18990 /nlip)
 read -r s_ws_med s_ws_p99 < <(load ws ws://127.0.0.1:18990/nlip/ws/text)
 read -r r_http_med r_http_p99 < <(load http 127.0.0.1:18991 /nlip/)
+read -r f_http_med f_http_p99 < <(load http 127.0.0.1:18992 /nlip)
+read -r f_hyper_med f_hyper_p99 < <(load http 127.0.0.1:18994 /nlip)
+read -r f_ws_med f_ws_p99 < <(load ws ws://127.0.0.1:18993/)
 
 printf '%-28s %12s %12s\n' "round trip (µs)" median p99
 printf '%-28s %12s %12s\n' "silpgate HTTP" "$s_http_med" "$s_http_p99"
 printf '%-28s %12s %12s\n' "silpgate WebSocket" "$s_ws_med" "$s_ws_p99"
 printf '%-28s %12s %12s\n' "nlip-server 0.1.3 HTTP" "$r_http_med" "$r_http_p99"
+printf '%-28s %12s %12s\n' "floor: tokio echo, HTTP" "$f_http_med" "$f_http_p99"
+printf '%-28s %12s %12s\n' "floor: hyper echo, HTTP" "$f_hyper_med" "$f_hyper_p99"
+printf '%-28s %12s %12s\n' "floor: tokio echo, WebSocket" "$f_ws_med" "$f_ws_p99"
+awk -v fh="$f_http_med" -v fy="$f_hyper_med" -v fw="$f_ws_med" -v h="$s_http_med" -v w="$s_ws_med" \
+  'BEGIN { printf "silpgate above the floor (median): http %.1f µs (above hyper %.1f µs), ws %.1f µs\n", h - fh, h - fy, w - fw }'
 awk -v r="$r_http_med" -v h="$s_http_med" -v w="$s_ws_med" \
   'BEGIN { printf "median ratio nlip-server/silpgate: http %.1f, ws %.1f\n", r / h, r / w }'

@@ -3,12 +3,22 @@
 //! measured; prints `median_us p99_us`.
 //!
 //! `cargo bench --bench latency -- http HOST:PORT PATH` or `... ws ws://HOST:PORT/PATH`.
+//!
+//! `... floor HTTP_ADDR HYPER_ADDR WS_ADDR` serves the floors the same client is timed against:
+//! echo servers on the runtime silpgate runs on (tokio's multi-thread runtime, default
+//! workers), one answering HTTP/1.1 POSTs with their body with headers read by hand (no HTTP
+//! library), one doing the same with hyper (silpgate's HTTP library, as its guide shows it),
+//! and one answering WebSocket text messages with themselves (tokio-tungstenite over a plain
+//! TCP socket). What the first and the last take is loopback TCP, the runtime's wake-ups and
+//! this machine; what silpgate takes above the hyper floor is its own.
 //! With `LATENCY_CONVERSATION=TOKEN` in the environment the envelope belongs to that
 //! conversation (benches/bench-forward.sh: a cluster forwards it to its partition's owner).
 //! Under `cargo test` (no arguments) it does nothing.
 
+use futures_util::{SinkExt, StreamExt};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 const WARM_UP: usize = 200;
 const MEASURED: usize = 1000;
@@ -29,6 +39,7 @@ fn main() {
     let times = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["http", addr, path] => http(addr, path),
         ["ws", url] => ws(url),
+        ["floor", http_addr, hyper_addr, ws_addr] => return floor(http_addr, hyper_addr, ws_addr),
         _ => return,
     };
     let mut micros: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e6).collect();
@@ -132,4 +143,100 @@ fn ws(url: &str) -> Vec<Duration> {
         }
     }
     times
+}
+
+/// Serves the floor servers until killed.
+fn floor(http_addr: &str, hyper_addr: &str, ws_addr: &str) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let http = tokio::net::TcpListener::bind(http_addr).await.expect("bind the HTTP floor");
+        let hyper = tokio::net::TcpListener::bind(hyper_addr).await.expect("bind the hyper floor");
+        let ws = tokio::net::TcpListener::bind(ws_addr).await.expect("bind the WebSocket floor");
+        let serve_http = async {
+            loop {
+                let (stream, _) = http.accept().await.expect("accept");
+                stream.set_nodelay(true).unwrap();
+                tokio::spawn(echo_http(stream));
+            }
+        };
+        let serve_hyper = async {
+            loop {
+                let (stream, _) = hyper.accept().await.expect("accept");
+                stream.set_nodelay(true).unwrap();
+                tokio::spawn(echo_hyper(stream));
+            }
+        };
+        let serve_ws = async {
+            loop {
+                let (stream, _) = ws.accept().await.expect("accept");
+                stream.set_nodelay(true).unwrap();
+                tokio::spawn(echo_ws(stream));
+            }
+        };
+        tokio::join!(serve_http, serve_hyper, serve_ws);
+    });
+}
+
+/// Answers each POST on the connection with its body, until the client leaves.
+async fn echo_http(stream: tokio::net::TcpStream) {
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = tokio::io::BufReader::new(reader);
+    let mut line = String::new();
+    let mut body = Vec::new();
+    let mut answer = Vec::new();
+    loop {
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        body.resize(length, 0);
+        if reader.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        answer.clear();
+        answer.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ");
+        answer.extend_from_slice(length.to_string().as_bytes());
+        answer.extend_from_slice(b"\r\n\r\n");
+        answer.extend_from_slice(&body);
+        if writer.write_all(&answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Answers each POST on the connection with its body, through hyper.
+async fn echo_hyper(stream: tokio::net::TcpStream) {
+    use http_body_util::{BodyExt, Full};
+    let echo = hyper::service::service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
+        let body = request.into_body().collect().await?.to_bytes();
+        let mut response = hyper::Response::new(Full::new(body));
+        response
+            .headers_mut()
+            .insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+        Ok::<_, hyper::Error>(response)
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), echo)
+        .await;
+}
+
+/// Answers each text message on the WebSocket with itself, until the client leaves.
+async fn echo_ws(stream: tokio::net::TcpStream) {
+    let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else { return };
+    while let Some(Ok(message)) = socket.next().await {
+        if message.is_text() && socket.send(message).await.is_err() {
+            return;
+        }
+    }
 }
