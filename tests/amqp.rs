@@ -549,6 +549,36 @@ async fn a_publishing_channel_closed_by_the_broker_reconnects_and_loses_nothing(
     assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 
+/// A graceful stop is routine (every rolling restart makes one), so it must log nothing at
+/// ERROR: an operator who sees errors on every restart learns to ignore the level. A channel
+/// dropped while its connection closes used to race the close, and lapin logged the lost
+/// channel close as a connection error, in about two stops of three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_logs_no_error() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("quietstop");
+    let dir = broker::temp_dir("amqp-quietstop");
+    let config = names.config(&dir.join("store"), "", true);
+    for stop in 1..=5 {
+        let daemon = Daemon::start(&config, &dir);
+        daemon.wait_ready(Duration::from_secs(30));
+        let log = daemon.log.clone();
+        let (status, _) = daemon.terminate(Duration::from_secs(30));
+        assert!(status.success(), "stop {stop}: exit status {status:?}");
+        // The log reader lets go of its handle once it has read the daemon's last line.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::sync::Arc::strong_count(&log) > 1 {
+            assert!(std::time::Instant::now() < deadline, "the daemon's stderr was not closed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let errors: Vec<String> =
+            log.lock().unwrap().iter().filter(|l| l.contains(" ERROR ")).cloned().collect();
+        assert!(errors.is_empty(), "stop {stop} logged errors: {errors:#?}");
+    }
+    let (_connection, channel) = broker::channel().await;
+    names.clean_up(&channel, 0).await;
+}
+
 /// A failure that does not clear (nothing is bound downstream) is retried `max_attempts`
 /// times, then dead-lettered with the last error and how many attempts were made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -167,16 +167,8 @@ impl Amqp {
                     let since = std::time::Instant::now();
                     let ended =
                         self.consume(&connection, &consume, publish, (&node, user), shutdown.clone()).await;
-                    self.health.disconnected();
-                    if let Some(cluster) = &self.cluster {
-                        cluster.release_all();
-                    }
-                    // Closing requeues every delivery not acknowledged.
-                    let _ = tokio::time::timeout(
-                        BROKER_GOODBYE,
-                        connection.close(200, "silpgate closing".into()),
-                    )
-                    .await;
+                    // `consume` has closed it unless it gave up while setting up.
+                    self.close(&connection).await;
                     match ended {
                         Ended::Lost(reason) if since.elapsed() >= STEADY && addresses.len() > 1 => {
                             crate::metrics::get().broker_reconnects.inc();
@@ -612,13 +604,31 @@ impl Amqp {
         if let Some(side) = cluster_side {
             let _ = tokio::time::timeout(BROKER_GOODBYE, side.stop()).await;
         }
+        // The channel publishing now is held until the connection is closed (see `close`).
+        let publishing = pipeline.publisher.channel();
         // The marks writer ends once the last worker has dropped its sender.
         drop(pipeline);
         let _ = tokio::time::timeout(BROKER_GOODBYE, marks_writer).await;
         if let Err(e) = self.store.flush_async().await {
             warn!(error = %e, "Flushing the store failed.");
         }
+        self.close(connection).await;
+        drop(publishing);
         ended
+    }
+
+    /// Lets go of a connection: not ready, no partitions held, and closed, which requeues
+    /// every delivery not acknowledged. Again on a closed connection it changes nothing.
+    ///
+    /// `consume` closes before its tasks and channels are dropped: a channel closes itself when
+    /// its last handle goes, and one still closing when the connection closes is reported by
+    /// lapin as a connection error, at ERROR, which a routine stop must not log.
+    async fn close(&self, connection: &Connection) {
+        self.health.disconnected();
+        if let Some(cluster) = &self.cluster {
+            cluster.release_all();
+        }
+        let _ = tokio::time::timeout(BROKER_GOODBYE, connection.close(200, "silpgate closing".into())).await;
     }
 }
 
