@@ -286,6 +286,7 @@ impl Relay {
         let channel = connection.create_channel().await.unwrap();
         let mut queues = vec![self.input(), self.output()];
         if let Relay::Silpgate { prefix } = self {
+            let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{prefix}.toml")));
             queues.push(format!("{prefix}.dead"));
             for x in ["in-x", "agents", "dlx"] {
                 let _ = channel.exchange_delete(format!("{prefix}.{x}").into(), Default::default()).await;
