@@ -7,7 +7,8 @@
 //! `... floor HTTP_ADDR HYPER_ADDR WS_ADDR` serves the floors the same client is timed against:
 //! echo servers on the runtime silpgate runs on (tokio's multi-thread runtime, default
 //! workers), one answering HTTP/1.1 POSTs with their body with headers read by hand (no HTTP
-//! library), one doing the same with hyper (silpgate's HTTP library, as its guide shows it),
+//! library), one doing the same with hyper (silpgate's HTTP library, its connections wrapped as
+//! silpgate wraps them),
 //! and one answering WebSocket text messages with themselves (tokio-tungstenite over a plain
 //! TCP socket). What the first and the last take is loopback TCP, the runtime's wake-ups and
 //! this machine; what silpgate takes above the hyper floor is its own.
@@ -215,7 +216,7 @@ async fn echo_http(stream: tokio::net::TcpStream) {
     }
 }
 
-/// Answers each POST on the connection with its body, through hyper.
+/// Answers each POST on the connection with its body, through hyper, as silpgate serves it.
 async fn echo_hyper(stream: tokio::net::TcpStream) {
     use http_body_util::{BodyExt, Full};
     let echo = hyper::service::service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
@@ -226,9 +227,11 @@ async fn echo_hyper(stream: tokio::net::TcpStream) {
             .insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
         Ok::<_, hyper::Error>(response)
     });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), echo)
-        .await;
+    // Wrapped as silpgate wraps its connections (doors/repoll.rs), so that the floor does not
+    // pay the scheduler's wake that silpgate saves.
+    let serve = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), echo);
+    let _ = silpgate::doors::repoll::Repoll::new(serve).await;
 }
 
 /// Answers each text message on the WebSocket with itself, until the client leaves.

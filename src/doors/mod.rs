@@ -14,7 +14,7 @@ pub mod jsonrpc;
 pub mod limit;
 pub mod listener;
 pub mod mcp;
-mod repoll;
+pub mod repoll;
 pub mod stream;
 pub mod tls;
 pub mod ws;
