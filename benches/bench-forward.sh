@@ -98,11 +98,11 @@ for _ in $(seq 100); do
 done
 
 load() { cargo bench --quiet --bench latency -- "$@" 2>/dev/null | tail -1; }
-read -r http_local http_local_p99 < <(load http 127.0.0.1:18994 /nlip)
-read -r ws_local ws_local_p99 < <(load ws ws://127.0.0.1:18994/nlip/ws/text)
+read -r http_local http_local_p99 _ < <(load http 127.0.0.1:18994 /nlip)
+read -r ws_local ws_local_p99 _ < <(load ws ws://127.0.0.1:18994/nlip/ws/text)
 export LATENCY_CONVERSATION=bench-conversation
-read -r http_fwd http_fwd_p99 < <(load http 127.0.0.1:18994 /nlip)
-read -r ws_fwd ws_fwd_p99 < <(load ws ws://127.0.0.1:18994/nlip/ws/text)
+read -r http_fwd http_fwd_p99 _ < <(load http 127.0.0.1:18994 /nlip)
+read -r ws_fwd ws_fwd_p99 _ < <(load ws ws://127.0.0.1:18994/nlip/ws/text)
 
 printf '%-36s %12s %12s\n' "round trip through instance a (µs)" median p99
 printf '%-36s %12s %12s\n' "HTTP, no conversation (local)" "$http_local" "$http_local_p99"
