@@ -28,6 +28,60 @@ pub struct Telemetry {
 /// # Errors
 /// An OTLP endpoint the exporter cannot use.
 pub fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
+    let provider = match &config.otlp_endpoint {
+        Some(endpoint) => {
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_endpoint(endpoint)
+                .build()
+                .map_err(|e| format!("telemetry.otlp_endpoint {endpoint}: {e}"))?;
+            let resource =
+                opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
+            Some(
+                SdkTracerProvider::builder()
+                    .with_batch_exporter(exporter)
+                    .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                        config.sample_ratio,
+                    ))))
+                    .with_resource(resource)
+                    .build(),
+            )
+        }
+        None => None,
+    };
+    let _ = subscriber(config, provider.as_ref())?.try_init();
+    let meters = match &config.otlp_metrics_endpoint {
+        Some(endpoint) => {
+            use opentelemetry::metrics::MeterProvider as _;
+            use opentelemetry_otlp::WithExportConfig;
+            let exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_endpoint(endpoint)
+                .build()
+                .map_err(|e| format!("telemetry.otlp_metrics_endpoint {endpoint}: {e}"))?;
+            let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
+                .with_interval(std::time::Duration::from_secs(config.metrics_interval_secs.max(1)))
+                .build();
+            let resource =
+                opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
+            let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+                .with_reader(reader)
+                .with_resource(resource)
+                .build();
+            crate::metrics::get().observe_with(&meters.meter("silpgate"));
+            Some(meters)
+        }
+        None => None,
+    };
+    Ok(Telemetry { provider, meters })
+}
+
+/// The subscriber: logs on stderr and, with a tracer provider, spans exported through it.
+fn subscriber(
+    config: &TelemetryConfig,
+    provider: Option<&SdkTracerProvider>,
+) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String> {
     let filter = EnvFilter::try_from_env("SILPGATE_LOG")
         .or_else(|_| EnvFilter::try_new(&config.log_filter))
         .map_err(|e| format!("telemetry.log_filter: {e}"))?;
@@ -53,59 +107,19 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
             .with_filter(filter)
             .boxed(),
     };
-    let provider = match &config.otlp_endpoint {
-        Some(endpoint) => {
-            use opentelemetry_otlp::WithExportConfig;
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_endpoint(endpoint)
-                .build()
-                .map_err(|e| format!("telemetry.otlp_endpoint {endpoint}: {e}"))?;
-            let resource =
-                opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
-            Some(
-                SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
-                    .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                        config.sample_ratio,
-                    ))))
-                    .with_resource(resource)
-                    .build(),
-            )
-        }
-        None => None,
-    };
-    // Only silpgate's own spans are exported; lapin's connection loop would drown them.
-    let traces = provider.as_ref().map(|p| {
-        tracing_opentelemetry::layer().with_tracer(p.tracer("silpgate")).with_filter(
-            tracing_subscriber::filter::Targets::new().with_target("silpgate", tracing::Level::INFO),
-        )
-    });
-    let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
-    let meters = match &config.otlp_metrics_endpoint {
-        Some(endpoint) => {
-            use opentelemetry::metrics::MeterProvider as _;
-            use opentelemetry_otlp::WithExportConfig;
-            let exporter = opentelemetry_otlp::MetricExporter::builder()
-                .with_http()
-                .with_endpoint(endpoint)
-                .build()
-                .map_err(|e| format!("telemetry.otlp_metrics_endpoint {endpoint}: {e}"))?;
-            let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(exporter)
-                .with_interval(std::time::Duration::from_secs(config.metrics_interval_secs.max(1)))
-                .build();
-            let resource =
-                opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
-            let meters = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
-                .with_reader(reader)
-                .with_resource(resource)
-                .build();
-            crate::metrics::get().observe_with(&meters.meter("silpgate"));
-            Some(meters)
-        }
-        None => None,
-    };
-    Ok(Telemetry { provider, meters })
+    let registry = tracing_subscriber::registry().with(logs);
+    // Without export the subscriber has no trace layer at all: an absent layer written as
+    // `Option::None` tells tracing it wants every span, and every span would be built, recorded
+    // and dropped for no one (a tenth of an HTTP request's user-space time).
+    Ok(match provider {
+        // Only silpgate's own spans are exported; lapin's connection loop would drown them.
+        Some(provider) => Box::new(registry.with(
+            tracing_opentelemetry::layer().with_tracer(provider.tracer("silpgate")).with_filter(
+                tracing_subscriber::filter::Targets::new().with_target("silpgate", tracing::Level::INFO),
+            ),
+        )),
+        None => Box::new(registry),
+    })
 }
 
 impl Telemetry {
@@ -263,5 +277,30 @@ pub fn record_notes(span: &tracing::Span, notes: &[Note]) {
             | Note::Tokens { .. }
             | Note::SanitizedTokens { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_export_a_message_span_is_never_built() {
+        let subscriber = subscriber(&TelemetryConfig::default(), None).expect("the default filter parses");
+        tracing::subscriber::with_default(subscriber, || {
+            let span = message_span!("amqp process", silpgate.transport = "amqp");
+            assert!(span.is_disabled(), "a span was built though no layer takes spans");
+        });
+    }
+
+    #[test]
+    fn with_export_a_message_span_is_built() {
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber =
+            subscriber(&TelemetryConfig::default(), Some(&provider)).expect("the default filter parses");
+        tracing::subscriber::with_default(subscriber, || {
+            let span = message_span!("amqp process", silpgate.transport = "amqp");
+            assert!(!span.is_disabled(), "the exporter's layer was given no span");
+        });
     }
 }
