@@ -18,7 +18,6 @@ if ! "$venv/bin/python" -c 'import nlip_server, uvicorn' 2>/dev/null; then
 fi
 
 cargo build --release --quiet --bin silpgate
-cargo bench --quiet --bench latency --no-run 2>/dev/null
 
 config=$(mktemp)
 store=$(mktemp -d)
@@ -37,17 +36,18 @@ TOML
 silpgate_pid=$!
 (cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) &
 reference_pid=$!
-# The floor: echo servers on silpgate's runtime with no gateway behind them (benches/latency.rs).
-floor_bin=$(cargo bench --quiet --bench latency --no-run --message-format=json 2>/dev/null |
+# benches/latency.rs, built once: the load client, and the floor (echo servers on silpgate's
+# runtime with no gateway behind them).
+latency=$(cargo bench --quiet --bench latency --no-run --message-format=json 2>/dev/null |
   sed -n 's/.*"executable":"\([^"]*latency[^"]*\)".*/\1/p' | tail -1)
-"$floor_bin" floor 127.0.0.1:18992 127.0.0.1:18994 127.0.0.1:18993 &
+"$latency" floor 127.0.0.1:18992 127.0.0.1:18994 127.0.0.1:18993 &
 floor_pid=$!
 trap 'kill $silpgate_pid $reference_pid $floor_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT
 for port in 18990 18991 18992 18993 18994; do
   for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 done
 
-load() { cargo bench --quiet --bench latency -- "$@" 2>/dev/null | tail -1; }
+load() { "$latency" "$@" 2>/dev/null | tail -1; }
 read -r s_http_med s_http_p99 s_http_fast s_http_slow < <(load http 127.0.0.1:18990 /nlip)
 read -r s_ws_med s_ws_p99 s_ws_fast s_ws_slow < <(load ws ws://127.0.0.1:18990/nlip/ws/text)
 read -r r_http_med r_http_p99 r_http_fast r_http_slow < <(load http 127.0.0.1:18991 /nlip/)

@@ -13,9 +13,8 @@
 //! echo servers on the runtime silpgate runs on (tokio's multi-thread runtime, default
 //! workers), one answering HTTP/1.1 POSTs with their body with headers read by hand (no HTTP
 //! library), one doing the same with hyper (silpgate's HTTP library, its connections wrapped as
-//! silpgate wraps them),
-//! and one answering WebSocket text messages with themselves (tokio-tungstenite over a plain
-//! TCP socket). What the first and the last take is loopback TCP, the runtime's wake-ups and
+//! silpgate wraps them), and one answering WebSocket text messages with themselves
+//! (tokio-tungstenite over a plain TCP socket). What the first and the last take is loopback TCP, the runtime's wake-ups and
 //! this machine; what silpgate takes above the hyper floor is its own.
 //! With `LATENCY_CONVERSATION=TOKEN` in the environment the envelope belongs to that
 //! conversation (benches/bench-forward.sh: a cluster forwards it to its partition's owner).

@@ -57,6 +57,11 @@ pub fn context_switches(pid: u32) -> u64 {
 
 /// The unit of /proc's CPU times.
 fn clock_ticks_per_second() -> f64 {
-    let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
+    // Asked once: reading the CPU of every broker node would otherwise start `getconf` once a
+    // node, inside the window being measured.
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf runs");
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
+    })
 }
