@@ -4,6 +4,7 @@
 # HTTP response, beside the same agent reached straight over AMQP request/reply. Needs RabbitMQ
 # at 127.0.0.1:5672 (guest/guest). The last line is
 #   silpgate adds: median X µs, p99 Y µs
+# SILPGATE_BENCH_BIN=/path/to/an/earlier/silpgate runs that build instead (before/after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${RATE:-500}
@@ -35,7 +36,7 @@ inbound = ["bench.roundtrip.in"]
 inbound_exchange = "bench.roundtrip.in"
 reply_queue = "bench.roundtrip.replies"
 TOML
-target/release/silpgate run --config "$config" --listen 127.0.0.1:18992 --store "$store" 2>/dev/null &
+"${SILPGATE_BENCH_BIN:-target/release/silpgate}" run --config "$config" --listen 127.0.0.1:18992 --store "$store" 2>/dev/null &
 silpgate_pid=$!
 agent_pid=
 trap 'kill $silpgate_pid $agent_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT

@@ -131,7 +131,7 @@ impl Cluster {
             .exchange_declare(exchange.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default())
             .await
             .unwrap();
-        let mut heartbeats = silpgate::cluster::membership::listen(&channel, &exchange).await.unwrap();
+        let (_, mut heartbeats) = silpgate::cluster::membership::listen(&channel, &exchange).await.unwrap();
         let mut heard = std::collections::BTreeSet::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         while heard.len() < count {

@@ -170,6 +170,10 @@ impl Default for StoreConfig {
 pub struct HttpConfig {
     /// Address to listen on. Default `127.0.0.1:8787`.
     pub listen: String,
+    /// The base URL clients reach this gateway at (`https://gateway.example`), named in the
+    /// A2A agent card. Default: `http://` or `https://` and the address it listens on; never
+    /// the request's `Host` header, which the client chooses.
+    pub public_url: Option<String>,
     /// Serve plain HTTP and WebSocket when no TLS certificate is configured. Only for local
     /// use: ECMA-434 asks for TLS on every production hop. Default false: without `tls_cert`
     /// and `tls_key`, the listener refuses to start unless this says plain is wanted.
@@ -204,6 +208,10 @@ pub struct HttpConfig {
     pub header_timeout_secs: u64,
     /// Seconds a client has to complete the TLS handshake. Default 10.
     pub handshake_timeout_secs: u64,
+    /// Seconds a client has to send a request's whole body once its headers are in (1 MiB at
+    /// 35 KB/s); a body still arriving then is answered 408 `timeout` and the connection
+    /// closed, so that clients dribbling bodies cannot hold the connections. Default 30.
+    pub body_timeout_secs: u64,
     /// Conversations one client (bearer token, else address) may keep live at once (each
     /// active within `sessions.idle_timeout_secs`); a message opening one more is refused
     /// with `too_many_conversations` (HTTP 429) and nothing of it is stored. 0: no limit.
@@ -227,6 +235,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: "127.0.0.1:8787".into(),
+            public_url: None,
             plain: false,
             tls_cert: None,
             tls_key: None,
@@ -241,6 +250,7 @@ impl Default for HttpConfig {
             max_connections: 1024,
             header_timeout_secs: 10,
             handshake_timeout_secs: 10,
+            body_timeout_secs: 30,
             max_conversations_per_client: 256,
             observability_tokens: false,
             allowed_origins: Vec::new(),
@@ -267,6 +277,13 @@ pub struct AmqpConfig {
     /// Environment variable holding the broker URI, or several separated by commas, which
     /// carry passwords; when set and present it replaces `url` and `urls`.
     pub url_env: Option<String>,
+    /// PEM file of the certificate authorities an `amqps://` broker is verified against, in
+    /// addition to the system's. Verification is never off. Default: none (the system's).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate (and `key_file`, its PKCS#8 key) presented on `amqps://`, for
+    /// RabbitMQ's EXTERNAL mechanism (`?auth_mechanism=external` on the URI). Default: none.
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
     /// Environment variable holding the broker password: when set and present, every address
     /// uses it, so that `urls` can name the nodes in plain configuration and keep the secret
     /// out of it.
@@ -359,6 +376,9 @@ impl Default for AmqpConfig {
             urls: Vec::new(),
             url_env: None,
             password_env: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
             quorum_initial_group_size: None,
             stream_initial_cluster_size: None,
             inbound: vec!["silpgate.in".into()],
@@ -409,6 +429,11 @@ impl AmqpConfig {
     pub fn broker_addresses(&self) -> Result<crate::broker::addresses::Addresses, String> {
         let (uris, key) = self.addresses();
         let mut addresses = crate::broker::addresses::Addresses::parse(&uris, &key)?;
+        addresses.set_tls(crate::broker::addresses::tls(
+            self.ca_file.as_deref(),
+            self.cert_file.as_deref(),
+            self.key_file.as_deref(),
+        )?);
         if let Some(password) = self.password_env.as_deref().and_then(|name| std::env::var(name).ok()) {
             addresses.set_password(&password);
         }
@@ -557,8 +582,10 @@ pub const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
 pub struct AgentConfig {
     /// The agent's name, as routes name it.
     pub name: String,
-    /// Frontends the agent accepts, most preferred first.
-    #[serde(deserialize_with = "frontends")]
+    /// Frontends the agent accepts, most preferred first. Default: none listed, which means
+    /// any (the route's, the IR's `meta.out` or `gateway.default_frontend` decides), until a
+    /// `//ping` from the agent says otherwise.
+    #[serde(default, deserialize_with = "frontends")]
     pub frontends: Vec<Frontend>,
     /// The tokenizer of the agent's model (`o200k_base`, `cl100k_base`): payloads sent to it
     /// are counted in its tokens. Default: none (bytes only), unless a `//ping` names one.
@@ -613,6 +640,17 @@ pub struct AgentConfig {
     /// Fixed arguments of every MCP tool call, next to the SILP wrapper (`silp_encoding`,
     /// `silp_payload`). Only for `protocol = "mcp"`. Default: none.
     pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The broker user an AMQP agent answers as. When set, an answer on the reply queue is
+    /// believed only with this `user_id` (RabbitMQ checks it against the publisher's login);
+    /// any other is dead-lettered as `forged_answer`. Default: none (any publisher).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// A2A agents: origins (`scheme://host[:port]`) besides the configured `url`'s that the
+    /// agent card may name as the agent's endpoint. A card naming any other origin, or
+    /// `http://` where the `url` is `https://`, is refused (`a2a_card_invalid`): the card must
+    /// not send silpgate, and the agent's token, anywhere. Default: none.
+    #[serde(default)]
+    pub card_origins: Vec<String>,
 }
 
 /// The protocol an agent speaks.

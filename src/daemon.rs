@@ -96,7 +96,8 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let cluster = config.cluster.clone().map(|c| {
         // A takeover waits for a running owner's hand-over as long as that owner may drain.
         let handover_wait = Duration::from_secs(config.amqp.as_ref().map_or(30, |a| a.drain_secs));
-        Arc::new(Cluster::new(c, store.clone(), handover_wait))
+        let streams = config.streams.iter().map(|s| s.name.clone()).collect();
+        Arc::new(Cluster::new(c, store.clone(), handover_wait).with_streams(streams))
     });
     let (link, broker) = BrokerLink::new();
     let answers = AnswerSink::new();
@@ -128,6 +129,15 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
             Duration::from_secs(config.sessions.idle_timeout_secs.max(1)),
         ),
         connection_rate: (config.http.connection_rate, config.http.connection_burst),
+        body_timeout: Duration::from_secs(config.http.body_timeout_secs.max(1)),
+        public_url: match &config.http.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => {
+                let scheme = if config.tls() { "https" } else { "http" };
+                let bound = listener.local_addr().map_or_else(|_| listen.clone(), |a| a.to_string());
+                format!("{scheme}://{bound}")
+            }
+        },
         limits,
         intake,
     });
@@ -162,10 +172,10 @@ impl Daemon {
         let expiry = tokio::spawn(front.intake.clone().expire_forever());
         let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway().config())));
         let bounds = bounds(front.gateway().config());
-        let app = http::router(front);
+        let app = (http::router(front.clone()), http::probes(front));
         let http_shutdown = async move {
-            let mut stopped = http_stopped;
-            let _ = stopped.wait_for(|stop| *stop).await;
+            let mut http_stopped = http_stopped;
+            crate::util::shutdown::stopped(&mut http_stopped).await;
         };
         let http = async {
             listener::serve(listener, tls, app, bounds, http_shutdown).await.map_err(RunError::Serve)

@@ -6,52 +6,11 @@
 mod support;
 
 use serde_json::{Value, json};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::agents::{PythonServer, free_port};
 use support::broker::{self, Daemon, Names};
-use support::gateway::{self, ir_request, order_in, post};
-
-/// A Python test server from `tests/interop/`, killed when dropped.
-struct PythonServer {
-    child: Child,
-    port: u16,
-}
-
-impl PythonServer {
-    /// Starts `script PORT` on a free port and waits (at most 60 s) until it listens.
-    fn start(script: &str) -> PythonServer {
-        PythonServer::start_on(script, free_port())
-    }
-
-    fn start_on(script: &str, port: u16) -> PythonServer {
-        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
-        let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
-        let child =
-            Command::new(&python).arg(&path).arg(port.to_string()).spawn().unwrap_or_else(|e| {
-                panic!("cannot run {python} (tests/run.sh installs a2a-sdk and mcp): {e}")
-            });
-        let mut server = PythonServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(server.child.try_wait().unwrap().is_none(), "{script} exited at start");
-            assert!(Instant::now() < deadline, "{script} did not listen within 60 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        server
-    }
-}
-
-impl Drop for PythonServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().port()
-}
+use support::gateway::{self, ir_request, order_in, post, renewal_turns};
 
 /// silpgate without a broker, its HTTP door routing everything to `agent` (none: no routes).
 async fn gateway_for(test: &str, agent: &str, reply_timeout_ms: u64) -> Daemon {
@@ -60,6 +19,17 @@ async fn gateway_for(test: &str, agent: &str, reply_timeout_ms: u64) -> Daemon {
 
 /// silpgate without a broker, routing what comes from `source` to `agent`.
 async fn gateway_from(test: &str, agent: &str, source: &str, reply_timeout_ms: u64) -> Daemon {
+    gateway_renewing(test, agent, source, reply_timeout_ms, 9999).await
+}
+
+/// As [`gateway_from`], its sessions renewing every `heartbeat` turns.
+async fn gateway_renewing(
+    test: &str,
+    agent: &str,
+    source: &str,
+    reply_timeout_ms: u64,
+    heartbeat: u32,
+) -> Daemon {
     let names = Names::new(test);
     let dir = broker::temp_dir(test);
     let rest = if agent.is_empty() {
@@ -76,8 +46,78 @@ source = "{source}"
 "#
         )
     };
-    gateway::start(&gateway::config(&names, &dir.join("store"), false, reply_timeout_ms, &rest), &dir, false)
-        .await
+    let config = gateway::config(&names, &dir.join("store"), false, reply_timeout_ms, &rest)
+        .replace("heartbeat = 9999", &format!("heartbeat = {heartbeat}"));
+    gateway::start(&config, &dir, false).await
+}
+
+/// The value of a counter in the daemon's metrics, summed over its labels.
+fn counter(daemon: &Daemon, name: &str) -> u64 {
+    let (_, metrics) = daemon.get("/metrics");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Twelve SILP requests of one conversation, its session renewing every 5 turns (answers count
+/// as turns): the notices fall on requests (turns 11, 21) and on answers (turns 6, 16). Every
+/// request gets its own answer, in order; no notice takes an answer's place or is a call of its
+/// own; the asker reads the notices of answer turns inside those answers.
+async fn twelve_turns_across_renewals(daemon: &Daemon) -> Vec<Value> {
+    let mut answers = Vec::new();
+    for i in 1..=12 {
+        let (status, answer) =
+            post(&daemon.http, "/nlip", ir_request(i, "renewing-conv").to_string().as_bytes()).await;
+        assert_eq!(status, 200, "request {i}: {answer}");
+        assert_ne!(answer["messagetype"], "control", "request {i} got a notice for its answer: {answer}");
+        assert_eq!(answer["subformat"], "silp-ir", "request {i}: {answer}");
+        assert_eq!(order_in(&answer["content"].to_string()), Some(i), "request {i}'s own answer: {answer}");
+        answers.push(answer);
+    }
+    let answer_turns: Vec<u64> = answers.iter().flat_map(renewal_turns).collect();
+    assert_eq!(answer_turns, [6, 16], "the asker reads the notices of answer turns inside the answers");
+    assert_eq!(counter(daemon, "silpgate_replies_orphaned_total"), 0, "no answer went unclaimed");
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_conversation_keeps_its_answers_across_session_renewals() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_renewing("a2a-renew", &a2a_agent(agent.port), "http", 30_000, 5).await;
+    let answers = twelve_turns_across_renewals(&daemon).await;
+    // The agent saw the request turns' notices in the calls' metadata, and said so.
+    let seen: Vec<(usize, String)> = answers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            let subs = a["submessages"].as_array().cloned().unwrap_or_default();
+            subs.into_iter()
+                .filter_map(|s| s["content"].as_str().map(str::to_owned))
+                .filter(|t| t.starts_with("renewal seen"))
+                .map(move |t| (i + 1, t))
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [(6, "renewal seen at turn 11".to_owned()), (11, "renewal seen at turn 21".to_owned())],
+        "requests 6 and 11 carried the notice to the agent inside the call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_conversation_keeps_its_answers_and_calls_the_tool_once_a_request() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let daemon = gateway_renewing("mcp-renew", &mcp_agent(tool.port, "plan"), "http", 30_000, 5).await;
+    twelve_turns_across_renewals(&daemon).await;
+    // One call a request: a notice is never a call of its own. The tool counts its calls and
+    // the renewal notices it found in `_meta`.
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("how many?", "count-conv")).await;
+    assert_eq!(status, 200, "{answer}");
+    let daemon_counted = answer.to_string();
+    assert!(daemon_counted.contains("calls=13"), "12 requests and this one, no notice calls: {answer}");
+    assert!(daemon_counted.contains("renewals=[11, 21]"), "the notices came in _meta: {answer}");
 }
 
 fn text_request(text: &str, conversation: &str) -> Vec<u8> {
@@ -259,6 +299,10 @@ fn a2a_and_mcp_agents_are_checked_when_the_configuration_is_read() {
     };
     let error = |agent: &str| parse(agent).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(parse("protocol = \"a2a\"\nurl = \"http://127.0.0.1:9\"").is_ok());
+    // `frontends` may be left out: the agent takes any until it says otherwise.
+    let bare =
+        silpgate::config::Config::parse("[[agents]]\nname = \"y\"\nurl = \"http://127.0.0.1:9\"").unwrap();
+    assert!(bare.agents[0].frontends.is_empty());
     assert!(
         parse("protocol = \"mcp\"\nurl = \"https://tools.example/mcp\"\ntool = \"t\"\narguments = { a = 1 }")
             .is_ok()
@@ -331,6 +375,9 @@ async fn the_mcp_and_a2a_endpoints_ask_for_the_token_and_refuse_foreign_origins(
         card.contains(r#""securitySchemes":{"bearer""#),
         "the card says a bearer token is needed: {card}"
     );
+    // The card names the gateway's own address, not the Host header the client sent ("x").
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["supportedInterfaces"][0]["url"], format!("http://{}/a2a", daemon.http), "{card}");
     let (status, answer) = post_with(&daemon.http, "/mcp", ping, "Authorization: Bearer sesame\r\n").await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
@@ -495,4 +542,60 @@ async fn a_json_rpc_error_from_an_mcp_tool_refuses_the_message_with_the_tools_wo
         post(&daemon.http, "/nlip", ir_request(6, "mcp-strict-2").to_string().as_bytes()).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["content"]["result"], "cancel(order6)", "the tool took the code: {answer}");
+}
+
+/// The A2A door builds its envelope through the limits and the conversation quota of every
+/// door: a 600,000-byte `contextId`, 5,001 parts and a data part nested 120 deep are refused
+/// with what they broke; a client at its quota of 3 conversations opens no fourth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_door_holds_messages_to_the_nlip_limits_and_the_conversation_quota() {
+    let names = Names::new("a2a-limits");
+    let dir = broker::temp_dir("a2a-limits");
+    let config = gateway::config(&names, &dir.join("store"), false, 30_000, "")
+        .replace("plain = true\n", "plain = true\nmax_conversations_per_client = 3\n");
+    let daemon = gateway::start(&config, &dir, false).await;
+    let send =
+        |message: Value| json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":message}});
+    let refused = |answer: &Value| answer["error"]["message"].as_str().unwrap_or_default().to_owned();
+
+    let long_context = "c".repeat(600_000);
+    let (status, answer) = post(
+        &daemon.http,
+        "/a2a",
+        send(json!({"parts":[{"text":"hi"}],"contextId":long_context})).to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(refused(&answer).starts_with("too_large"), "{answer}");
+
+    let many: Vec<Value> = (0..5_001).map(|_| json!({"text":"a"})).collect();
+    let (_, answer) = post(&daemon.http, "/a2a", send(json!({"parts":many})).to_string().as_bytes()).await;
+    assert!(refused(&answer).starts_with("too_complex: submessages"), "says what it broke: {answer}");
+
+    let mut deep = json!(1);
+    for _ in 0..120 {
+        deep = json!([deep]);
+    }
+    let (_, answer) =
+        post(&daemon.http, "/a2a", send(json!({"parts":[{"data":deep}]})).to_string().as_bytes()).await;
+    assert!(refused(&answer).contains("deep") || refused(&answer).contains("depth"), "{answer}");
+
+    for context in ["q-1", "q-2", "q-3"] {
+        let (status, answer) = post(
+            &daemon.http,
+            "/a2a",
+            send(json!({"parts":[{"text":"hi"}],"contextId":context})).to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(status, 200, "{context}: {answer}");
+        assert!(answer.get("result").is_some(), "{context} is taken: {answer}");
+    }
+    let (status, answer) = post(
+        &daemon.http,
+        "/a2a",
+        send(json!({"parts":[{"text":"hi"}],"contextId":"q-4"})).to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 429, "{answer}");
+    assert!(refused(&answer).starts_with("too_many_conversations"), "{answer}");
 }

@@ -123,7 +123,13 @@ async fn a_thousand_envelopes_arrive_once_each_and_replies_reach_reply_to() {
         assert_eq!(decode(r).subformat, "silp-json", "transcoded for the agent");
         // The agent answers silpgate, which passes the answer on to the requester.
         assert_eq!(r.reply_to.as_ref(), Some(&names.answers()), "answers come back through silpgate");
-        assert_eq!(r.correlation_id.as_deref(), Some(r.message_id.as_str()), "answers correlate by id");
+        // Answers correlate by a token drawn for the wait: 128 random bits, not the message id.
+        let correlation = r.correlation_id.as_deref().expect("a correlation id to answer with");
+        assert!(
+            correlation.len() == 32 && correlation.bytes().all(|c| c.is_ascii_hexdigit()),
+            "{correlation}"
+        );
+        assert_ne!(correlation, r.message_id, "answers do not correlate by the guessable id");
     }
     assert_eq!(per_id.len(), N * 9 / 10);
     assert!(
@@ -372,6 +378,76 @@ async fn sigkill_mid_stream_five_times_loses_nothing_and_applies_each_once() {
     assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 
+/// Messages that come without a `message_id` are numbered from their content: a redelivery
+/// after a crash reaches the agent under the ids it had the first time, so that the agent can
+/// tell the copy from a new message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_redeliveries_of_messages_without_ids_reach_the_agent_under_the_same_ids() {
+    let _serial = SERIAL.lock().await;
+    let names = Names::new("sigkill-noid");
+    let dir = broker::temp_dir("amqp-sigkill-noid");
+    const N: usize = 3000;
+    let config = names.config(&dir.join("store"), "", true);
+    let first = Daemon::start(&config, &dir);
+    first.wait_ready(Duration::from_secs(30));
+    first.kill();
+    let (connection, channel) = broker::channel().await;
+    let unnamed =
+        BasicProperties::default().with_content_type("application/json".into()).with_delivery_mode(2);
+    let backlog: Vec<_> =
+        (0..N).map(|i| (names.inbound(), broker::envelope(i, i % 30, None), unnamed.clone())).collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), backlog).await;
+    let order_of = |r: &Received| {
+        support::gateway::order_in(&silpgate::nlip::to_json(&decode(r))).expect("an order number")
+    };
+    // The sink is read as it fills, so that each SIGKILL lands mid-stream, while a window's
+    // publishes are confirmed and its acknowledgements not yet sent.
+    let arrived = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reader = {
+        let (arrived, channel, queue) = (arrived.clone(), channel.clone(), names.sink());
+        tokio::spawn(async move {
+            let mut orders = HashSet::new();
+            broker::collect(&channel, &queue, LONG, |got| {
+                arrived.store(got.len(), std::sync::atomic::Ordering::SeqCst);
+                orders.extend(got.last().map(order_of));
+                orders.len() == N
+            })
+            .await
+        })
+    };
+    let seen = || arrived.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..6 {
+        let daemon = Daemon::start(&config, &dir);
+        let target = seen() + 200;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while seen() < target {
+            assert!(std::time::Instant::now() < deadline, "the sink stopped growing at {}", seen());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        daemon.kill();
+    }
+    let daemon = Daemon::start(&config, &dir);
+    let sink = reader.await.unwrap();
+    let mut ids: HashMap<usize, HashSet<String>> = HashMap::new();
+    for r in &sink {
+        ids.entry(order_of(r)).or_default().insert(r.message_id.clone());
+    }
+    assert_eq!(ids.len(), N, "nothing lost");
+    let copies = sink.len() - N;
+    assert!(copies > 0, "six SIGKILLs mid-stream redelivered something");
+    let renamed: Vec<_> = ids.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(
+        renamed.is_empty(),
+        "{} of {copies} copies came under new ids: {:?}",
+        renamed.len(),
+        renamed.first()
+    );
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    names.clean_up(&channel, 0).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_500_in_flight_exits_0_in_time_and_loses_nothing() {
     let _serial = SERIAL.lock().await;
@@ -589,7 +665,9 @@ async fn a_transient_failure_past_max_attempts_is_dead_lettered_saying_so() {
     let (connection, channel) = broker::channel().await;
     let daemon = Daemon::start(&names.config(&dir.join("store"), "max_attempts = 3", false), &dir);
     daemon.wait_ready(Duration::from_secs(30));
-    let one = vec![(names.inbound(), broker::envelope(1, 0, None), props(1))];
+    declare_plain_queue(&channel, &names.replies(), FieldTable::default()).await;
+    let one =
+        vec![(names.inbound(), broker::envelope(1, 0, None), props(1).with_reply_to(names.replies().into()))];
     broker::publish_all(&channel, &names.inbound_exchange(), one).await;
     let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
     assert_eq!(dead.len(), 1, "dead-lettered once the attempts ran out");
@@ -597,6 +675,14 @@ async fn a_transient_failure_past_max_attempts_is_dead_lettered_saying_so() {
     assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("unroutable"));
     let reason = dead[0].headers.get("x-silpgate-error").cloned().unwrap_or_default();
     assert!(reason.starts_with("gave up after 3 attempts"), "{reason}");
+    // The sender hears it too, at its reply address, once.
+    let told = broker::collect(&channel, &names.replies(), LONG, |got| !got.is_empty()).await;
+    let more = broker::collect(&channel, &names.replies(), Duration::from_secs(1), |_| false).await;
+    assert_eq!(told.len() + more.len(), 1, "one error reply");
+    assert_eq!(told[0].correlation_id.as_deref(), Some("c-1"));
+    let error = decode(&told[0]);
+    assert_eq!(silpgate::nlip::reply::error_code(&error).as_deref(), Some("unroutable"), "{error:?}");
+    assert!(silpgate::nlip::to_json(&error).contains("gave up after 3 attempts"), "{error:?}");
     broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once dead-lettered").await;
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
@@ -627,7 +713,7 @@ async fn an_answer_stuck_in_retries_does_not_hold_back_the_acknowledgements_behi
     let forwarded = broker::collect(&channel, &names.sink(), LONG, |got| !got.is_empty()).await;
     let answer = BasicProperties::default()
         .with_content_type("application/json".into())
-        .with_correlation_id(forwarded[0].message_id.as_str().into());
+        .with_correlation_id(forwarded[0].correlation_id.clone().expect("a correlation id").into());
     let body = br#"{"format":"structured","subformat":"silp-code","content":"cancel(order0)"}"#.to_vec();
     broker::publish_all(&channel, "", vec![(names.answers(), body, answer)]).await;
     broker::wait_counts(&names.answers(), (0, 1), "the answer is held, retried, not acknowledged").await;

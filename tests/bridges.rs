@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::agents::{self, HttpAgent};
 use support::broker::{self, Daemon, Names};
-use support::gateway::{self, LONG, declare, ir_request, order_in, post};
+use support::gateway::{self, LONG, declare, ir_request, order_in, post, renewal_turns};
 use tokio_tungstenite::tungstenite::Message as Frame;
 
 /// The AMQP agent `planner` (reads SILP code) behind its own queue, reached from `source`.
@@ -371,7 +371,7 @@ async fn an_agent_that_never_answers_times_out_and_its_late_answer_is_dead_lette
     assert_eq!(requests.len(), 2, "both requests reached the agent's queue");
     let late = BasicProperties::default()
         .with_content_type("application/json".into())
-        .with_correlation_id(requests[0].message_id.as_str().into());
+        .with_correlation_id(requests[0].correlation_id.clone().expect("a correlation id").into());
     let body = json!({"format":"structured","subformat":"silp-code","content":"cancel(order7)"}).to_string();
     broker::publish_all(&channel, "", vec![(names.answers(), body.into_bytes(), late)]).await;
     let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
@@ -467,6 +467,151 @@ async fn an_http_agent_that_refuses_a_message_has_it_dead_lettered_with_its_code
     );
     assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), 1, "a refusal is not retried");
     broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once dead-lettered").await;
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}
+
+/// Twelve SILP messages of one conversation published back to back, its session renewing every
+/// 10 turns: every sender gets its own answer (never a notice in its place), the turns are
+/// counted once each (24), and the two notices (turns 11 and 21) each reach exactly one side,
+/// inside a message: the agent's request, or the sender's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_ride_inside_messages_and_never_take_an_amqp_answers_place() {
+    const N: usize = 12;
+    let names = Names::new("amqp-renew");
+    let dir = broker::temp_dir("bridges-renew");
+    let store = dir.join("store");
+    let config = config(&names, &store, 30_000, &planner(&names, &names.inbound(), ""))
+        .replace("heartbeat = 9999", "heartbeat = 10");
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (_connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let seen_by_agent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let echo = agents::echo_code();
+    let seen = seen_by_agent.clone();
+    let behaviour: agents::Behaviour = Arc::new(move |request: &silpgate::nlip::Message| {
+        let json: Value = serde_json::from_str(&silpgate::nlip::to_json(request)).unwrap();
+        seen.lock().unwrap().extend(renewal_turns(&json));
+        echo(request)
+    });
+    let _agent = agents::amqp_agent(channel.clone(), &names.sink(), behaviour).await;
+    let messages = (0..N)
+        .map(|i| {
+            let properties = code_request(i).with_reply_to(names.replies().into());
+            (names.inbound(), broker::envelope(i, 0, None), properties)
+        })
+        .collect();
+    broker::publish_all(&channel, &names.inbound_exchange(), messages).await;
+    let answers = broker::collect(&channel, &names.replies(), LONG, |got| got.len() == N).await;
+    // A last look for anything more (a second reply to one request).
+    let more = broker::collect(&channel, &names.replies(), Duration::from_secs(1), |_| false).await;
+    assert!(more.is_empty(), "one reply a request: {} more", more.len());
+    let mut orders = BTreeSet::new();
+    let mut seen_by_sender = Vec::new();
+    for r in &answers {
+        let answer: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_ne!(answer["messagetype"], "control", "a notice took an answer's place: {answer}");
+        let i = order_in(&answer["content"].to_string()).expect("an answer to one of the requests");
+        assert_eq!(r.correlation_id.as_deref(), Some(format!("c-{i}").as_str()), "its own request's answer");
+        orders.insert(i);
+        seen_by_sender.extend(renewal_turns(&answer));
+    }
+    assert_eq!(orders.len(), N, "every request answered once");
+    let mut notices = seen_by_agent.lock().unwrap().clone();
+    notices.extend(seen_by_sender);
+    notices.sort_unstable();
+    assert_eq!(notices, [11, 21], "each renewal notice reached one side once");
+    let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
+    assert!(status.success());
+    let conversation = "conv-0";
+    let turns = broker::session_turns(&store);
+    assert_eq!(turns.get(conversation), Some(&(2 * N as u64)), "requests and answers, once each: {turns:?}");
+    names.clean_up(&channel, 0).await;
+}
+
+/// An AMQP agent configured with its broker `user` is the only one who can answer for it: an
+/// answer with the right correlation id but without that user (anyone who may publish to the
+/// reply queue) is dead-lettered as `forged_answer`, and the asker still gets the agent's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_not_from_the_agents_broker_user_is_dead_lettered_and_the_real_one_goes_through() {
+    let names = Names::new("forged");
+    let dir = broker::temp_dir("bridges-forged");
+    let agent = planner(&names, "http", "")
+        .replace("frontends = [\"code\"]", "frontends = [\"code\"]\nuser = \"guest\"");
+    let daemon = gateway::start(&config(&names, &dir.join("store"), 30_000, &agent), &dir, true).await;
+    let (_connection, channel) = broker::channel().await;
+    let http = daemon.http.clone();
+    let asker = tokio::spawn(async move {
+        post(&http, "/nlip", ir_request(4, "forged-conv").to_string().as_bytes()).await
+    });
+    let requests = broker::collect(&channel, &names.sink(), LONG, |got| !got.is_empty()).await;
+    let correlation = requests[0].correlation_id.clone().expect("a correlation id to answer with");
+    let reply_to = requests[0].reply_to.clone().expect("a reply queue");
+    let answer = |code: &str| {
+        json!({"format":"structured","subformat":"silp-code","content":code,
+               "submessages":[{"format":"token","subformat":"conversation","content":"forged-conv"}]})
+        .to_string()
+        .into_bytes()
+    };
+    let properties = BasicProperties::default()
+        .with_content_type("application/json".into())
+        .with_correlation_id(correlation.into());
+    // The forger knows the correlation id (the worst case) but is not the agent's user.
+    let forged = properties.clone();
+    broker::publish_all(&channel, "", vec![(reply_to.clone(), answer("book(attacker_choice)"), forged)])
+        .await;
+    let dead = broker::collect(&channel, &names.dead(), LONG, |got| !got.is_empty()).await;
+    assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("forged_answer"));
+    assert!(!asker.is_finished(), "the asker does not take the forged answer");
+    let genuine = properties.with_user_id("guest".into());
+    broker::publish_all(&channel, "", vec![(reply_to, answer("book(order4)"), genuine)]).await;
+    let (status, got) = tokio::time::timeout(LONG, asker).await.expect("the asker is answered").unwrap();
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(order_of(&got), Some(4), "the agent's own answer: {got}");
+    assert!(!got.to_string().contains("attacker_choice"), "{got}");
+    drop(daemon);
+    names.clean_up(&channel, 0).await;
+}
+
+/// One request, one outcome: an HTTP agent slower than the reply timeout, then unavailable
+/// (503), then answering at once. The AMQP sender hears `timeout` once; the retry that reaches
+/// the agent waits for no answer, and its answer is not a second reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_timeout_never_gives_the_sender_a_second_reply() {
+    let echo = agents::echo_code();
+    let agent = HttpAgent::start(Arc::new(move |n, request| {
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(2500));
+            return (503, None);
+        }
+        (200, echo(request))
+    }))
+    .await;
+    let names = Names::new("timeout-once");
+    let dir = broker::temp_dir("bridges-timeout-once");
+    let config = config(&names, &dir.join("store"), 1_000, &http_agent_route(&names, &agent));
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (_connection, channel) = broker::channel().await;
+    declare(&channel, &names.replies()).await;
+    let properties = code_request(0).with_reply_to(names.replies().into());
+    let request = vec![(names.inbound(), broker::envelope(0, 0, None), properties)];
+    broker::publish_all(&channel, &names.inbound_exchange(), request).await;
+    let deadline = std::time::Instant::now() + LONG;
+    while agent.received.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "the retry reaches the agent");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let replies = broker::collect(&channel, &names.replies(), Duration::from_secs(3), |_| false).await;
+    assert_eq!(replies.len(), 1, "one outcome at the sender: {replies:?}");
+    let reply: Value = serde_json::from_slice(&replies[0].body).unwrap();
+    assert_eq!(error_code(&reply), "timeout", "{reply}");
+    assert_eq!(replies[0].correlation_id.as_deref(), Some("c-0"));
+    assert_eq!(
+        agent.received.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a slow failure, then accepted once"
+    );
+    broker::wait_counts(&names.inbound(), (0, 0), "the request is acknowledged once the agent took it").await;
     drop(daemon);
     names.clean_up(&channel, 0).await;
 }

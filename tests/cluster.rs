@@ -377,24 +377,25 @@ const DOOR_CONVERSATIONS: usize = 20;
 /// Turns of each: past the renewal at turn 11.
 const DOOR_TURNS: usize = 12;
 
-/// Sends one turn over a text WebSocket and returns the answer, after the notices before it.
+/// Sends one turn over a text WebSocket and returns the answer and the notices it carries.
 async fn socket_turn(
     socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
     body: Vec<u8>,
 ) -> (serde_json::Value, Vec<serde_json::Value>) {
     use tokio_tungstenite::tungstenite::Message as Frame;
     socket.send(Frame::Text(String::from_utf8(body).unwrap().into())).await.expect("the socket takes a turn");
-    let mut notices = Vec::new();
-    loop {
-        let frame = tokio::time::timeout(LONG, socket.next()).await.expect("an answer on the socket");
-        let Some(Ok(Frame::Text(text))) = frame else { panic!("a text frame: {frame:?}") };
-        let message: serde_json::Value = serde_json::from_str(&text).expect("NLIP JSON on the socket");
-        if message["messagetype"] == "control" {
-            notices.push(message);
-        } else {
-            return (message, notices);
-        }
-    }
+    let frame = tokio::time::timeout(LONG, socket.next()).await.expect("an answer on the socket");
+    let Some(Ok(Frame::Text(text))) = frame else { panic!("a text frame: {frame:?}") };
+    let message: serde_json::Value = serde_json::from_str(&text).expect("NLIP JSON on the socket");
+    assert_ne!(message["messagetype"], "control", "an answer, never a notice in its place: {message}");
+    let notices = renewal_notices(&message);
+    (message, notices)
+}
+
+/// The renewal notices a message carries among its submessages.
+fn renewal_notices(message: &serde_json::Value) -> Vec<serde_json::Value> {
+    let subs = message["submessages"].as_array().cloned().unwrap_or_default();
+    subs.into_iter().filter(|s| s["label"] == "silp-renewal").collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,7 +424,8 @@ async fn front_door_turns_are_counted_once_by_their_partition_owner() {
                         let (code, reply) =
                             support::gateway::post(&cluster.running[name].http, "/nlip", &body).await;
                         assert_eq!(code, 200, "conv-{conversation} turn {turn} through {name}: {reply}");
-                        (reply, Vec::new())
+                        let notices = renewal_notices(&reply);
+                        (reply, notices)
                     }
                     _ => socket_turn(&mut socket, body).await,
                 };
@@ -694,16 +696,7 @@ async fn a_connection_lost_while_messages_wait_to_be_retried_holds_no_hand_over_
     within_limit("lost mid-retry", async {
         let mut cluster = Instances::new("lost-mid-retry");
         let names = cluster.names.clone();
-        let policy = format!("{}-full", names.prefix);
-        let sink = format!("^{}$", names.sink().replace('.', "\\."));
-        broker::rabbitmqctl(&[
-            "set_policy",
-            "--apply-to",
-            "queues",
-            &policy,
-            &sink,
-            r#"{"max-length": 0, "overflow": "reject-publish"}"#,
-        ]);
+        let policy = refuse_publishes_to_the_agent(&names);
         cluster.start_with("a", |config| {
             config
                 .replace("retry_initial_ms = 50\n", "retry_initial_ms = 20000\n")
@@ -774,16 +767,7 @@ async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_wait
         }
         cluster.start_with("b", patient);
         cluster.running["a"].wait_logged("Handing a partition on to its owner", 1, LONG);
-        let policy = format!("{}-full", names.prefix);
-        let sink = format!("^{}$", names.sink().replace('.', "\\."));
-        broker::rabbitmqctl(&[
-            "set_policy",
-            "--apply-to",
-            "queues",
-            &policy,
-            &sink,
-            r#"{"max-length": 0, "overflow": "reject-publish"}"#,
-        ]);
+        let policy = refuse_publishes_to_the_agent(&names);
         let members = ["a", "b"];
         let b_share = rendezvous::share(PARTITIONS, &members, 1, "b").owned.len();
         cluster.running["b"].wait_logged("Took over a partition", b_share, LONG);
@@ -800,6 +784,51 @@ async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_wait
         assert_sessions(&[cluster.store("a"), cluster.store("b")], &delivered, count);
         assert!(gave_up, "a let go of its connection when a hand-over could not finish");
         names.clean_up(&channel, PARTITIONS).await;
+    })
+    .await;
+}
+
+/// Peer messages are believed only from silpgate's own broker user: a heartbeat claiming
+/// every partition and a lock entry freezing a text, published without that `user_id` (as
+/// anyone with publish rights on the vhost can), move nothing and freeze nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_heartbeats_and_lock_entries_are_not_believed() {
+    let _serial = SERIAL.lock().await;
+    within_limit("forged_heartbeats_and_lock_entries_are_not_believed", async {
+        let mut cluster = Instances::new("cluster-forged");
+        cluster.start("a");
+        cluster.wait_members().await;
+        let subscribed = cluster.status("a")["subscribed"].clone();
+        assert_eq!(
+            subscribed.as_array().map(Vec::len),
+            Some(PARTITIONS as usize),
+            "alone, a takes every partition"
+        );
+        let (_connection, channel) = broker::channel().await;
+        let every: Vec<u16> = (0..PARTITIONS).collect();
+        let heartbeat = serde_json::json!({"instance": "a-forger", "subscribed": every}).to_string();
+        let proposal = serde_json::json!({"ir_hash": "sha256:forged", "frontend": "code",
+            "output": "transfer(all_funds)", "at": 1, "by": "a-forger"})
+        .to_string();
+        let plain = BasicProperties::default().with_content_type("application/json".into());
+        let forged = vec![
+            (cluster.names.members_exchange(), String::new(), heartbeat.into_bytes(), plain.clone()),
+            (String::new(), cluster.names.lock_stream(), proposal.into_bytes(), plain.with_delivery_mode(2)),
+        ];
+        publish(&channel, forged).await;
+        let a = &cluster.running["a"];
+        a.wait_logged("A heartbeat not from silpgate's broker user; ignored.", 1, LONG);
+        a.wait_logged("A lock stream entry not from silpgate's broker user; skipped.", 1, LONG);
+        let status = cluster.status("a");
+        assert_eq!(status["members"], serde_json::json!(["a"]), "the forger is no member: {status}");
+        // Had the heartbeat been believed, a would give the forger its rendezvous share.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(cluster.status("a")["subscribed"], subscribed, "a keeps its partitions");
+        cluster.terminate("a");
+        let store = cluster.store("a");
+        assert!(!lock_export(&store).contains("all_funds"), "the forged text is not frozen");
+        assert!(lock_verifies(&store));
+        cluster.names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }

@@ -184,6 +184,11 @@ async fn every_error_path_gets_its_status_and_an_nlip_error() {
     let cbor_error =
         nlip::decode(&r.body, Encoding::Cbor, &Default::default()).expect("a CBOR error message");
     assert!(cbor_error.is_error());
+    // ECMA-432 §11, as the socket says it: every door answers unreadable input the same way.
+    assert!(
+        format!("{cbor_error:?}").contains("CBOR decoding failed. Fallback to text recommended."),
+        "{cbor_error:?}"
+    );
     let big = vec![b' '; 10 * 1024 * 1024];
     let r = http(addr, "POST", "/nlip", &[("Content-Type", "application/json")], &big).await;
     assert_eq!((r.status, code_of(&r).as_str()), (413, "too_large"));

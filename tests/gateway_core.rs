@@ -366,16 +366,18 @@ fn a_conversation_keeps_its_session_renews_every_n_turns_and_expires() {
     for turn in 1..=11 {
         let o = g.handle(message(turn));
         assert!(matches!(o.status, Status::Delivered), "{:?}", o.status);
-        let last = out_json(&o, o.outbound.len() - 1);
+        // One envelope a message, the notice inside it: never a message of its own.
+        assert_eq!(o.outbound.len(), 1);
+        let only = out_json(&o, 0);
         assert_eq!(
-            last["content"]["meta"]["session_id"],
+            only["content"]["meta"]["session_id"],
             silpgate::gateway::session::id_for("conv-A").as_str()
         );
-        if o.outbound.len() == 2 {
-            let notice = out_json(&o, 0);
-            assert_eq!(notice["messagetype"], "control");
+        assert_eq!(only["submessages"][0]["content"], "conv-A");
+        let subs = only["submessages"].as_array().unwrap();
+        if let Some(notice) = subs.iter().find(|s| s["label"] == "silp-renewal") {
             assert_eq!(notice["content"]["renewed"], true);
-            assert_eq!(notice["submessages"][0]["content"], "conv-A");
+            assert_eq!(notice["content"]["session"], silpgate::gateway::session::id_for("conv-A").as_str());
             notices.push(notice["content"]["turn"].as_u64().unwrap());
         }
     }

@@ -172,8 +172,17 @@ async fn healthz(addr: SocketAddr) -> Option<String> {
     closed_within(&mut stream, Duration::from_secs(5)).await.map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
+async fn get_path(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    closed_within(&mut stream, Duration::from_secs(5)).await.map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Over the cap, the probes still answer (a few slots are kept for them) and everything else
+/// is refused with a clear 503; once those slots are taken too, the refusal comes at once.
 #[tokio::test]
-async fn connections_over_the_cap_are_refused_with_a_clear_503() {
+async fn connections_over_the_cap_are_refused_with_a_clear_503_and_probes_still_answer() {
     let addr = start("max_connections = 4\nheader_timeout_secs = 30\n").await;
     let mut idle = Vec::new();
     for _ in 0..4 {
@@ -181,10 +190,21 @@ async fn connections_over_the_cap_are_refused_with_a_clear_503() {
     }
     // The accept loop takes them in order: give it a moment to hold all four.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let refused = healthz(addr).await.expect("the refusal arrives and the connection closes");
+    let alive = healthz(addr).await.expect("the probe is answered over the cap");
+    assert!(alive.starts_with("HTTP/1.1 200"), "{alive}");
+    let refused = get_path(addr, "/metrics").await.expect("the refusal arrives and the connection closes");
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
     let body: Value = serde_json::from_str(refused.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(body["submessages"][0]["content"]["code"], "unavailable", "{body}");
+    // The probe slots taken too (8, silent): the next connection is refused before a request.
+    let mut probes = Vec::new();
+    for _ in 0..8 {
+        probes.push(TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = healthz(addr).await.expect("the refusal arrives and the connection closes");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    drop(probes);
     // A slot frees when a connection closes; the door serves again.
     drop(idle.pop());
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -344,4 +364,47 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_limit_and_elsewhere_the_
     )
     .await;
     assert_eq!(spoofed.iter().filter(|&&s| s == 429).count(), 1, "one address, one bucket: {spoofed:?}");
+}
+
+/// Eight clients announcing a 1 MB body and sending a byte a second hold every connection of
+/// a house of eight: `/healthz` still answers (a probe slot), each dribbler is answered 408
+/// `timeout` once `http.body_timeout_secs` has passed and its connection closed, and the door
+/// then serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_dribble_are_cut_and_the_probes_answer_meanwhile() {
+    let addr = start("max_connections = 8\nbody_timeout_secs = 2\n").await;
+    let mut dribblers = Vec::new();
+    for _ in 0..8 {
+        dribblers.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let head = "POST /nlip HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n";
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let started = Instant::now();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                // One byte a second, while reading whatever the server says.
+                let _ = stream.write_all(b" ").await;
+                match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                    Err(_) => {}
+                }
+                if started.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+            }
+            (started.elapsed(), String::from_utf8_lossy(&got).into_owned())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let alive = healthz(addr).await.expect("the probe is answered while the house is full");
+    assert!(alive.starts_with("HTTP/1.1 200"), "{alive}");
+    for dribbler in dribblers {
+        let (took, said) = dribbler.await.unwrap();
+        assert!(said.starts_with("HTTP/1.1 408"), "cut with 408: {said}");
+        assert!(said.contains("\"timeout\""), "{said}");
+        assert!(took < Duration::from_secs(8), "cut near the 2 s body timeout: {took:?}");
+    }
+    assert_eq!(post(addr, "Bearer none").await, 200, "the door serves again");
 }

@@ -20,10 +20,46 @@ if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, o
 fi
 export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 
-# A RabbitMQ broker on 127.0.0.1:5672 (guest/guest) for the AMQP tests: installed when absent,
-# started when down, and waited for (the node answers `await_startup` only once registered).
+# A RabbitMQ broker on 127.0.0.1:5672 (guest/guest) for the AMQP tests, with a TLS listener on
+# 127.0.0.1:5671 for the amqps:// tests: installed when absent, given its TLS configuration once
+# (a CA made here signs a certificate for localhost and 127.0.0.1; the tests verify the broker
+# against that CA, SILPGATE_TEST_BROKER_CA), restarted if it ran without it, started when down,
+# and waited for (the node answers `await_startup` only once registered).
 if ! command -v rabbitmq-server >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
+fi
+command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; }
+tls_dir=/var/lib/rabbitmq/silpgate-test-tls
+if [ ! -s "$tls_dir/server.pem" ]; then
+  mkdir -p "$tls_dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=silpgate test CA" \
+    -keyout "$tls_dir/ca.key" -out "$tls_dir/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$tls_dir/server.key" -out "$tls_dir/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$tls_dir/server.ext"
+  openssl x509 -req -in "$tls_dir/server.csr" -CA "$tls_dir/ca.pem" -CAkey "$tls_dir/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$tls_dir/server.ext" -out "$tls_dir/server.pem" 2>/dev/null
+  chown -R rabbitmq:rabbitmq "$tls_dir"
+  chmod 644 "$tls_dir/ca.pem"
+fi
+conf=/etc/rabbitmq/rabbitmq.conf
+if ! grep -q '^listeners.ssl.local' "$conf" 2>/dev/null; then
+  cat >>"$conf" <<CONF
+listeners.ssl.local = 127.0.0.1:5671
+ssl_options.cacertfile = $tls_dir/ca.pem
+ssl_options.certfile = $tls_dir/server.pem
+ssl_options.keyfile = $tls_dir/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+CONF
+  if rabbitmqctl -q status >/dev/null 2>&1; then
+    rabbitmqctl -q stop >/dev/null 2>&1 || true
+    # The node takes a moment to go: one started meanwhile would find its name taken.
+    for _ in $(seq 60); do
+      rabbitmqctl -q status >/dev/null 2>&1 || break
+      sleep 0.5
+    done
+  fi
 fi
 if ! rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1; then
   rabbitmq-server -detached
@@ -33,6 +69,8 @@ if ! rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1; then
   done
 fi
 rabbitmqctl -q await_startup --timeout 10 || { echo "tests/run.sh: RabbitMQ did not start" >&2; exit 1; }
+export SILPGATE_TEST_BROKER_CA="$tls_dir/ca.pem"
+
 # Cluster mode's partitions sit behind a consistent-hash exchange (a plugin shipped with RabbitMQ).
 rabbitmq-plugins enable -q rabbitmq_consistent_hash_exchange >/dev/null
 

@@ -5,9 +5,18 @@
 //! connection is lost tries the next node at once: a dead node is skipped in one round, and a
 //! backoff is due only once every node of a round has refused. Nodes are named `host:port`
 //! everywhere they are shown; a URI carries a password and is never shown.
+//!
+//! An `amqps://` address is TLS (rustls on ring, the provider of the rest of the stack): the
+//! broker's certificate is verified against the system's roots plus `[amqp] ca_file`, never
+//! skipped, and a client certificate (`cert_file` + `key_file`) may be presented for RabbitMQ's
+//! EXTERNAL mechanism (`?auth_mechanism=external` on the URI).
 
-use lapin::uri::AMQPUri;
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
+use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::{Connection, ConnectionProperties, DefaultConnectionBuilder};
 use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
 
 /// A broker node as logs, spans, metrics and `/readyz` name it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +36,62 @@ impl fmt::Display for Node {
 pub struct Address {
     pub uri: AMQPUri,
     pub node: Node,
+    /// The certificates an `amqps://` connection verifies and presents.
+    tls: Arc<OwnedTLSConfig>,
+}
+
+impl Address {
+    /// Whether the connection is TLS.
+    pub fn is_tls(&self) -> bool {
+        self.uri.scheme == AMQPScheme::AMQPS
+    }
+
+    /// Opens a connection to the node: TLS for `amqps://`, verified.
+    ///
+    /// # Errors
+    /// What lapin says (the node refused, the certificate did not verify, the login failed).
+    pub async fn connect(&self, properties: ConnectionProperties) -> lapin::Result<Connection> {
+        DefaultConnectionBuilder::new()?
+            .with_uri(self.uri.clone())
+            .with_properties(properties)
+            .with_tls_config(OwnedTLSConfig::clone(&self.tls))
+            .connect()
+            .await
+    }
+}
+
+/// The certificates of `amqps://` connections, read once at start.
+///
+/// # Errors
+/// A file that cannot be read or holds no PEM certificate, named by its key; a client
+/// certificate without its key, or a key without its certificate.
+pub fn tls(
+    ca_file: Option<&Path>,
+    cert_file: Option<&Path>,
+    key_file: Option<&Path>,
+) -> Result<OwnedTLSConfig, String> {
+    let read =
+        |path: &Path, key: &str| std::fs::read(path).map_err(|e| format!("{key} {}: {e}", path.display()));
+    let cert_chain = match ca_file {
+        Some(path) => {
+            let pem = String::from_utf8(read(path, "amqp.ca_file")?)
+                .map_err(|_| format!("amqp.ca_file {}: not PEM text", path.display()))?;
+            if !pem.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(format!("amqp.ca_file {}: holds no PEM certificate", path.display()));
+            }
+            Some(pem)
+        }
+        None => None,
+    };
+    let identity = match (cert_file, key_file) {
+        (Some(cert), Some(key)) => Some(OwnedIdentity::PKCS8 {
+            pem: read(cert, "amqp.cert_file")?,
+            key: read(key, "amqp.key_file")?,
+        }),
+        (None, None) => None,
+        _ => return Err("amqp.cert_file and amqp.key_file go together: set both or neither".into()),
+    };
+    Ok(OwnedTLSConfig { identity, cert_chain })
 }
 
 /// Parses one broker URI. The parser's own error quotes the URI, password included, so it is
@@ -39,7 +104,7 @@ pub fn parse(uri: &str, key: &str) -> Result<Address, String> {
         format!("{key} is not an AMQP URI of the form amqp://user:password@host:port/vhost (the value is not shown)")
     })?;
     let node = Node { host: uri.authority.host.clone(), port: uri.authority.port };
-    Ok(Address { uri, node })
+    Ok(Address { uri, node, tls: Arc::default() })
 }
 
 /// The address list and where the next round of connection attempts starts.
@@ -80,6 +145,14 @@ impl Addresses {
     pub fn set_password(&mut self, password: &str) {
         for address in &mut self.list {
             address.uri.authority.userinfo.password = password.to_owned();
+        }
+    }
+
+    /// Every `amqps://` address verifies and presents these certificates.
+    pub fn set_tls(&mut self, tls: OwnedTLSConfig) {
+        let tls = Arc::new(tls);
+        for address in &mut self.list {
+            address.tls = tls.clone();
         }
     }
 

@@ -26,7 +26,7 @@ use clap::Subcommand;
 use futures_util::{SinkExt, StreamExt};
 use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{ConnectionProperties, ExchangeKind};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -135,7 +135,7 @@ async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> 
     let mut failures = Vec::new();
     let mut reached = None;
     for (_, address) in addresses.round() {
-        let connecting = Connection::connect_uri(address.uri.clone(), ConnectionProperties::default());
+        let connecting = address.connect(ConnectionProperties::default());
         match tokio::time::timeout(timeout, connecting).await {
             Ok(Ok(connection)) => {
                 reached = Some(connection);
@@ -199,7 +199,7 @@ async fn check_http(config: &Config, agent: &AgentConfig) -> Result<String, Stri
 
 async fn check_a2a(config: &Config, agent: &AgentConfig) -> Result<String, String> {
     let reply_timeout = Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
-    let client = A2aAgent::new(agent, reply_timeout).map_err(|e| e.to_string())?;
+    let client = A2aAgent::new(agent, reply_timeout, config.nlip.limits()).map_err(|e| e.to_string())?;
     let card = client.card().await.map_err(|e| e.to_string())?;
     let endpoint = A2aAgent::jsonrpc_url(&card).map_err(|why| format!("agent card: {why}"))?;
     let name = card.get("name").and_then(Value::as_str).unwrap_or("(unnamed)");
@@ -220,7 +220,8 @@ async fn check_a2a(config: &Config, agent: &AgentConfig) -> Result<String, Strin
 }
 
 async fn check_mcp(agent: &AgentConfig) -> Result<String, String> {
-    let client = McpAgent::new(agent).map_err(|e| e.to_string())?;
+    // Only the tool list is read: the limits of answers do not matter here.
+    let client = McpAgent::new(agent, crate::nlip::Limits::default()).map_err(|e| e.to_string())?;
     let tools = client.tools().await.map_err(|e| e.to_string())?;
     let wanted = agent.tool.as_deref().unwrap_or_default();
     let names: Vec<&str> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect();

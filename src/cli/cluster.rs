@@ -92,6 +92,11 @@ async fn fetch(url: &str) -> Result<Value, String> {
 
 /// The status as a table: the instance's share, one line per partition, then the lock stream.
 fn render(status: &Value) -> String {
+    render_at(status, crate::util::time::now_millis())
+}
+
+/// [`render`], with the last takeovers' ages as of `now` (milliseconds since the epoch).
+fn render_at(status: &Value, now: u64) -> String {
     let number = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
     let list = |v: &Value| {
         let items: Vec<String> = v
@@ -107,7 +112,7 @@ fn render(status: &Value) -> String {
     let mut out = format!(
         "instance {}: owns {owned} of {} partitions; broker node {}\n\
          owned: {}\nstandby for {standby}: {}\nchannels: {} ({} for partitions)\nmembers: {}\ntakeovers since start: {}\n\
-         {:<10} {:<28} {:>7} {:>9} {:>10} {:>15}\n",
+         {:<10} {:<28} {:<16} {:>7} {:>9} {:>10} {:>15} {:>15}\n",
         status["instance"].as_str().unwrap_or("?"),
         number(&status["partitions_total"]),
         status["broker"].as_str().unwrap_or("none (not connected)"),
@@ -119,9 +124,11 @@ fn render(status: &Value) -> String {
         number(&status["takeovers"]),
         "partition",
         "queue",
-        "owned",
+        "owner",
+        "here",
         "replayed",
         "replay_ms",
+        "taken_over_ago",
         "applied_offset",
     );
     for p in status["partitions"].as_array().into_iter().flatten() {
@@ -130,13 +137,20 @@ fn render(status: &Value) -> String {
             (_, Value::Bool(true)) => "standby",
             _ => "no",
         };
+        let last = &p["last_takeover"];
+        let taken_over = last["at_ms"].as_u64().map_or("never".to_owned(), |at| {
+            let ago = now.saturating_sub(at);
+            format!("{}.{}s", ago / 1000, ago % 1000 / 100)
+        });
         out.push_str(&format!(
-            "{:<10} {:<28} {:>7} {:>9} {:>10} {:>15}\n",
+            "{:<10} {:<28} {:<16} {:>7} {:>9} {:>10} {:>15} {:>15}\n",
             number(&p["partition"]),
             p["queue"].as_str().unwrap_or("?"),
+            p["owner"].as_str().unwrap_or("-"),
             owned,
             number(&p["replayed_entries"]),
-            number(&p["replay_ms"]),
+            number(&last["replay_ms"]),
+            taken_over,
             number(&p["changelog_applied_offset"]),
         ));
     }
@@ -168,13 +182,15 @@ mod tests {
             "members": ["a", "d"],
             "takeovers": 1,
             "partitions": [
-                { "partition": 0, "queue": "q.0", "owned": true, "subscribed": true, "replayed_entries": 5 },
-                { "partition": 1, "queue": "q.1", "owned": false, "subscribed": false },
-                { "partition": 2, "queue": "q.2", "owned": false, "subscribed": true },
+                { "partition": 0, "queue": "q.0", "owner": "d", "owned": true, "subscribed": true, "replayed_entries": 5,
+                  "last_takeover": { "at_ms": 10_000, "replay_ms": 42, "replayed_entries": 5 } },
+                { "partition": 1, "queue": "q.1", "owner": "a", "owned": false, "subscribed": false },
+                { "partition": 2, "queue": "q.2", "owner": "a", "owned": false, "subscribed": true,
+                  "last_takeover": { "at_ms": 2_000, "replay_ms": 7, "replayed_entries": 0 } },
             ],
             "lock": { "stream": "lock", "applied_offset": 7, "records": 2, "follow_lag": 0 },
         });
-        let table = render(&status);
+        let table = render_at(&status, 12_500);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[0], "instance d: owns 1 of 3 partitions; broker node 127.0.0.1:5672");
         assert_eq!(lines[1], "owned: 0");
@@ -182,8 +198,13 @@ mod tests {
         assert_eq!(lines[3], "channels: 6 (2 for partitions)");
         assert_eq!(lines[4], "members: a d");
         assert_eq!(lines[5], "takeovers since start: 1");
-        let parts: Vec<&str> = lines[7..10].iter().map(|l| l.split_whitespace().nth(2).unwrap()).collect();
-        assert_eq!(parts, ["yes", "no", "standby"]);
+        let column = |n: usize| -> Vec<&str> {
+            lines[7..10].iter().map(|l| l.split_whitespace().nth(n).unwrap()).collect()
+        };
+        assert_eq!(column(2), ["d", "a", "a"], "the owner as the members rank it, served or idle");
+        assert_eq!(column(3), ["yes", "no", "standby"]);
+        assert_eq!(column(5), ["42", "-", "7"], "the last takeover's replay");
+        assert_eq!(column(6), ["2.5s", "never", "10.5s"], "and how long ago it was");
         assert!(lines[10].starts_with("lock stream lock: applied offset 7"), "{table}");
     }
 }

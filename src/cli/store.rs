@@ -205,10 +205,10 @@ pub fn run_sessions(command: SessionsCommand) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    match store.sessions() {
-        Ok(sessions) => {
-            for s in sessions {
-                println!("{}", serde_json::to_string(&s).expect("sessions serialise"));
+    match session_lines(&store) {
+        Ok(lines) => {
+            for line in lines {
+                println!("{line}");
             }
             ExitCode::SUCCESS
         }
@@ -217,4 +217,25 @@ pub fn run_sessions(command: SessionsCommand) -> ExitCode {
             ExitCode::from(EXIT_INVALID)
         }
     }
+}
+
+/// One JSON object per session. In cluster mode a session belongs to a partition, and only
+/// the partition's owner's store is current: each line says whether this store's instance
+/// served the partition when it last wrote here (`"held": "served"`), or holds a replica as
+/// of the changelog entry it last applied (`"held": "replica"`, `changelog_applied_offset`).
+fn session_lines(store: &SledStore) -> Result<Vec<String>, crate::gateway::store::StoreError> {
+    let served = store.served()?;
+    let mut lines = Vec::new();
+    for session in store.sessions()? {
+        let mut line = serde_json::to_value(&session).expect("sessions serialise");
+        if let Some(partition) = session.partition {
+            let held = if served.contains(&partition) { "served" } else { "replica" };
+            line["held"] = held.into();
+            if held == "replica" {
+                line["changelog_applied_offset"] = store.partition_offset(partition)?.into();
+            }
+        }
+        lines.push(line.to_string());
+    }
+    Ok(lines)
 }

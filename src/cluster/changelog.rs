@@ -12,6 +12,9 @@
 //! claim until `Released` arrives, or the hand-over wait runs out: the old owner died, or gave
 //! up and let go of its connection, which it does after half that wait (see
 //! [`super::ownership`]), so that nothing of the partition is acknowledged there afterwards.
+//! The wait ends sooner when the broker says the old owner's connection is gone (its presence,
+//! [`super::membership::is_gone`]): the replay then appends a second claim and reads up to it,
+//! for what the old owner appended before its connection ended.
 //!
 //! A gap (retention cut the stream past the local offset) is bridged by the first snapshot
 //! after it.
@@ -20,14 +23,13 @@ use super::ClusterError;
 use crate::broker::properties;
 use crate::broker::publish::{Publication, Publisher};
 use crate::gateway::session::Partition;
-use crate::store::SledStore;
 use crate::store::replica::PartitionChange;
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// How long a replay may go without the next entry before it is given up (and retried).
 const STALL: Duration = Duration::from_secs(30);
@@ -54,12 +56,15 @@ pub enum Entry {
 pub struct Marker {
     pub owner: String,
     pub nonce: String,
+    /// The writer's presence ([`super::membership`]): gone when its connection is.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub presence: String,
 }
 
 impl Marker {
-    pub fn new(owner: &str) -> Marker {
+    pub fn new(owner: &str, presence: String) -> Marker {
         let nonce = format!("{owner}/{}/{:016x}", std::process::id(), crate::util::backoff::random());
-        Marker { owner: owner.to_owned(), nonce }
+        Marker { owner: owner.to_owned(), nonce, presence }
     }
 }
 
@@ -71,7 +76,7 @@ pub fn encode(entry: &Entry) -> Vec<u8> {
 struct Fence {
     claim: String,
     /// A hand-over in progress: `Releasing` read, its `Released` not yet.
-    handing_over: Option<String>,
+    handing_over: Option<Marker>,
     /// This replay's claim has been read while a hand-over was in progress: wait until then.
     waiting_until: Option<tokio::time::Instant>,
     handover_wait: Duration,
@@ -93,11 +98,11 @@ impl Fence {
                 false
             }
             Entry::Releasing(m) => {
-                self.handing_over = Some(m.nonce.clone());
+                self.handing_over = Some(m.clone());
                 false
             }
             Entry::Released(m) => {
-                if self.handing_over.as_ref() == Some(&m.nonce) {
+                if self.handing_over.as_ref().is_some_and(|h| h.nonce == m.nonce) {
                     self.handing_over = None;
                 }
                 self.waiting_until.is_some() && self.handing_over.is_none()
@@ -105,11 +110,28 @@ impl Fence {
             Entry::Change(_) => false,
         }
     }
+
+    /// The presence of the owner this replay waits for, while it waits past its claim.
+    fn waiting_for(&self) -> Option<&str> {
+        self.waiting_until?;
+        self.handing_over.as_ref().map(|m| m.presence.as_str()).filter(|p| !p.is_empty())
+    }
+
+    /// The owner being waited for is gone: the replay is complete at `claim`, a claim appended
+    /// after its connection ended.
+    fn gave_up(&mut self, claim: &Marker) {
+        self.claim.clone_from(&claim.nonce);
+        self.handing_over = None;
+        self.waiting_until = None;
+    }
 }
 
-/// Replays `stream` into `store` on `channel` up to a new claim of `owner` (and, while the
-/// previous owner is still handing over, up to its `Released`, waiting at most
-/// `handover_wait`); returns the changes applied.
+/// How often a replay waiting for a hand-over asks whether the owner handing over is gone.
+const PROBE_EVERY: Duration = Duration::from_millis(200);
+
+/// Replays `stream` into `store` on `channel` up to a new claim of `cluster`'s (and, while
+/// the previous owner is still handing over, up to its `Released`, waiting at most
+/// `handover_wait`, or until its connection is gone); returns the changes applied.
 ///
 /// # Errors
 /// The broker failed, the replay stalled, or the store failed.
@@ -117,12 +139,12 @@ pub async fn replay(
     channel: lapin::Channel,
     publisher: &Publisher,
     stream: &str,
-    store: &SledStore,
+    cluster: &super::Cluster,
     partition: Partition,
-    owner: &str,
     handover_wait: Duration,
 ) -> Result<u64, ClusterError> {
-    let claim = Marker::new(owner);
+    let store = &cluster.store;
+    let claim = cluster.marker();
     let mut fence =
         Fence { claim: claim.nonce.clone(), handing_over: None, waiting_until: None, handover_wait };
     append(publisher, stream, &Entry::Claim(claim)).await?;
@@ -142,9 +164,24 @@ pub async fn replay(
     // Whether changes are skipped: the stream no longer holds what follows the local offset
     // (decided at the first entry), until a snapshot restarts the state.
     let mut skipping: Option<bool> = None;
+    let mut probe = tokio::time::interval(PROBE_EVERY);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let result = loop {
         let deadline = fence.waiting_until.unwrap_or_else(|| tokio::time::Instant::now() + STALL);
-        let delivery = match tokio::time::timeout_at(deadline, consumer.next()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout_at(deadline, consumer.next()) => next,
+            _ = probe.tick(), if fence.waiting_for().is_some() => {
+                let presence = fence.waiting_for().unwrap_or_default().to_owned();
+                if cluster.is_gone(publisher, &presence).await {
+                    info!(stream, "The previous owner's connection is gone in the middle of its hand-over; reading on to a new claim.");
+                    let claim = cluster.marker();
+                    fence.gave_up(&claim);
+                    append(publisher, stream, &Entry::Claim(claim)).await?;
+                }
+                continue;
+            }
+        };
+        let delivery = match next {
             Err(_) if fence.waiting_until.is_some() => {
                 warn!(stream, "The previous owner did not finish handing over in time; taking over.");
                 break Ok(replayed);
@@ -241,7 +278,7 @@ mod tests {
     use super::*;
 
     fn marker(nonce: &str) -> Marker {
-        Marker { owner: "x".into(), nonce: nonce.into() }
+        Marker { owner: "x".into(), nonce: nonce.into(), presence: format!("q-{nonce}") }
     }
 
     fn fence(claim: &str) -> Fence {
@@ -270,6 +307,20 @@ mod tests {
         assert!(f.waiting_until.is_some());
         assert!(!f.read(&Entry::Released(marker("other"))));
         assert!(f.read(&Entry::Released(marker("r1"))));
+    }
+
+    #[test]
+    fn a_replay_whose_releasing_owner_is_gone_ends_at_a_second_claim() {
+        let mut f = fence("mine");
+        assert_eq!(f.waiting_for(), None);
+        f.read(&Entry::Releasing(marker("r1")));
+        assert_eq!(f.waiting_for(), None, "not waiting before its own claim is read");
+        assert!(!f.read(&Entry::Claim(marker("mine"))));
+        assert_eq!(f.waiting_for(), Some("q-r1"), "waits on the releasing owner's presence");
+        f.gave_up(&marker("again"));
+        assert_eq!(f.waiting_for(), None);
+        assert!(!f.read(&Entry::Claim(marker("mine"))), "the first claim no longer ends it");
+        assert!(f.read(&Entry::Claim(marker("again"))), "complete at the second claim");
     }
 
     #[test]

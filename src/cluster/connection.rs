@@ -12,6 +12,7 @@ use super::ingress::Ingress;
 use super::membership::{self, Members};
 use super::ownership::{Deliveries, Ownership};
 use super::{Cluster, ClusterError, lock};
+use crate::broker::publish::Publisher;
 use crate::doors::amqp::worker::Pipeline;
 use crate::gateway::session::Partition;
 use lapin::{Channel, Connection};
@@ -62,11 +63,19 @@ impl ClusterSide {
         taken_over: mpsc::UnboundedSender<TakenOver>,
     ) -> lapin::Result<ClusterSide> {
         let ownership = Ownership::new(pipeline.amqp.prefetch);
+        if let Some(link) = pipeline.link.current() {
+            cluster.set_broker_user(&link.user);
+        }
         let members = Arc::new(Mutex::new(Members::new(&cluster.instance)));
         let leaving_now = Arc::new(Notify::new());
         let heartbeat_channel = connection.create_channel().await?;
+        let (presence, heard) =
+            membership::listen(&heartbeat_channel, &cluster.config.members_exchange()).await?;
+        members.lock().expect("members").set_presence(&presence);
+        cluster.set_presence(&presence);
         let heartbeats = tokio::spawn(beat(
             heartbeat_channel.clone(),
+            heard,
             cluster.clone(),
             members.clone(),
             leaving_now.clone(),
@@ -226,12 +235,13 @@ impl ClusterSide {
             // A takeover that finished meanwhile is handed on as well.
             self.ownership.release_all(&self.cluster);
         }
+        self.cluster.append_marks(&pipeline.publisher).await?;
         let ready =
             self.ownership.advance(&self.cluster, &pipeline.publisher, deliveries, !self.leaving).await?;
         let mut ready: Vec<(Partition, Vec<Parked>)> =
             ready.into_iter().map(|(p, parked)| (p, self.hand_out(p, parked))).collect();
         ready.extend(settled);
-        self.reconcile(connection, deliveries).await?;
+        self.reconcile((connection, &pipeline.publisher), deliveries).await?;
         Ok(ready)
     }
 
@@ -239,7 +249,7 @@ impl ClusterSide {
     /// and publishes the outcome: in the next heartbeat and in the cluster's status.
     async fn reconcile(
         &mut self,
-        connection: &Connection,
+        (connection, publisher): (&Connection, &Publisher),
         deliveries: &mut Deliveries,
     ) -> Result<(), ClusterError> {
         let (live, members) = {
@@ -252,13 +262,35 @@ impl ClusterSide {
         };
         if !self.leaving {
             let taking_over: BTreeSet<u16> = self.waiting.keys().copied().collect();
-            self.ownership
-                .reconcile(connection, &self.cluster, &live, &members, &taking_over, deliveries)
+            let mut gone = self
+                .ownership
+                .reconcile((connection, publisher), &self.cluster, &live, &members, &taking_over, deliveries)
                 .await?;
+            // Members a stream waits on, and members whose heartbeats are late: the broker
+            // says whether their connections are gone.
+            let decided = self.cluster.streams.decide(&self.cluster.instance, &live, &members);
+            let mut suspects: BTreeSet<String> = members.late().into_iter().collect();
+            suspects.extend(decided.waiting_on.into_iter().filter(|p| !p.is_empty()));
+            for presence in suspects {
+                if !gone.contains(&presence) && self.cluster.is_gone(publisher, &presence).await {
+                    gone.push(presence);
+                }
+            }
+            if !gone.is_empty() {
+                // Counted out now; the next tick ranks without them.
+                let mut members = self.members.lock().expect("members");
+                for presence in &gone {
+                    members.gone(presence);
+                }
+            }
+        } else {
+            self.cluster.streams.revoke_all();
         }
         let subscribed = self.ownership.subscribed();
         self.cluster.observe(live, &subscribed);
-        self.members.lock().expect("members").subscribed(subscribed);
+        let mut members = self.members.lock().expect("members");
+        members.subscribed(subscribed);
+        members.streams(self.cluster.streams.holding());
         Ok(())
     }
 
@@ -303,12 +335,13 @@ impl ClusterSide {
 /// Publishes and hears heartbeats until the connection fails, then says so.
 async fn beat(
     channel: Channel,
+    heard: lapin::Consumer,
     cluster: Arc<Cluster>,
     members: Arc<Mutex<Members>>,
     leaving_now: Arc<Notify>,
     pipeline: Arc<Pipeline>,
 ) {
-    let Err(e) = membership::run(channel, &cluster.config, members, leaving_now).await else { return };
+    let Err(e) = membership::run(channel, heard, &cluster, members, leaving_now).await else { return };
     warn!(error = %e, "The cluster heartbeats failed.");
     pipeline.endings.broken(&e);
 }

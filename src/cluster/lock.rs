@@ -62,7 +62,13 @@ pub async fn follow(channel: lapin::Channel, cluster: &Cluster) -> Result<(), Cl
         let offset = changelog::stream_offset(&delivery).ok_or_else(|| {
             ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset"))
         })?;
-        match serde_json::from_slice::<Entry>(&delivery.data) {
+        let entry = serde_json::from_slice::<Entry>(&delivery.data);
+        match entry {
+            // A lock entry freezes texts and sets profiles: only silpgate's own broker user
+            // may append one.
+            _ if !cluster.is_own(&delivery.properties) => {
+                warn!(stream, offset, user_id = ?delivery.properties.user_id(), "A lock stream entry not from silpgate's broker user; skipped.");
+            }
             Ok(Entry::Profile { profile }) => {
                 cluster.store.follow_profile(offset, &profile)?;
             }

@@ -26,12 +26,13 @@ pub mod lock;
 pub mod membership;
 pub mod ownership;
 pub mod rendezvous;
+pub mod streams;
 
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::config::ClusterConfig;
 use crate::gateway::session::Partition;
-use crate::gateway::store::{Freeze, LedgerState, SessionChange, Store, StoreError};
+use crate::gateway::store::{Freeze, LedgerState, SessionChange, SessionRecord, Store, StoreError};
 use crate::store::SledStore;
 use crate::store::replica::{LockProposal, PartitionChange, ProfileShare};
 use std::collections::HashMap;
@@ -112,6 +113,8 @@ struct PartitionState {
     /// Ledger entries of messages whose state is committed here and whose changelog entry is
     /// not yet confirmed, by message id: a snapshot carries their turns, so it carries them.
     unappended: Mutex<HashMap<String, LedgerState>>,
+    /// Messages whose publishes were all confirmed, not yet marked so in the changelog.
+    marks: Mutex<Vec<String>>,
 }
 
 /// The members and the partitions consumed here, as the last tick saw them.
@@ -146,6 +149,15 @@ pub struct Cluster {
     /// exclusive while a snapshot reads the store: a snapshot never holds a turn whose ledger
     /// entry it lacks.
     commits: RwLock<()>,
+    /// The broker user silpgate's connection logged in as: heartbeats and lock stream entries
+    /// go out with it as their `user_id` (which RabbitMQ checks), and only those that carry it
+    /// are believed.
+    broker_user: Mutex<String>,
+    /// This instance's presence on the current connection (see [`membership`]): ownership
+    /// entries name it, so that a takeover can tell when their writer is gone.
+    presence: Mutex<String>,
+    /// The `[[streams]]` sources, each held by one instance of the cluster at a time.
+    pub streams: streams::StreamHolds,
 }
 
 impl Cluster {
@@ -169,7 +181,18 @@ impl Cluster {
             view: Mutex::new(View::default()),
             handover_wait,
             commits: RwLock::new(()),
+            broker_user: Mutex::default(),
+            presence: Mutex::default(),
+            streams: streams::StreamHolds::new(Vec::new()),
         }
+    }
+
+    /// The `[[streams]]` sources of this instance's configuration, by name: connected only
+    /// while this instance holds them ([`streams`]).
+    #[must_use]
+    pub fn with_streams(mut self, names: Vec<String>) -> Cluster {
+        self.streams = streams::StreamHolds::new(names);
+        self
     }
 
     /// How long a partition's hand-over to another instance may take from its cancel: half
@@ -223,8 +246,10 @@ impl Cluster {
     /// This instance no longer serves `partition`.
     pub fn release(&self, partition: Partition) {
         self.state(partition).unappended.lock().expect("unappended").clear();
+        self.state(partition).marks.lock().expect("marks").clear();
         if self.state(partition).owned.swap(false, Ordering::AcqRel) {
             crate::metrics::get().partitions_owned.dec();
+            self.note_served(partition, false);
         }
     }
 
@@ -243,16 +268,8 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let started = std::time::Instant::now();
         let stream = self.changelog(partition);
-        let replayed = changelog::replay(
-            channel,
-            publisher,
-            stream,
-            &self.store,
-            partition,
-            &self.instance,
-            self.handover_wait,
-        )
-        .await?;
+        let replayed =
+            changelog::replay(channel, publisher, stream, self, partition, self.handover_wait).await?;
         let elapsed = started.elapsed();
         let state = &self.partitions[usize::from(partition.index)];
         state.replayed.store(replayed, Ordering::Relaxed);
@@ -280,6 +297,14 @@ impl Cluster {
     pub fn serve(&self, partition: Partition) {
         if !self.state(partition).owned.swap(true, Ordering::AcqRel) {
             crate::metrics::get().partitions_owned.inc();
+            self.note_served(partition, true);
+        }
+    }
+
+    /// Tells the store whether `partition` is served here, for `silpgate sessions list`.
+    fn note_served(&self, partition: Partition, served: bool) {
+        if let Err(e) = self.store.set_served(partition.index, served) {
+            warn!(partition = partition.index, error = %e, "Could not note in the store whether the partition is served here.");
         }
     }
 
@@ -289,7 +314,30 @@ impl Cluster {
         for index in 0..self.config.partitions {
             self.release(self.partition(index));
         }
+        self.streams.revoke_all();
         self.observe(Vec::new(), &[]);
+    }
+
+    /// Whether this instance can place a conversation: it has heard the members (so it knows
+    /// which instance owns what) and consumes its own share of the partitions. `/readyz` is 503
+    /// until then, and while the instance leaves or has lost its broker connection.
+    ///
+    /// # Errors
+    /// What it still lacks.
+    pub fn readiness(&self) -> Result<(), String> {
+        let view = self.view.lock().expect("view");
+        if !view.members.contains(&self.instance) {
+            return Err("the cluster's members are not known yet".into());
+        }
+        let share =
+            rendezvous::share(self.config.partitions, &view.members, self.config.standby, &self.instance);
+        let missing: Vec<u16> =
+            share.subscribed().into_iter().filter(|p| !view.subscribed.contains(p)).collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("partitions of this instance's share not consumed yet: {missing:?}"))
+        }
     }
 
     /// The live members and the partitions consumed here now, for the status and the metrics.
@@ -359,8 +407,39 @@ impl Cluster {
             exchange: "",
             routing_key: &self.config.lock_stream,
             body,
-            properties: properties::stream_properties(),
+            properties: properties::stream_properties().with_user_id(self.broker_user().into()),
         }
+    }
+
+    /// Notes the broker user of a new connection (see `broker_user`).
+    pub fn set_broker_user(&self, user: &str) {
+        user.clone_into(&mut self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    pub fn broker_user(&self) -> String {
+        self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Notes this instance's presence on a new connection.
+    pub fn set_presence(&self, presence: &str) {
+        presence.clone_into(&mut self.presence.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    /// A marker for an ownership entry this instance writes now.
+    pub fn marker(&self) -> changelog::Marker {
+        let presence = self.presence.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        changelog::Marker::new(&self.instance, presence)
+    }
+
+    /// Whether the member whose presence is `presence` is gone ([`membership::is_gone`]).
+    pub async fn is_gone(&self, publisher: &Publisher, presence: &str) -> bool {
+        membership::is_gone(publisher, presence, &self.broker_user()).await
+    }
+
+    /// Whether a heartbeat or lock stream entry was published by silpgate's own broker user.
+    pub fn is_own(&self, properties: &lapin::BasicProperties) -> bool {
+        let own = self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        properties.user_id().as_ref().is_some_and(|u| u.as_str() == own.as_str())
     }
 
     /// Appends what a message handled outside the partition queues adds to the streams (an
@@ -439,6 +518,55 @@ impl Cluster {
         self.state(partition).unappended.lock().expect("unappended").remove(message_id);
     }
 
+    /// The publishes of `message_id`, a message of `partition`, are all confirmed. The mark
+    /// follows its entry into the changelog with the next tick ([`Cluster::append_marks`]) or
+    /// the partition's `Released`, so that whoever serves the partition next acknowledges the
+    /// message, sent again, without publishing it again. A mark lost with its connection, or
+    /// with a crash before that tick, costs at most one duplicate publish of a message that
+    /// is sent again.
+    pub fn published(&self, partition: Partition, message_id: &str) {
+        self.state(partition).marks.lock().expect("marks").push(message_id.to_owned());
+    }
+
+    /// The changelog entry of `partition`'s marks not yet appended, taken out, if it has any.
+    pub fn marks_entry(&self, partition: Partition) -> Option<Publication<'_>> {
+        let ids = std::mem::take(&mut *self.state(partition).marks.lock().expect("marks"));
+        (!ids.is_empty()).then(|| {
+            self.changelog_entry(partition, &changelog::Entry::Change(PartitionChange::Published { ids }))
+        })
+    }
+
+    /// Appends to `partition`'s changelog that a message refused for good took its turn back
+    /// ([`crate::gateway::Gateway::take_back`]): `session` as it was put back.
+    ///
+    /// # Errors
+    /// The broker did not confirm.
+    pub async fn take_back(
+        &self,
+        publisher: &Publisher,
+        partition: Partition,
+        session: SessionRecord,
+        message_id: &str,
+    ) -> Result<(), ClusterError> {
+        self.confirmed(partition, message_id);
+        let change = PartitionChange::TakenBack { session, message_id: message_id.to_owned() };
+        let entry = self.changelog_entry(partition, &changelog::Entry::Change(change));
+        Ok(publisher.publish_all(vec![entry]).await?)
+    }
+
+    /// Appends the marks of every partition that has some ([`Cluster::published`]).
+    ///
+    /// # Errors
+    /// The broker did not confirm; those marks are lost (see [`Cluster::published`]).
+    pub async fn append_marks(&self, publisher: &Publisher) -> Result<(), ClusterError> {
+        let entries: Vec<Publication<'_>> =
+            (0..self.config.partitions).filter_map(|index| self.marks_entry(self.partition(index))).collect();
+        if !entries.is_empty() {
+            publisher.publish_all(entries).await?;
+        }
+        Ok(())
+    }
+
     /// Counts what a message appended (`message_id`: its changelog entry is confirmed); every
     /// `snapshot_every` changes, appends a snapshot of the partition's sessions, so that a
     /// changelog cut by retention still starts whole.
@@ -501,6 +629,7 @@ impl Cluster {
             let view = self.view.lock().expect("view");
             (view.members.clone(), view.subscribed.clone())
         };
+        let count = 1 + usize::from(self.config.standby);
         let partitions: Vec<serde_json::Value> = self
             .partitions
             .iter()
@@ -508,15 +637,25 @@ impl Cluster {
             .map(|(i, state)| {
                 let index = i as u16;
                 let owned = state.owned.load(Ordering::Acquire);
+                // As the members rank it: an idle partition's owner shows before any delivery.
+                let leaders = rendezvous::leaders(index, &members, count);
+                let taken_over = state.since.load(Ordering::Relaxed);
                 serde_json::json!({
                     "partition": index,
                     "queue": self.config.partition_queue(index),
+                    "owner": leaders.first(),
+                    "standbys": leaders.get(1..).unwrap_or_default(),
                     "owned": owned,
                     "subscribed": subscribed.contains(&index),
-                    "since_ms": owned.then(|| state.since.load(Ordering::Relaxed)),
+                    "since_ms": owned.then_some(taken_over),
                     "replayed_entries": owned.then(|| state.replayed.load(Ordering::Relaxed)),
                     "replay_ms": owned.then(|| state.replay_ms.load(Ordering::Relaxed)),
                     "changes_since_snapshot": owned.then(|| state.since_snapshot.load(Ordering::Relaxed)),
+                    "last_takeover": (taken_over > 0).then(|| serde_json::json!({
+                        "at_ms": taken_over,
+                        "replay_ms": state.replay_ms.load(Ordering::Relaxed),
+                        "replayed_entries": state.replayed.load(Ordering::Relaxed),
+                    })),
                     "changelog_applied_offset": self.store.partition_offset(index).ok().flatten(),
                 })
             })
@@ -582,7 +721,7 @@ mod tests {
                 ids.sort();
                 ids
             }
-            PartitionChange::Session { .. } => panic!("a snapshot"),
+            _ => panic!("a snapshot"),
         };
         assert_eq!(pending_ids(cluster.snapshot(partition).unwrap()), ["m-1", "m-2"]);
         // m-1's entry is confirmed: the snapshot no longer needs to carry it.

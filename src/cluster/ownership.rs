@@ -113,7 +113,7 @@ impl Release {
     fn new(cluster: &Cluster) -> Release {
         Release {
             step: Step::Quiescing,
-            marker: Marker::new(&cluster.instance),
+            marker: cluster.marker(),
             held: Vec::new(),
             last_arrival: tokio::time::Instant::now(),
             cancelled_at: tokio::time::Instant::now(),
@@ -170,19 +170,22 @@ impl Ownership {
     /// to partitions new to its share, lets go of the waiting consumers of partitions no longer
     /// in it (not those in `taking_over`: they are handed on once served), and starts handing
     /// on the partitions it serves but another member now ranks first for, once that member
-    /// waits on them ([`Members::ready_for`]).
+    /// waits on them ([`Members::ready_for`]) and the broker still has its presence. Returns
+    /// the presences found gone: a member that crashed still ranks first until its heartbeats
+    /// expire, and the partitions this instance took over from it are not handed back.
     ///
     /// # Errors
     /// The broker refused a channel, a subscription or a cancel.
     pub async fn reconcile(
         &mut self,
-        connection: &Connection,
+        (connection, publisher): (&Connection, &Publisher),
         cluster: &Cluster,
         live: &[String],
         members: &Members,
         taking_over: &BTreeSet<u16>,
         deliveries: &mut Deliveries,
-    ) -> lapin::Result<()> {
+    ) -> lapin::Result<Vec<String>> {
+        let mut present: BTreeMap<&str, bool> = BTreeMap::new();
         if self.ranked_for != live {
             let count = 1 + usize::from(cluster.config.standby);
             self.leaders = (0..cluster.config.partitions)
@@ -207,6 +210,20 @@ impl Ownership {
                     owner != cluster.instance && members.ready_for(index, owner, &allowed)
                 });
                 if hand_on && !self.releases.contains_key(&index) {
+                    let owner = owner.unwrap_or_default();
+                    if let Some(presence) = members.presence_of(owner) {
+                        let here = match present.get(presence) {
+                            Some(&here) => here,
+                            None => {
+                                let here = !cluster.is_gone(publisher, presence).await;
+                                present.insert(presence, here);
+                                here
+                            }
+                        };
+                        if !here {
+                            continue;
+                        }
+                    }
                     info!(instance = %cluster.instance, partition = index, owner, "Handing a partition on to its owner.");
                     self.releases.insert(index, Release::new(cluster));
                 }
@@ -224,7 +241,7 @@ impl Ownership {
                 self.drop_partition(index).await?;
             }
         }
-        Ok(())
+        Ok(present.into_iter().filter(|&(_, here)| !here).map(|(presence, _)| presence.to_owned()).collect())
     }
 
     /// Stops waiting on a partition: whatever the broker gave it in the meantime (it may just
@@ -332,8 +349,11 @@ impl Ownership {
                     ready.push((partition, std::mem::take(&mut release.held)));
                 }
                 Step::Finishing if settled && release.cancelled_at.elapsed() >= STRAY_GRACE => {
-                    let entry = Entry::Released(release.marker.clone());
-                    changelog::append(publisher, cluster.changelog(partition), &entry).await?;
+                    // The last marks go before `Released`: the next owner reads them first.
+                    let mut entries: Vec<_> = cluster.marks_entry(partition).into_iter().collect();
+                    let done = Entry::Released(release.marker.clone());
+                    entries.push(changelog::publication(cluster.changelog(partition), &done));
+                    publisher.publish_all(entries).await?;
                     cluster.release(partition);
                     released.push(index);
                 }

@@ -13,10 +13,15 @@
 /// The weight of `instance` for `partition`: FNV-1a over both, then a 64-bit finalizer so that
 /// names differing in one character still spread evenly.
 pub fn weight(partition: u16, instance: &str) -> u64 {
+    weight_for(&partition.to_be_bytes(), instance)
+}
+
+/// The weight of `instance` for any `key` (a partition's is its two bytes, big-endian).
+fn weight_for(key: &[u8], instance: &str) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut hash = OFFSET;
-    for byte in partition.to_be_bytes().iter().chain([0xff].iter()).chain(instance.as_bytes()) {
+    for byte in key.iter().chain([0xff].iter()).chain(instance.as_bytes()) {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(PRIME);
     }
@@ -47,6 +52,17 @@ pub fn leaders<S: AsRef<str>>(partition: u16, members: &[S], count: usize) -> Ve
     ranked.truncate(count);
     ranked.sort_unstable_by(order);
     ranked.into_iter().map(|(_, name)| name).collect()
+}
+
+/// The member that holds the `[[streams]]` source `stream` among `members`: the one of highest
+/// weight for the stream's name, as a partition's owner is.
+pub fn stream_holder<'m, S: AsRef<str>>(stream: &str, members: &'m [S]) -> Option<&'m str> {
+    let key = format!("stream/{stream}");
+    members
+        .iter()
+        .map(|m| (weight_for(key.as_bytes(), m.as_ref()), m.as_ref()))
+        .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+        .map(|(_, name)| name)
 }
 
 /// The owner of `partition` among `members`.
@@ -108,6 +124,23 @@ mod tests {
         let moved = moved(128, &three, &four);
         // About a quarter, never all.
         assert!((16..=48).contains(&moved), "{moved} of 128 moved");
+    }
+
+    #[test]
+    fn streams_spread_over_the_members_and_a_holder_leaving_moves_only_its_own() {
+        let (three, four) = (names(3), names(4));
+        let streams: Vec<String> = (0..64).map(|i| format!("feed-{i}")).collect();
+        let held = |members: &[String]| -> Vec<String> {
+            streams.iter().map(|s| stream_holder(s, members).unwrap().to_owned()).collect()
+        };
+        let (before, after) = (held(&four), held(&three));
+        for member in &four {
+            assert!(before.contains(member), "{member} holds no stream of 64");
+        }
+        for (b, a) in before.iter().zip(&after) {
+            assert!(b == a || b == "silpgate-3", "a stream moved from {b} to {a}, though {b} stayed");
+        }
+        assert_eq!(stream_holder("feed", &Vec::<String>::new()), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Agents on AMQP: a parcel is published to the agents exchange with the agent's routing key,
 //! persistent and mandatory, and is delivered once the broker confirms it. The agent answers
-//! to silpgate's reply queue with the parcel's id as `correlation_id` (or, on a route with
-//! `replies = "direct"`, to the sender's own addresses).
+//! to silpgate's reply queue with the parcel's `correlation_id`, an unguessable token drawn for
+//! the wait (or, on a route with `replies = "direct"`, to the sender's own addresses).
 //!
 //! The connection belongs to the AMQP side, which reconnects on its own; this connector sees
 //! it through a [`BrokerLink`] and reports an unavailable broker as transient.
@@ -130,7 +130,7 @@ impl Connector for AmqpAgent {
 /// A parcel's AMQP properties: where and how its answer is to come back.
 fn parcel_properties(parcel: &Parcel, encoding: Encoding, reply_queue: &str) -> lapin::BasicProperties {
     let (reply_to, correlation_id, replies) = match &parcel.answer_to {
-        AnswerTo::Gateway => (Some(reply_queue), Some(parcel.message_id.as_str()), &[][..]),
+        AnswerTo::Gateway { correlation_id } => (Some(reply_queue), Some(correlation_id.as_str()), &[][..]),
         AnswerTo::Direct { reply_to, replies, correlation_id } => {
             (reply_to.as_deref(), correlation_id.as_deref(), replies.as_slice())
         }

@@ -87,7 +87,10 @@ impl HttpAgent {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("application/json")
                 .to_owned();
-            let body = response.bytes().await.map_err(|e| self.unreachable(e))?;
+            if let Some(location) = redirect_of(&response) {
+                return Err(redirected(&self.name, status, &location));
+            }
+            let body = read_bounded(response, self.limits.max_bytes, &self.name).await?;
             self.judge(status, &content_type, &body)
         }
         .instrument(span.clone())
@@ -104,7 +107,7 @@ impl HttpAgent {
         let parcel = Parcel {
             envelope: message,
             message_id: "probe".into(),
-            answer_to: super::AnswerTo::Gateway,
+            answer_to: super::AnswerTo::Gateway { correlation_id: "probe".into() },
             user_id: None,
         };
         self.post(&parcel).await
@@ -185,6 +188,8 @@ pub fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
         headers.insert(AUTHORIZATION, value);
     }
     let mut builder = reqwest::Client::builder()
+        // An agent that redirects would take the envelope, and the token, elsewhere.
+        .redirect(reqwest::redirect::Policy::none())
         .default_headers(headers)
         .timeout(Duration::from_millis(agent.timeout_ms.max(1)))
         .connect_timeout(Duration::from_millis(agent.timeout_ms.clamp(1, 5_000)))
@@ -197,6 +202,53 @@ pub fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
         builder = builder.tls_certs_merge(roots);
     }
     builder.build().map_err(|e| client_error(format!("HTTP client: {e}")))
+}
+
+/// The `Location` of a redirect answer (3xx), which silpgate never follows.
+pub fn redirect_of(response: &reqwest::Response) -> Option<String> {
+    response.status().is_redirection().then(|| {
+        let location = response.headers().get(reqwest::header::LOCATION);
+        location.and_then(|v| v.to_str().ok()).unwrap_or("(none)").to_owned()
+    })
+}
+
+/// An agent that answered with a redirect: it refused the message, naming where it pointed.
+pub fn redirected(agent: &str, status: StatusCode, location: &str) -> DeliveryError {
+    DeliveryError::Refused {
+        agent: agent.to_owned(),
+        code: "agent_redirected".into(),
+        detail: format!(
+            "HTTP {status} to {location}: silpgate follows no redirects (set the agent's url to where it points)"
+        ),
+        answer: None,
+    }
+}
+
+/// Reads an answer's body, at most `limit` bytes: a larger answer (by its `Content-Length`,
+/// or by what arrives) is not read further, and is the agent refusing the message with
+/// `answer_too_large`, so that the asker hears it.
+pub async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: usize,
+    agent: &str,
+) -> Result<Vec<u8>, DeliveryError> {
+    let too_large = || DeliveryError::Refused {
+        agent: agent.to_owned(),
+        code: "answer_too_large".into(),
+        detail: format!("its answer is larger than {limit} bytes; the rest was not read"),
+        answer: None,
+    };
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| unreachable(agent, e))? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// A reqwest failure as a transient delivery failure of `agent`. reqwest's text names the

@@ -7,6 +7,9 @@
 //! - `silp_payload`: that part as text: the code, the JSON frontend's text, the IR's JSON
 //!   text, or the natural-language text.
 //!
+//! A session renewal notice travels in the call's `_meta`, as `silp/renewal`; the tool is never
+//! called for a notice alone.
+//!
 //! The result is the answer: `structuredContent` that is itself a SILP wrapper becomes that
 //! SILP part (`silp-code`, `silp-json`, `silp-ir`, or English text); other structured content
 //! becomes `structured`/`json`; otherwise the content blocks become the parts, in order (text
@@ -18,6 +21,7 @@
 
 use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::config::AgentConfig;
+use crate::gateway::session::is_renewal_notice;
 use crate::nlip::reply::{Location, error_message};
 use crate::nlip::{Content, Format, Message, Submessage};
 use futures_util::future::BoxFuture;
@@ -29,6 +33,9 @@ use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 use std::time::Duration;
 use tokio::sync::{Mutex, Semaphore};
+
+/// The `_meta` key of a session renewal notice.
+const RENEWAL_META: &str = "silp/renewal";
 
 /// The JSON-RPC internal error: the server failed, not the message.
 const INTERNAL_ERROR: i32 = -32603;
@@ -43,10 +50,12 @@ pub struct McpAgent {
     timeout: Duration,
     session: Mutex<Option<RunningService<RoleClient, ClientConfig>>>,
     slots: Semaphore,
+    /// Answers are held to these, as any inbound message.
+    limits: crate::nlip::Limits,
 }
 
 impl McpAgent {
-    pub fn new(agent: &AgentConfig) -> Result<Self, SetupError> {
+    pub fn new(agent: &AgentConfig, limits: crate::nlip::Limits) -> Result<Self, SetupError> {
         let url = agent.url.clone().unwrap_or_default();
         reqwest::Url::parse(&url)
             .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
@@ -59,6 +68,7 @@ impl McpAgent {
             timeout: Duration::from_millis(agent.timeout_ms.max(1)),
             session: Mutex::new(None),
             slots: Semaphore::new(agent.max_in_flight.max(1)),
+            limits,
         })
     }
 
@@ -114,7 +124,15 @@ impl McpAgent {
         let (encoding, payload) = wrapper(&parcel.envelope);
         arguments.insert("silp_encoding".into(), Value::String(encoding.into()));
         arguments.insert("silp_payload".into(), Value::String(payload));
-        let params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(self.tool.clone()).with_arguments(arguments);
+        if let Some(notice) = parcel.envelope.submessages().iter().find(|s| is_renewal_notice(s)) {
+            let mut meta = Map::new();
+            meta.insert(
+                RENEWAL_META.into(),
+                notice.content.json().map(|v| v.into_owned()).unwrap_or_default(),
+            );
+            params.meta = Some(meta.into());
+        }
         let peer = self.peer().await?;
         let span = tracing::info_span!(
             "agent deliver",
@@ -152,7 +170,8 @@ impl McpAgent {
             }
         };
         let result = serde_json::to_value(&result).unwrap_or(Value::Null);
-        let mut answer = answer_of(&result, &self.name, &self.tool);
+        let answer = answer_of(&result, &self.name, &self.tool);
+        let mut answer = super::held_to_limits(answer, &self.limits, &self.name);
         echo_tokens(&mut answer, &parcel.envelope);
         Ok(answer)
     }
@@ -180,8 +199,11 @@ impl Connector for McpAgent {
 /// The SILP wrapper of an envelope: its encoding and its payload text.
 pub fn wrapper(envelope: &Message) -> (&'static str, String) {
     let own = std::iter::once((envelope.subformat.as_str(), &envelope.content));
-    let subs =
-        envelope.submessages().iter().filter(|s| !s.is_token()).map(|s| (s.subformat.as_str(), &s.content));
+    let subs = envelope
+        .submessages()
+        .iter()
+        .filter(|s| !s.is_token() && !is_renewal_notice(s))
+        .map(|s| (s.subformat.as_str(), &s.content));
     let parts: Vec<(&str, &Content)> = own.chain(subs).collect();
     for (subformat, content) in &parts {
         if let Some(encoding) = super::a2a::map::silp_encoding(subformat) {

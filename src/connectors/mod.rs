@@ -31,8 +31,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct Parcel {
     pub envelope: Message,
-    /// Stable across redeliveries of the inbound message: receivers drop duplicates by it,
-    /// and the agent's answer correlates by it.
+    /// Stable across redeliveries of the inbound message: receivers drop duplicates by it.
+    /// Answers do not correlate by it (see [`AnswerTo::Gateway`]).
     pub message_id: String,
     /// Where the agent's answer goes.
     pub answer_to: AnswerTo,
@@ -43,8 +43,10 @@ pub struct Parcel {
 /// Who an agent answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnswerTo {
-    /// silpgate, which passes the answer on to the asker; it correlates by the parcel's id.
-    Gateway,
+    /// silpgate, which passes the answer on to the asker. The answer correlates by
+    /// `correlation_id`, 128 random bits drawn for this wait: a message id can be seen or
+    /// guessed, this cannot, so nobody else can answer in the agent's place.
+    Gateway { correlation_id: String },
     /// The sender itself (a route with `replies = "direct"`): its reply addresses and
     /// correlation travel with the parcel.
     Direct { reply_to: Option<String>, replies: Vec<(Encoding, String)>, correlation_id: Option<String> },
@@ -52,10 +54,20 @@ pub enum AnswerTo {
     Nobody,
 }
 
+impl AnswerTo {
+    /// What the agent's answer correlates by, when silpgate waits for one.
+    pub fn correlation(&self) -> Option<&str> {
+        match self {
+            AnswerTo::Gateway { correlation_id } => Some(correlation_id),
+            _ => None,
+        }
+    }
+}
+
 /// What an agent's transport confirmed.
 #[derive(Debug, Default)]
 pub struct Delivered {
-    /// Answers given with the delivery itself (HTTP), by parcel id.
+    /// Answers given with the delivery itself (HTTP, A2A, MCP), by parcel id.
     pub answers: Vec<(String, Message)>,
 }
 
@@ -112,6 +124,10 @@ pub enum AnswerError {
     /// The asker left before the answer came.
     #[error("the requester is gone")]
     Gone,
+    /// The answer did not come from the agent that was asked (its broker user is not the
+    /// agent's `user`); the asker still waits for the real one.
+    #[error("the answer's broker user {got:?} is not agent {agent}'s user")]
+    Forged { agent: String, got: Option<String> },
     /// The answer is not valid; the asker was told why.
     #[error("the answer was refused: {0}")]
     Invalid(GatewayError),
@@ -126,6 +142,7 @@ impl AnswerError {
         match self {
             AnswerError::Orphan => "timeout",
             AnswerError::Gone => "requester_gone",
+            AnswerError::Forged { .. } => "forged_answer",
             AnswerError::Invalid(e) => e.code(),
             AnswerError::Retry(_) => "unavailable",
         }
@@ -136,6 +153,21 @@ impl AnswerError {
             AnswerError::Retry(_) => Disposition::Transient,
             _ => Disposition::Poison,
         }
+    }
+}
+
+/// An answer that came in another protocol (A2A, MCP), held to the limits every inbound NLIP
+/// message meets (bytes, depth, values, submessages): the answer, or an NLIP error that says
+/// which limit it broke.
+pub fn held_to_limits(answer: Message, limits: &crate::nlip::Limits, agent: &str) -> Message {
+    let encoding = crate::nlip::Encoding::Json;
+    match crate::nlip::decode(&crate::nlip::encode(&answer, encoding), encoding, limits) {
+        Ok(_) => answer,
+        Err(e) => crate::nlip::reply::error_message(
+            if e.kind.code() == "too_large" { "answer_too_large" } else { "invalid_answer" },
+            &format!("the answer of agent {agent} is beyond silpgate's limits: {e}"),
+            &crate::nlip::reply::Location::None,
+        ),
     }
 }
 
@@ -190,8 +222,10 @@ impl Agents {
         let reply_timeout = std::time::Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
         for agent in &config.agents {
             let connector: Arc<dyn Connector> = match (&agent.url, agent.protocol) {
-                (_, AgentProtocol::A2a) => Arc::new(a2a::A2aAgent::new(agent, reply_timeout)?),
-                (_, AgentProtocol::Mcp) => Arc::new(mcp::McpAgent::new(agent)?),
+                (_, AgentProtocol::A2a) => {
+                    Arc::new(a2a::A2aAgent::new(agent, reply_timeout, config.nlip.limits())?)
+                }
+                (_, AgentProtocol::Mcp) => Arc::new(mcp::McpAgent::new(agent, config.nlip.limits())?),
                 (url, AgentProtocol::Nlip) => match url {
                     Some(_) if agent.is_websocket() => Arc::new(ws::WsAgent::new(
                         agent,

@@ -26,7 +26,7 @@
 //! `token_env` and the `traceparent` of the connection's span travel on the upgrade request.
 
 use super::AnswerError;
-use super::{AnswerSink, AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
+use super::{AnswerSink, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::config::AgentConfig;
 use crate::gateway::{Origin, Transport};
 use crate::nlip::{self, Encoding, Message};
@@ -388,8 +388,8 @@ impl Inner {
                 state.outstanding.push_back(Pending {
                     seq,
                     token: parcel.envelope.conversation_token().map(str::to_owned),
-                    id: parcel.message_id,
-                    awaited: parcel.answer_to == AnswerTo::Gateway,
+                    awaited: parcel.answer_to.correlation().is_some(),
+                    id: parcel.answer_to.correlation().map_or(parcel.message_id, str::to_owned),
                     frame: frame.clone(),
                     since: Instant::now(),
                     written: written.clone(),
@@ -428,9 +428,10 @@ impl Inner {
             );
             match self.dialer.connect(&span).instrument(span.clone()).await {
                 Ok(socket) => {
-                    backoff.reset();
                     tracing::info!(agent = %self.name, url = %self.dialer.url(), "Connected to the WebSocket agent.");
+                    let since = std::time::Instant::now();
                     let why = self.serve(socket).await;
+                    backoff.connection_ended(since.elapsed());
                     tracing::warn!(agent = %self.name, reason = %why, "The WebSocket agent's connection closed; reconnecting.");
                 }
                 Err(e) => {

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// JSON-RPC error codes of A2A 1.0.
 const TASK_NOT_FOUND: i64 = -32001;
@@ -38,12 +39,10 @@ pub fn router() -> Router<Arc<Front>> {
     Router::new().route("/.well-known/agent-card.json", get(card)).route("/a2a", post(post_a2a))
 }
 
-/// The card: the gateway's name, one JSON-RPC interface at `/a2a` on the address the client
-/// used, the routes that take A2A messages as skills, SILP as an extension.
-async fn card(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
+/// The card: the gateway's name, one JSON-RPC interface at `/a2a` under `http.public_url`
+/// (never the request's `Host`, which would let a client write the card others read), the routes that take A2A messages as skills, SILP as an extension.
+async fn card(State(front): State<Arc<Front>>) -> Response {
     let config = front.gateway().config();
-    let scheme = if config.http.tls_cert.is_some() { "https" } else { "http" };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or(&config.http.listen);
     let skills: Vec<Value> = config
         .routes
         .iter()
@@ -58,7 +57,7 @@ async fn card(State(front): State<Arc<Front>>, headers: HeaderMap) -> Response {
         "name": config.gateway.name,
         "description": "silpgate: an NLIP gateway that carries SILP payloads between agents",
         "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [{"url": format!("{scheme}://{host}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": VERSION}],
+        "supportedInterfaces": [{"url": format!("{}/a2a", front.public_url), "protocolBinding": "JSONRPC", "protocolVersion": VERSION}],
         "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{
             "uri": "https://datatracker.ietf.org/doc/draft-hwang-silp-protocol/",
             "description": "SILP payloads: a text part with metadata.silp_encoding = code, or a data part holding the IR; metadata.nlip names a part's NLIP format and subformat",
@@ -82,8 +81,8 @@ async fn post_a2a(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bytes = match super::jsonrpc::admit(&front, peer, &headers, body).await {
-        Ok(bytes) => bytes,
+    let (bytes, client) = match super::jsonrpc::admit(&front, peer, &headers, body).await {
+        Ok(admitted) => (admitted.body, admitted.client),
         Err(refused) => return refused,
     };
     let request: Value = match serde_json::from_slice(&bytes) {
@@ -102,13 +101,19 @@ async fn post_a2a(
     let body = match request.get("method").and_then(Value::as_str) {
         None => error(id, -32600, "a request is one JSON-RPC object with a method"),
         Some(method @ ("SendMessage" | "SendStreamingMessage")) => {
-            match send_message(&front, &headers, request.get("params")).await {
+            match send_message(&front, &headers, &client, request.get("params")).await {
                 // The stream is the one final answer: silpgate sends no interim task events.
                 Ok(result) if method == "SendStreamingMessage" => {
                     return event_stream(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
                 }
                 Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                Err(why) => error(id, -32602, &why),
+                Err(Refusal::Params(why)) => error(id, -32602, &why),
+                Err(Refusal::Quota(limit)) => {
+                    let why = format!(
+                        "too_many_conversations: this client has {limit} live conversations, the most it may have"
+                    );
+                    return reply(StatusCode::TOO_MANY_REQUESTS, &error(id, -32600, &why));
+                }
             }
         }
         Some("GetTask" | "CancelTask" | "SubscribeToTask") => {
@@ -127,21 +132,51 @@ fn event_stream(response: &Value) -> Response {
     out
 }
 
-/// One `SendMessage`: the result (`{"message"}` or `{"task"}`), or why its params are refused.
-async fn send_message(front: &Front, headers: &HeaderMap, params: Option<&Value>) -> Result<Value, String> {
+/// Why a `SendMessage` is not taken.
+enum Refusal {
+    /// Its params are not a message silpgate takes (the NLIP limits included).
+    Params(String),
+    /// The client is at its conversation quota (`http.max_conversations_per_client`).
+    Quota(usize),
+}
+
+impl From<&str> for Refusal {
+    fn from(why: &str) -> Self {
+        Refusal::Params(why.to_owned())
+    }
+}
+
+/// One `SendMessage`: the result (`{"message"}` or `{"task"}`), or why it is refused. The
+/// envelope it makes meets the limits and the conversation quota of every door.
+async fn send_message(
+    front: &Front,
+    headers: &HeaderMap,
+    client: &str,
+    params: Option<&Value>,
+) -> Result<Value, Refusal> {
     let message = params.and_then(|p| p.get("message")).ok_or("SendMessage needs params.message")?;
     let parts =
         message.get("parts").and_then(Value::as_array).ok_or("params.message.parts must be an array")?;
     if parts.is_empty() {
         return Err("params.message.parts is empty".into());
     }
-    let mut envelope = map::envelope(parts, "params.message.parts").map_err(|e| e.to_string())?;
+    let mut envelope =
+        map::envelope(parts, "params.message.parts").map_err(|e| Refusal::Params(e.to_string()))?;
     let context = message.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
     if let Some(context) = context {
         envelope.push(Submessage::new(Format::Token, "conversation", Content::text(context)));
     }
     if let Some(messagetype) = message.pointer("/metadata/nlip/messagetype").and_then(Value::as_str) {
         envelope.messagetype = Some(messagetype.to_owned());
+    }
+    // Built from A2A parts, it meets the limits /nlip decodes with: bytes, depth, values,
+    // submessages, the conversation token's length.
+    let encoding = crate::nlip::Encoding::Json;
+    if let Err(e) = crate::nlip::decode(&crate::nlip::encode(&envelope, encoding), encoding, &front.limits) {
+        return Err(Refusal::Params(e.to_string()));
+    }
+    if let Err(limit) = front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
+        return Err(Refusal::Quota(limit));
     }
     let parent = crate::telemetry::extract_http(headers);
     let answer = front.request(envelope, Transport::Http, "a2a", parent).await;

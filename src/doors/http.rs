@@ -10,7 +10,7 @@ use super::admission::{authenticate, error_response, message_response, rate_limi
 use super::{Answer, Front};
 use crate::broker::health::Readiness;
 use crate::gateway::Transport;
-use crate::nlip::reply::{self, Location};
+use crate::intake::Refused;
 use crate::nlip::{self, Encoding};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -70,7 +70,12 @@ async fn readyz(State(front): State<Arc<Front>>) -> Response {
         return (StatusCode::OK, "ready\n").into_response();
     };
     match broker.readiness() {
-        Readiness::Ready(node) => (StatusCode::OK, format!("ready (broker {node})\n")).into_response(),
+        Readiness::Ready(node) => match front.cluster.as_ref().map(|c| c.readiness()) {
+            Some(Err(why)) => {
+                (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response()
+            }
+            _ => (StatusCode::OK, format!("ready (broker {node})\n")).into_response(),
+        },
         Readiness::NotConnected => {
             (StatusCode::SERVICE_UNAVAILABLE, "not ready: the broker is not connected\n").into_response()
         }
@@ -104,6 +109,30 @@ async fn metrics() -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
+/// The answer to a body that did not arrive within `http.body_timeout_secs`; hyper closes the
+/// connection after it, the rest of the body unread.
+pub fn body_too_slow(timeout: std::time::Duration, encoding: Encoding) -> Response {
+    let message = format!("the body did not arrive within {} s (http.body_timeout_secs)", timeout.as_secs());
+    error_response(StatusCode::REQUEST_TIMEOUT, "timeout", &message, encoding)
+}
+
+/// The router of connections over `http.max_connections`, on the few slots kept for them:
+/// the probes answer, so that an orchestrator still sees the gateway alive and ready; anything
+/// else is refused as the cap refuses it.
+pub fn probes(front: Arc<Front>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async {
+            let message = "the gateway is at its connection cap (http.max_connections); retry shortly";
+            let mut response =
+                error_response(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message, Encoding::Json);
+            response.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+            response
+        })
+        .with_state(front)
+}
+
 async fn not_found(request: Request) -> Response {
     let message =
         format!("no endpoint {} {}; NLIP is served at POST /nlip", request.method(), request.uri().path());
@@ -117,8 +146,14 @@ pub fn status_for(code: &str) -> StatusCode {
         "rate_limited" | "too_many_conversations" => StatusCode::TOO_MANY_REQUESTS,
         "no_route" => StatusCode::NOT_FOUND,
         "session_expired" => StatusCode::GONE,
-        "unavailable" | "agent_unavailable" | "broker_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable" | "agent_unavailable" | "broker_unavailable" | "publish_refused" => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         "timeout" => StatusCode::GATEWAY_TIMEOUT,
+        // The agent, not the request, is at fault.
+        "answer_too_large" | "invalid_answer" | "agent_redirected" | "a2a_card_invalid" => {
+            StatusCode::BAD_GATEWAY
+        }
         "unauthorized" => StatusCode::UNAUTHORIZED,
         "forbidden" => StatusCode::FORBIDDEN,
         "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -153,25 +188,21 @@ async fn post_nlip(
         );
     };
     let limit = front.limits.max_bytes;
-    let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => {
+    let bytes: Bytes = match tokio::time::timeout(front.body_timeout, axum::body::to_bytes(body, limit)).await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
             let message = format!("the body is larger than the limit of {limit} bytes");
             return error_response(StatusCode::PAYLOAD_TOO_LARGE, "too_large", &message, encoding);
         }
+        Err(_) => return body_too_slow(front.body_timeout, encoding),
     };
     let envelope = match nlip::decode(&bytes, encoding, &front.limits) {
         Ok(m) => m,
         Err(e) => {
-            let outcome = front.gateway().reject_undecodable(e);
-            let code = match &outcome.status {
-                crate::gateway::Status::Failed(e) => e.code(),
-                _ => "invalid_envelope",
-            };
-            let reply = outcome.outbound.into_iter().next().map(|o| o.envelope);
-            let reply = reply
-                .unwrap_or_else(|| reply::error_message(code, "the message cannot be read", &Location::None));
-            return message_response(status_for(code), &reply, encoding);
+            let Refused { failure, replies } = front.intake.unreadable(e, encoding);
+            let reply = replies.into_iter().next().expect("an unreadable message is answered");
+            return message_response(status_for(failure.code()), &reply, encoding);
         }
     };
     if let Err(limit) = front.conversations.admit(&client, envelope.conversation_token(), Instant::now()) {

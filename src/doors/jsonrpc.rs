@@ -13,13 +13,20 @@ use std::net::SocketAddr;
 /// Why a request from a browser page of another origin is refused.
 const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page may not drive this endpoint";
 
+/// A request that passed every check: its body, and the client it counts against.
+pub struct Admitted {
+    pub body: Bytes,
+    /// The key of the client's rate limit and conversation quota.
+    pub client: String,
+}
+
 /// The body of a request that passed every check, or the response that refuses it.
 pub async fn admit(
     front: &Front,
     peer: SocketAddr,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Bytes, Response> {
+) -> Result<Admitted, Response> {
     if foreign_origin(front, headers) {
         return Err(reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, FOREIGN_ORIGIN)));
     }
@@ -28,10 +35,22 @@ pub async fn admit(
     if let Err(retry_after) = front.clients.admit(&client) {
         return Err(Denied::RateLimited(retry_after).into_response());
     }
-    axum::body::to_bytes(body, front.limits.max_bytes).await.map_err(|_| {
-        let why = format!("the body is larger than the limit of {} bytes", front.limits.max_bytes);
-        reply(StatusCode::PAYLOAD_TOO_LARGE, &error(Value::Null, -32600, &why))
-    })
+    let reading = axum::body::to_bytes(body, front.limits.max_bytes);
+    let body = match tokio::time::timeout(front.body_timeout, reading).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            let why = format!("the body is larger than the limit of {} bytes", front.limits.max_bytes);
+            return Err(reply(StatusCode::PAYLOAD_TOO_LARGE, &error(Value::Null, -32600, &why)));
+        }
+        Err(_) => {
+            let why = format!(
+                "the body did not arrive within {} s (http.body_timeout_secs)",
+                front.body_timeout.as_secs()
+            );
+            return Err(reply(StatusCode::REQUEST_TIMEOUT, &error(Value::Null, -32600, &why)));
+        }
+    };
+    Ok(Admitted { body, client })
 }
 
 /// True for a request from a browser page whose origin is not in `http.allowed_origins`: the

@@ -3,10 +3,18 @@
 //! as their socket lives), a TLS handshake timeout, and hyper's header-read timeout, which also
 //! closes a kept-alive connection that idles between requests.
 //!
-//! A connection over the cap is refused at once (plain: a 503 with an NLIP error; TLS: closed
-//! before the handshake, which would cost more than the refusal is worth) and counted.
+//! A connection over the cap goes to one of a few slots kept for probes, where only `/healthz`
+//! and `/readyz` answer (one request, then closed), so that a full house still shows alive and
+//! ready; when those are taken too it is refused at once (plain: a 503 with an NLIP error; TLS:
+//! closed before the handshake, which would cost more than the refusal is worth) and counted.
+
+/// Connections over the cap that may still ask `/healthz` or `/readyz`.
+const PROBE_SLOTS: usize = 8;
+/// The time such a connection has to send its request.
+const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 use super::repoll::Repoll;
+use crate::util::shutdown::stopped;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -41,11 +49,12 @@ pub struct Bounds {
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
-    app: Router,
+    (app, probes): (Router, Router),
     bounds: Bounds,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let probe_slots = Arc::new(Semaphore::new(PROBE_SLOTS));
     let saturated = AtomicBool::new(false);
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
@@ -62,14 +71,27 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse(tcp, tls.is_none(), bounds.max_connections, &saturated);
-            continue;
+        let (slot, app, probing) = match slots.clone().try_acquire_owned() {
+            Ok(slot) => (slot, app.clone(), false),
+            Err(_) => match probe_slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    crate::metrics::get().connections_refused.inc();
+                    (slot, probes.clone(), true)
+                }
+                Err(_) => {
+                    refuse(tcp, tls.is_none(), bounds.max_connections, &saturated);
+                    continue;
+                }
+            },
         };
-        saturated.store(false, Ordering::Relaxed);
+        if probing {
+            warn_saturated(bounds.max_connections, &saturated);
+        } else {
+            saturated.store(false, Ordering::Relaxed);
+        }
         crate::metrics::get().connections_open.inc();
         let _ = tcp.set_nodelay(true);
-        let connection = Connection { app: app.clone(), peer, bounds, stopping: stopping.clone() };
+        let connection = Connection { app, peer, bounds, stopping: stopping.clone(), one_request: probing };
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
@@ -96,6 +118,8 @@ struct Connection {
     peer: SocketAddr,
     bounds: Bounds,
     stopping: watch::Receiver<bool>,
+    /// A probe slot's connection: one request, then closed.
+    one_request: bool,
 }
 
 impl Connection {
@@ -105,7 +129,15 @@ impl Connection {
     {
         let app = self.app.layer(axum::Extension(ConnectInfo::<SocketAddr>(self.peer)));
         let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new()).header_read_timeout(self.bounds.header_timeout);
+        let header_timeout = match self.one_request {
+            // A probe sends its request at once; a slot held silent is a slot taken from one.
+            true => self.bounds.header_timeout.min(PROBE_HEADER_TIMEOUT),
+            false => self.bounds.header_timeout,
+        };
+        http.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        if self.one_request {
+            http.keep_alive(false);
+        }
         let mut served = Repoll::new(
             http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app)).with_upgrades(),
         );
@@ -119,19 +151,20 @@ impl Connection {
     }
 }
 
-async fn stopped(stopping: &mut watch::Receiver<bool>) {
-    let _ = stopping.wait_for(|stop| *stop).await;
-}
-
 /// Turns away a connection over the cap, warning once per saturation.
 fn refuse(tcp: TcpStream, plain: bool, cap: usize, saturated: &AtomicBool) {
     crate::metrics::get().connections_refused.inc();
-    if !saturated.swap(true, Ordering::Relaxed) {
-        tracing::warn!(max_connections = cap, "Connection cap reached; refusing new connections.");
-    }
+    warn_saturated(cap, saturated);
     if plain {
         // A fresh socket's send buffer takes this whole: one non-blocking write, no task.
         let _ = tcp.try_write(&over_capacity_response(cap));
+    }
+}
+
+/// Warns once per saturation that the cap is reached.
+fn warn_saturated(cap: usize, saturated: &AtomicBool) {
+    if !saturated.swap(true, Ordering::Relaxed) {
+        tracing::warn!(max_connections = cap, "Connection cap reached; refusing new connections.");
     }
 }
 

@@ -31,6 +31,10 @@ use tracing::Instrument;
 pub struct Front {
     pub intake: Arc<Intake>,
     pub limits: Limits,
+    /// The time a request's body may take to arrive (`http.body_timeout_secs`).
+    pub body_timeout: Duration,
+    /// The base URL the A2A card names (`http.public_url`, else the listening address).
+    pub public_url: String,
     pub auth: auth::Tokens,
     pub ws_ping: Duration,
     pub ws_dead: Duration,
@@ -162,6 +166,7 @@ impl Front {
             origin: Origin::new(transport, source),
             span: span.clone(),
             answers: Some(path),
+            content_id: None,
         };
         let answer = match self.intake.take(arrival).await {
             Err(refused) => refused_answer(refused, label, source),

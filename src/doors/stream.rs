@@ -16,6 +16,10 @@
 //! silpgate pings the server every 15 s and gives the connection up when nothing has been
 //! heard for three intervals. The connection is opened again with capped, jittered backoff. On shutdown silpgate stops
 //! reading, lets the messages in flight finish, writes their replies and closes the socket.
+//!
+//! In cluster mode one instance at a time holds a stream ([`crate::cluster::streams`]): the
+//! others do not connect, and the holder lets go (as on shutdown) when another instance's
+//! turn comes.
 
 use super::{Answer, Front, accepted_message};
 use crate::config::StreamConfig;
@@ -26,6 +30,7 @@ use crate::nlip::reply::{self, Location};
 use crate::util::backoff::Backoff;
 use futures_util::stream::FuturesOrdered;
 use futures_util::{SinkExt, StreamExt};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -60,15 +65,19 @@ impl Stream {
         Ok(Stream { config: config.clone(), dialer })
     }
 
-    /// Connects, takes messages, and connects again, until `stop` says stop.
-    pub async fn run(self, front: Arc<Front>, mut stop: watch::Receiver<bool>) {
+    /// Connects, takes messages, and connects again, until `stop` says stop; in cluster mode,
+    /// only while this instance holds the stream.
+    pub async fn run(self, front: Arc<Front>, stop: watch::Receiver<bool>) {
         let name = self.config.name.clone();
         let initial = Duration::from_millis(self.config.reconnect_initial_ms.max(1));
         let mut backoff = Backoff::new(initial, Duration::from_millis(self.config.reconnect_max_ms.max(1)));
+        let grants = front.cluster.as_ref().map(|cluster| cluster.streams.grants());
+        let mut turn = Turn { stop, grants, name: name.clone() };
         loop {
-            if *stop.borrow() {
+            if !turn.begin().await {
                 return;
             }
+            let _holding = front.cluster.as_ref().map(|cluster| cluster.streams.hold(&name));
             let span = tracing::info_span!(
                 "stream connect",
                 otel.kind = "client",
@@ -80,15 +89,17 @@ impl Stream {
             );
             let connected = tokio::select! {
                 connected = self.dialer.connect(&span).instrument(span.clone()) => connected,
-                _ = stopping(&mut stop) => return,
+                () = turn.ended() => continue,
             };
             match connected {
                 Ok(socket) => {
-                    backoff.reset();
                     tracing::info!(stream = %name, url = %self.dialer.url(), "Connected to the stream.");
-                    let why = self.serve(&front, socket, &mut stop).await;
-                    if *stop.borrow() {
-                        return;
+                    let since = std::time::Instant::now();
+                    let why = self.serve(&front, socket, &mut turn).await;
+                    backoff.connection_ended(since.elapsed());
+                    if turn.over() {
+                        tracing::info!(stream = %name, reason = %why, "Let go of the stream.");
+                        continue;
                     }
                     tracing::warn!(stream = %name, reason = %why, "The stream's connection closed; reconnecting.");
                 }
@@ -97,8 +108,8 @@ impl Stream {
                 }
             }
             tokio::select! {
-                _ = tokio::time::sleep(backoff.next_delay()) => {}
-                _ = stopping(&mut stop) => return,
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+                () = turn.ended() => {}
             }
         }
     }
@@ -108,7 +119,7 @@ impl Stream {
         &self,
         front: &Arc<Front>,
         socket: crate::connectors::ws::Socket,
-        stop: &mut watch::Receiver<bool>,
+        turn: &mut Turn,
     ) -> String {
         let (mut sink, mut stream) = socket.split();
         let encoding = self.config.encoding.nlip();
@@ -166,7 +177,7 @@ impl Stream {
                         }
                     }));
                 }
-                _ = stopping(stop) => break "stopping".to_owned(),
+                () = turn.ended() => break turn.why_over().to_owned(),
             }
         };
         // What was read finishes; its replies go out while the socket takes them.
@@ -183,9 +194,71 @@ impl Stream {
     }
 }
 
-/// Completes once `stop` says stop (the guard of the value is not kept).
-async fn stopping(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+/// What ends a stream's connection: the daemon stopping, or, in cluster mode, this instance's
+/// turn to hold the stream ending.
+struct Turn {
+    stop: watch::Receiver<bool>,
+    /// The streams this instance may hold; `None` outside cluster mode.
+    grants: Option<watch::Receiver<BTreeSet<String>>>,
+    name: String,
+}
+
+impl Turn {
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    fn held(&self) -> bool {
+        self.grants.as_ref().is_none_or(|grants| grants.borrow().contains(&self.name))
+    }
+
+    /// Whether the connection is to end.
+    fn over(&self) -> bool {
+        self.stopping() || !self.held()
+    }
+
+    fn why_over(&self) -> &'static str {
+        if self.stopping() { "stopping" } else { "another instance holds the stream now" }
+    }
+
+    /// Waits until this instance may connect: true then, false when the daemon stops instead.
+    async fn begin(&mut self) -> bool {
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            if self.held() {
+                return true;
+            }
+            self.changed().await;
+        }
+    }
+
+    /// Completes once the connection is to end ([`Turn::over`]).
+    async fn ended(&mut self) {
+        while !self.over() {
+            self.changed().await;
+        }
+    }
+
+    /// Waits for the next change of either; a side that can no longer change is waited for
+    /// no more.
+    async fn changed(&mut self) {
+        let Turn { stop, grants, .. } = self;
+        let grants_changed = async {
+            let changed = match grants {
+                Some(grants) => grants.changed().await.is_ok(),
+                None => false,
+            };
+            if !changed {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            changed = stop.changed() => if changed.is_err() { std::future::pending::<()>().await },
+            () = grants_changed => {}
+        }
+    }
 }
 
 /// The envelope a message's outcome is written back as.

@@ -284,15 +284,10 @@ async fn submit(
                 Ok(()) => front.submit(envelope, Transport::WebSocket, "ws", trace).await,
             }
         }
-        Err(e) if encoding == Encoding::Cbor && e.kind == nlip::NlipErrorKind::InvalidEncoding => {
-            // ECMA-432 §11: the CBOR decoding failure message, and the fallback hint.
-            let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", e.message);
-            refused(reply::error_message(e.kind.code(), &message, &Location::None))
+        Err(e) => {
+            let unreadable = front.intake.unreadable(e, encoding);
+            refused(unreadable.replies.into_iter().next().expect("an unreadable message is answered"))
         }
-        Err(e) => refused(front.gateway().reject_undecodable(e).outbound.into_iter().next().map_or_else(
-            || reply::error_message("invalid_envelope", "the message cannot be read", &Location::None),
-            |o| o.envelope,
-        )),
     }
 }
 

@@ -26,7 +26,6 @@ use crate::silp::tokens::{TokenCache, Tokenizer};
 use crate::silp::validate::{self, ValidateOptions};
 use crate::silp::{DecodeOptions, Frontend, ReqIdMode, ir::Ir};
 use payload::{OutputForm, SilpForm};
-use serde_json::json;
 use session::SessionPolicy;
 use std::sync::Arc;
 use store::{AgentProfile, Changes, Freeze, Frozen, LedgerState, ProfileSource, SessionChange};
@@ -63,10 +62,11 @@ enum Plan {
     Duplicate,
     /// Answer the sender with these envelopes (ping answers, control replies).
     Reply(Vec<Outbound>),
-    /// Send `outbound`, then the message itself to `destination` with its payloads rewritten.
+    /// Send the message to `destination` with its payloads rewritten and, when its session
+    /// renewed, the renewal notice among its submessages.
     Forward {
-        outbound: Vec<Outbound>,
         destination: Destination,
+        notice: Option<Submessage>,
         renders: Vec<Render>,
         frozen: Vec<Freeze>,
         change: SessionChange,
@@ -131,7 +131,7 @@ impl Gateway {
         match self.plan(&inbound, answering, &mut notes) {
             Ok(Plan::Duplicate) => Outcome::new(Status::Duplicate, Vec::new(), notes),
             Ok(Plan::Reply(outbound)) => Outcome::new(Status::Delivered, outbound, notes),
-            Ok(Plan::Forward { mut outbound, destination, renders, frozen, change }) => {
+            Ok(Plan::Forward { destination, notice, renders, frozen, change }) => {
                 // Everything that can fail is done: rewrite the payloads in place and send.
                 let mut envelope = inbound.envelope;
                 for render in renders {
@@ -147,7 +147,14 @@ impl Gateway {
                     render.subformat.clone_into(subformat);
                     *content = render.content;
                 }
-                outbound.push(Outbound { destination, envelope });
+                // After the renders: their indices count the submessages as they arrived.
+                if let Some(subs) = envelope.submessages.as_mut() {
+                    subs.retain(|s| !session::is_renewal_notice(s));
+                }
+                if let Some(notice) = notice {
+                    envelope.push(notice);
+                }
+                let outbound = vec![Outbound { destination, envelope }];
                 Outcome { status: Status::Delivered, outbound, notes, frozen, change }
             }
             Err((error, location)) => {
@@ -155,6 +162,43 @@ impl Gateway {
                     self.error_reply(&error, &location, Some(&inbound.envelope)).into_iter().collect();
                 Outcome::new(Status::Failed(error), outbound, notes)
             }
+        }
+    }
+
+    /// Takes back the turn message `message_id` of conversation `token` counted, once the
+    /// message is refused for good after its state was committed: its sender hears that it
+    /// failed and may send it again as a new message, which must not count twice. The session
+    /// goes back to where it stood before the message, and the message's ledger entry is
+    /// dropped. A conversation that counted a later turn since keeps this one: renumbering
+    /// the later turns would disagree with what their agents were told. Returns the session
+    /// as it was put back, for the replicas of its partition.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn take_back(
+        &self,
+        message_id: &str,
+        token: &str,
+    ) -> Result<Option<store::SessionRecord>, GatewayError> {
+        let Some(LedgerState::Pending { turn: Some(turn), .. }) = self.store.ledger(message_id)? else {
+            return Ok(None);
+        };
+        let Some(before) =
+            self.store.session_by_token(token)?.and_then(|now| session::uncount_turn(&now, &turn))
+        else {
+            return Ok(None);
+        };
+        let changes = Changes {
+            sessions: vec![before.clone()],
+            turns_seen: vec![(token.to_owned(), turn.turn)],
+            forgotten: vec![message_id.to_owned()],
+            ..Changes::default()
+        };
+        match self.store.commit(&changes, crate::util::time::now_millis()) {
+            Ok(_) => Ok(Some(before)),
+            // A later turn was counted meanwhile.
+            Err(store::StoreError::Conflict(_)) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -232,7 +276,6 @@ impl Gateway {
         notes.push(Note::Route(route.name().to_owned()));
 
         let mut changes = Changes::default();
-        let mut outbound = Vec::with_capacity(2);
         // The session as this message leaves it, kept with its ledger entry for the replicas
         // of the partition the session belongs to (only a cluster's sessions have any).
         let mut left = None;
@@ -265,13 +308,7 @@ impl Gateway {
             Route::Configured(r) if r.destination != "reply" => Destination::Agent(r.destination.clone()),
             _ => Destination::Reply,
         };
-        if let Some(turn) = session.as_ref().filter(|t| t.renewed) {
-            let content = json!({ "silp": "v1", "session": turn.id, "renewed": true, "turn": turn.turn });
-            let mut notice =
-                Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control");
-            reply::echo_tokens(&mut notice, message, &self.config.gateway.name);
-            outbound.push(Outbound { destination: destination.clone(), envelope: notice });
-        }
+        let notice = session.as_ref().filter(|t| t.renewed).map(session::renewal_notice);
 
         let receiver = match &destination {
             Destination::Agent(agent) => self.receiver(agent).map_err(nowhere)?,
@@ -391,7 +428,7 @@ impl Gateway {
             let (format, subformat, content) = payload::render(&unit.ir, form, text);
             renders.push(Render { index: unit.index, format, subformat, content });
         }
-        Ok(Plan::Forward { outbound, destination, renders, frozen: first_frozen, change })
+        Ok(Plan::Forward { destination, notice, renders, frozen: first_frozen, change })
     }
 
     /// Reads, checks and validates every SILP payload of the message.

@@ -44,6 +44,8 @@ const SILP_PREFIX: &str = "silp-";
 /// `unsupported_frontend` for a `silp-*` subformat silpgate cannot read: forwarding it
 /// unchecked would let a payload past the validator under a name nobody reads.
 pub fn silp_form(subformat: &str) -> Result<Option<SilpForm>, SilpError> {
+    // Read as a receiver would read it: `" silp-code"` is SILP code, and is validated as such.
+    let subformat = subformat.trim();
     let is_silp = subformat.get(..SILP_PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(SILP_PREFIX));
     if !is_silp {
         return Ok(None);
@@ -223,4 +225,17 @@ pub fn render(ir: &Ir, form: OutputForm, text: Option<String>) -> (Format, &'sta
 
 fn parse_own_json(text: &str) -> Value {
     serde_json::from_str(text).expect("the json frontends write valid JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silp_subformat_with_surrounding_whitespace_is_still_silp_and_read_as_such() {
+        assert!(matches!(silp_form(" silp-code"), Ok(Some(SilpForm::Code))));
+        assert!(matches!(silp_form("\tsilp-ir\n"), Ok(Some(SilpForm::Ir))));
+        assert!(silp_form(" silp-unknown").is_err(), "an unreadable silp-* is refused, spaces or not");
+        assert!(matches!(silp_form(" english"), Ok(None)));
+    }
 }

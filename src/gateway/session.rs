@@ -2,6 +2,12 @@
 //! every message is a turn; every N turns (the heartbeat) the session renews, and the next
 //! message carries a renewal notice; a session idle for too long expires.
 //!
+//! A renewal notice is a submessage of the message it comes with (labelled
+//! [`RENEWAL_LABEL`]), never a message of its own: an agent that answers each call (HTTP, A2A,
+//! MCP) would otherwise be called for it, and an asker waiting for one answer would get the
+//! notice in the answer's place. Connectors that cannot carry a submessage carry it in their
+//! protocol's metadata (A2A `metadata`, MCP `_meta`).
+//!
 //! Ids are two characters from `a-z0-9`, as the draft asks, and their scope is the conversation
 //! (SILP draft -02: `session_id` is a correlation convenience within an external uniqueness
 //! scope; the NLIP conversation token, which travels with every message, is that scope). An id
@@ -15,6 +21,8 @@
 use super::error::GatewayError;
 use super::store::Turn;
 use super::store::{Millis, SessionRecord, Store};
+use crate::nlip::{Content, Format, Submessage};
+use serde_json::{Value, json};
 
 const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 /// The heartbeat value that means "never renew".
@@ -83,6 +91,35 @@ pub fn count_turn(
     Ok((turn, record))
 }
 
+/// The session as it stood before `turn` was counted, if `now` is the session just after it
+/// (no later turn counted, not expired since). Its last activity stays: the message that
+/// counted the turn was activity too.
+pub fn uncount_turn(now: &SessionRecord, turn: &Turn) -> Option<SessionRecord> {
+    let counted_last = now.id == turn.id && now.turns == turn.turn && !now.expired;
+    let turns = now.turns.checked_sub(1).filter(|_| counted_last)?;
+    Some(SessionRecord { turns, renewal_due: turn.renewed, ..now.clone() })
+}
+
+/// The label of the submessage that tells a message's receiver that its session renewed.
+pub const RENEWAL_LABEL: &str = "silp-renewal";
+
+/// The renewal notice for a renewed turn: `{"silp":"v1","session":..,"renewed":true,"turn":..}`
+/// as a `structured`/`json` submessage labelled [`RENEWAL_LABEL`].
+pub fn renewal_notice(turn: &Turn) -> Submessage {
+    Submessage::new(Format::Structured, "json", Content::Json(renewal_content(turn)))
+        .with_label(RENEWAL_LABEL)
+}
+
+fn renewal_content(turn: &Turn) -> Value {
+    json!({ "silp": "v1", "session": turn.id, "renewed": true, "turn": turn.turn })
+}
+
+/// Whether a submessage is a renewal notice. Notices are silpgate's own: one that arrives on a
+/// message (an agent echoing its request) is dropped before the message goes on.
+pub fn is_renewal_notice(submessage: &Submessage) -> bool {
+    submessage.label.as_deref() == Some(RENEWAL_LABEL)
+}
+
 /// The session id of a conversation: two characters of `a-z0-9` taken from the SHA-256 of its
 /// token, the same on every instance and after every restart.
 pub fn id_for(token: &str) -> String {
@@ -141,6 +178,26 @@ mod tests {
         turn(&store, "c", 0, &POLICY).unwrap();
         assert!(matches!(turn(&store, "c", 5_000, &POLICY), Err(GatewayError::SessionExpired { .. })));
         assert!(matches!(turn(&store, "c", 5_001, &POLICY), Err(GatewayError::SessionExpired { .. })));
+    }
+
+    #[test]
+    fn a_turn_taken_back_is_counted_again_as_it_was_and_a_later_turn_keeps_it() {
+        let store = MemoryStore::new();
+        for i in 0..4 {
+            turn(&store, "back", i, &POLICY).unwrap();
+        }
+        // Turn 5 renews the context after it; taken back, turn 5 is counted again the same.
+        let (fifth, after) = count_turn(&store, "back", 5, &POLICY).unwrap();
+        let before = store.session_by_token("back").unwrap().unwrap();
+        let taken_back = uncount_turn(&after, &fifth).expect("the last turn counted");
+        assert_eq!((taken_back.turns, taken_back.renewal_due), (before.turns, before.renewal_due));
+        store.commit(&Changes { sessions: vec![after.clone()], ..Changes::default() }, 5).unwrap();
+        let sixth = count_turn(&store, "back", 6, &POLICY).unwrap().1;
+        assert_eq!(uncount_turn(&sixth, &fifth), None, "a later turn keeps it");
+        let renewed = Turn { renewed: true, ..fifth.clone() };
+        assert!(uncount_turn(&after, &renewed).unwrap().renewal_due, "the notice is due again");
+        let other = Turn { id: "zz".into(), ..fifth };
+        assert_eq!(uncount_turn(&after, &other), None, "another session's turn");
     }
 
     #[test]

@@ -158,6 +158,9 @@ pub struct Changes {
     pub profiles: Vec<(String, AgentProfile)>,
     pub freezes: Vec<Freeze>,
     pub ledger: Vec<(String, LedgerState)>,
+    /// Ledger entries to drop: messages refused for good after their state was committed,
+    /// whose ids may come again as new messages.
+    pub forgotten: Vec<String>,
 }
 
 impl Changes {
@@ -166,6 +169,7 @@ impl Changes {
             && self.profiles.is_empty()
             && self.freezes.is_empty()
             && self.ledger.is_empty()
+            && self.forgotten.is_empty()
     }
 }
 
@@ -291,6 +295,9 @@ impl Store for MemoryStore {
             }
             for (id, state) in &changes.ledger {
                 m.ledger.insert(id.clone(), state.clone());
+            }
+            for id in &changes.forgotten {
+                m.ledger.remove(id);
             }
             Ok(changes
                 .freezes

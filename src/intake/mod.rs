@@ -31,12 +31,13 @@ pub use crate::connectors::AnswerError;
 use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
+use crate::gateway::store::StoreError;
 use crate::gateway::store::{Freeze, SessionChange};
 use crate::gateway::{
     Destination, Disposition, Gateway, GatewayError, Inbound, Note, Origin, Status, Transport,
 };
-use crate::nlip::Message;
 use crate::nlip::reply::{self, Location};
+use crate::nlip::{Encoding, Message, NlipError, NlipErrorKind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -55,6 +56,10 @@ pub struct Arrival {
     pub span: tracing::Span,
     /// Where an agent's answer to this message goes; `None`: nobody waits for one.
     pub answers: Option<Arc<dyn ReturnPath>>,
+    /// What the message's envelopes are numbered from when it has no `message_id`: a door
+    /// that recognises a redelivery without one (AMQP: by the body's hash) names it, so that
+    /// the agents get a redelivery under the ids they got the first time. `None`: a fresh id.
+    pub content_id: Option<String>,
 }
 
 /// What became of a message the core accepted.
@@ -120,11 +125,6 @@ impl Failure {
             Failure::Answer(e) => e.code(),
             Failure::Shared(_) | Failure::Forward(_) => "broker_unavailable",
         }
-    }
-
-    /// Two messages changed the same state at once; the loser may simply plan again.
-    pub fn is_race(&self) -> bool {
-        matches!(self, Failure::Gateway(e) if Failure::is_store_conflict(e))
     }
 
     fn is_store_conflict(error: &GatewayError) -> bool {
@@ -263,16 +263,8 @@ impl Intake {
     /// produced to its agents. The door settles the message by the result.
     pub async fn take(&self, arrival: Arrival) -> Result<Taken, Refused> {
         let planned = self.plan(arrival)?;
-        if planned.needs_flush() {
-            let flushed = self
-                .gateway
-                .store()
-                .flush_async()
-                .instrument(info_span!(parent: &planned.span, "store flush"))
-                .await;
-            if let Err(e) = flushed {
-                return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
-            }
+        if let Err(e) = self.make_durable(&[&planned]).await {
+            return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
         }
         if !planned.duplicate
             && let Err(e) = self.share(&planned.span, &planned.change, &planned.frozen, &planned.learnt).await
@@ -282,15 +274,53 @@ impl Intake {
         self.deliver_planned(planned).await
     }
 
+    /// Makes the state `plans` committed durable with one flush, which each message's trace
+    /// shows as its own `store flush` stage. Nothing to do when none of them changed state.
+    ///
+    /// # Errors
+    /// The store could not flush: none of the plans' state is known to be durable.
+    pub async fn make_durable(&self, plans: &[&Planned<'_>]) -> Result<(), StoreError> {
+        let durable: Vec<&&Planned<'_>> = plans.iter().filter(|p| p.needs_flush()).collect();
+        if durable.is_empty() {
+            return Ok(());
+        }
+        let count = durable.len();
+        let spans: Vec<tracing::Span> = durable
+            .iter()
+            .map(|p| info_span!(parent: &p.span, "store flush", messaging.batch.message_count = count))
+            .collect();
+        let flushed = self.gateway.store().flush_async().await;
+        drop(spans);
+        flushed
+    }
+
+    /// Bytes a door could not read as an NLIP message: what their sender is told, the same
+    /// through every door. CBOR that does not decode gets the failure message of ECMA-432
+    /// §11, with its hint to fall back to text; anything else gets the core's error for the
+    /// envelope, saying where it broke.
+    pub fn unreadable(&self, error: NlipError, encoding: Encoding) -> Refused {
+        let reply = if encoding == Encoding::Cbor && error.kind == NlipErrorKind::InvalidEncoding {
+            let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", error.message);
+            reply::error_message(error.kind.code(), &message, &Location::None)
+        } else {
+            let outcome = self.gateway.reject_undecodable(error.clone());
+            outcome.outbound.into_iter().next().map_or_else(
+                || reply::error_message(error.kind.code(), "the message cannot be read", &Location::None),
+                |o| o.envelope,
+            )
+        };
+        Refused { failure: GatewayError::Envelope(error).into(), replies: vec![reply] }
+    }
+
     /// The first half of [`take`](Self::take): the core decides and commits the message's
     /// state, which is not yet durable. A door that plans several messages makes them durable
     /// with one [`Store::flush_async`](crate::gateway::store::Store::flush_async) for all,
     /// then delivers each with [`deliver_planned`](Self::deliver_planned).
     pub fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, Refused> {
-        let Arrival { envelope, origin, span, answers } = arrival;
+        let Arrival { envelope, origin, span, answers, content_id } = arrival;
         crate::telemetry::record_format(&span, &envelope);
         let form = payload::answer_form(&envelope);
-        let base_id = origin.message_id.clone().unwrap_or_else(|| self.ids.next());
+        let base_id = origin.message_id.clone().or(content_id).unwrap_or_else(|| self.ids.next());
         let inbound =
             Inbound { envelope, origin: origin.clone(), received_at: crate::util::time::now_millis() };
         let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.handle(inbound, None));
@@ -414,20 +444,51 @@ impl Intake {
                 ));
             };
             let request = parcels.last_mut().expect("a group holds a parcel");
-            request.answer_to = self.answer_to(&agent, &request.message_id, &delivery);
-            let awaited = (request.answer_to == AnswerTo::Gateway).then(|| request.message_id.clone());
+            request.answer_to = self.answer_to(&agent, &delivery);
+            let awaited = request.answer_to.correlation().map(|c| (request.message_id.clone(), c.to_owned()));
             let ids: Vec<String> = parcels.iter().map(|p| p.message_id.clone()).collect();
             let metrics = crate::metrics::get();
             let labels = |result: &str| [agent.clone(), connector.transport().to_owned(), result.to_owned()];
-            match connector.deliver(parcels).await {
+            // A request someone waits for is bounded as a whole by the reply timeout: an agent
+            // that answers at once (HTTP, A2A, MCP) but slowly, or drips its answer, is cut there.
+            let delivering = connector.deliver(parcels);
+            let mut timed_out = false;
+            let delivered = match &awaited {
+                Some(_) => {
+                    tokio::time::timeout(self.waiting.timeout(), delivering).await.unwrap_or_else(|_| {
+                        timed_out = true;
+                        Err(DeliveryError::Unavailable {
+                            agent: agent.clone(),
+                            code: "timeout",
+                            detail: format!("no answer within {} ms", self.waiting.timeout().as_millis()),
+                        })
+                    })
+                }
+                None => delivering.await,
+            };
+            match delivered {
                 Ok(delivered) => {
                     metrics.agent_deliveries.with_label_values(&labels("delivered")).inc_by(ids.len() as u64);
                     taken.delivered.extend(ids);
-                    taken.awaiting = taken.awaiting.take().or(awaited);
-                    for (id, answer) in delivered.answers {
+                    taken.awaiting = taken.awaiting.take().or(awaited.as_ref().map(|(_, c)| c.clone()));
+                    // An answer in hand belongs to the request, if anyone waits for it.
+                    let answered = !delivered.answers.is_empty();
+                    let in_hand = delivered
+                        .answers
+                        .into_iter()
+                        .find(|(id, _)| awaited.as_ref().is_some_and(|(request, _)| request == id));
+                    if answered && awaited.is_none() && self.waiting.is_concluded(delivery.base_id) {
+                        // Its sender heard `timeout` on an earlier attempt: the answer goes nowhere.
+                        metrics.replies_orphaned.with_label_values(&["timeout"]).inc();
+                        tracing::warn!(agent = %agent, request = delivery.base_id, "An answer came after its sender was told it timed out; dropped.");
+                    }
+                    if let (Some((_, answer)), Some((_, correlation))) = (in_hand, &awaited) {
                         let from = Origin::new(delivery.origin.transport, agent.as_str());
-                        match self.answer(&id, answer, from).await {
-                            Ok(()) | Err(AnswerError::Gone | AnswerError::Invalid(_)) => {}
+                        match self.answer(correlation, answer, from).await {
+                            // The agent has the request: an answer nobody can take any more
+                            // (the asker was told `timeout`, or left) does not undo that.
+                            Ok(())
+                            | Err(AnswerError::Gone | AnswerError::Invalid(_) | AnswerError::Orphan) => {}
                             Err(e) => return Err(refusal(Failure::Answer(e))),
                         }
                     }
@@ -435,9 +496,14 @@ impl Intake {
                 Err(error) => {
                     let result = error.disposition().as_str();
                     metrics.agent_deliveries.with_label_values(&labels(result)).inc_by(ids.len() as u64);
-                    // Nothing will answer this request now.
-                    if let Some(id) = awaited {
-                        self.waiting.take(&id);
+                    // Nothing will answer this request now. Past the reply timeout its sender
+                    // hears `timeout`, once, as a wait that expires tells it.
+                    if let Some((_, correlation)) = &awaited
+                        && let Some(waiter) = self.waiting.take(correlation)
+                        && timed_out
+                    {
+                        self.waiting.conclude(&waiter.request);
+                        self.tell_timeout(waiter).await;
                     }
                     let said = match &error {
                         DeliveryError::Refused { answer: Some(answer), .. } => Some(Message::clone(answer)),
@@ -455,39 +521,62 @@ impl Intake {
         Ok(())
     }
 
-    /// Who the agent answers for the request envelope `id`, starting the wait for it.
-    fn answer_to(&self, agent: &str, id: &str, delivery: &Delivery<'_>) -> AnswerTo {
+    /// Who the agent answers for a request, starting the wait for it under a fresh,
+    /// unguessable correlation id.
+    fn answer_to(&self, agent: &str, delivery: &Delivery<'_>) -> AnswerTo {
         let direct = delivery.route.is_some_and(|r| r.replies == RepliesMode::Direct);
         let unwanted = delivery.route.is_some_and(|r| r.wait == AwaitMode::None);
         let origin = delivery.origin;
+        // A sender that heard this request's outcome (an earlier attempt timed out) hears
+        // nothing more: the agent gets the request again, but nobody waits for its answer.
+        let concluded = self.waiting.is_concluded(delivery.base_id);
         match &delivery.answers {
             _ if direct => AnswerTo::Direct {
                 reply_to: origin.reply_to.clone(),
                 replies: origin.replies.clone(),
                 correlation_id: origin.correlation_id.clone(),
             },
-            Some(path) if !unwanted => {
+            Some(path) if !unwanted && !concluded => {
                 let waiter = Waiter {
                     agent: agent.to_owned(),
                     form: delivery.form,
                     path: path.clone(),
                     since: Instant::now(),
+                    request: delivery.base_id.to_owned(),
                 };
-                self.waiting.wait(id, waiter);
-                AnswerTo::Gateway
+                let correlation_id = crate::util::token::unguessable();
+                self.waiting.wait(&correlation_id, waiter);
+                AnswerTo::Gateway { correlation_id }
             }
             _ => AnswerTo::Nobody,
         }
     }
 
-    /// An agent's answer to the envelope `id`: through the core, written for the asker, then
-    /// to the asker's door. `from` says which agent and transport it came from.
+    /// An agent's answer to the wait `id` (its correlation id): through the core, written for
+    /// the asker, then to the asker's door. `from` says which agent and transport it came
+    /// from; an AMQP answer whose agent names its broker `user` is believed only from that user.
     pub async fn answer(&self, id: &str, envelope: Message, from: Origin) -> Result<(), AnswerError> {
         let metrics = crate::metrics::get();
         let Some(waiter) = self.waiting.take(id) else {
             metrics.replies_orphaned.with_label_values(&["timeout"]).inc();
             return Err(AnswerError::Orphan);
         };
+        if from.transport == Transport::Amqp
+            && let Some(user) = self
+                .gateway
+                .config()
+                .agents
+                .iter()
+                .find(|a| a.name == waiter.agent)
+                .and_then(|a| a.user.as_deref())
+            && from.user_id.as_deref() != Some(user)
+        {
+            metrics.replies_orphaned.with_label_values(&["forged"]).inc();
+            let agent = waiter.agent.clone();
+            // The agent's own answer may still come.
+            self.waiting.restore(id, waiter);
+            return Err(AnswerError::Forged { agent, got: from.user_id });
+        }
         metrics
             .reply_wait_seconds
             .with_label_values(&[&waiter.agent])
@@ -535,14 +624,16 @@ impl Intake {
     pub async fn expire_due(&self) {
         self.forwards.prune();
         for waiter in self.waiting.expired(Instant::now()) {
-            let detail = format!(
-                "agent {} did not answer within {} ms",
-                waiter.agent,
-                self.waiting.timeout().as_millis()
-            );
-            crate::metrics::get().failures.with_label_values(&["agent", "transient", "timeout"]).inc();
-            let _ = waiter.path.send(reply::error_message("timeout", &detail, &Location::None)).await;
+            self.tell_timeout(waiter).await;
         }
+    }
+
+    /// Tells the asker of an ended wait that its agent did not answer in time.
+    async fn tell_timeout(&self, waiter: Waiter) {
+        let detail =
+            format!("agent {} did not answer within {} ms", waiter.agent, self.waiting.timeout().as_millis());
+        crate::metrics::get().failures.with_label_values(&["agent", "transient", "timeout"]).inc();
+        let _ = waiter.path.send(reply::error_message("timeout", &detail, &Location::None)).await;
     }
 
     /// Expires waits every 50 ms, until the process ends.

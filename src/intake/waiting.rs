@@ -4,6 +4,10 @@
 //! Every wait ends exactly once: with the answer, or at the reply timeout with an NLIP
 //! `timeout` error sent the same way. All waits share one timeout, so they expire in the order
 //! they began: a queue, not a timer per request.
+//!
+//! A request whose sender has heard its outcome (the `timeout`, or the error when retries ran
+//! out) is remembered for a while as concluded: a later attempt at it (an AMQP retry) waits for
+//! no answer, so that the sender never hears a second outcome.
 
 use crate::gateway::payload::OutputForm;
 use crate::nlip::Message;
@@ -55,13 +59,38 @@ pub struct Waiter {
     pub form: OutputForm,
     pub path: Arc<dyn ReturnPath>,
     pub since: Instant,
+    /// The inbound message the request came from, the same on every attempt at it.
+    pub request: String,
 }
+
+/// How long a concluded request is remembered: longer than any retry schedule runs.
+const CONCLUDED_FOR: Duration = Duration::from_secs(30 * 60);
+/// Concluded requests remembered at most; the oldest are forgotten first.
+const MAX_CONCLUDED: usize = 100_000;
 
 #[derive(Default)]
 struct Inner {
     by_id: HashMap<String, Waiter>,
     /// (deadline, id) in the order waits began, which is the order they expire in.
     deadlines: VecDeque<(Instant, String)>,
+    /// Requests whose sender heard their outcome, and when, oldest first.
+    concluded: HashMap<String, Instant>,
+    concluded_order: VecDeque<(Instant, String)>,
+}
+
+impl Inner {
+    fn conclude(&mut self, request: String, now: Instant) {
+        while self.concluded_order.len() >= MAX_CONCLUDED
+            || self.concluded_order.front().is_some_and(|(at, _)| now.duration_since(*at) > CONCLUDED_FOR)
+        {
+            let (at, old) = self.concluded_order.pop_front().expect("checked");
+            if self.concluded.get(&old) == Some(&at) {
+                self.concluded.remove(&old);
+            }
+        }
+        self.concluded.insert(request.clone(), now);
+        self.concluded_order.push_back((now, request));
+    }
 }
 
 /// Every request waiting for an answer.
@@ -103,17 +132,32 @@ impl Waiting {
         }
     }
 
-    /// Ends the waits whose time is up, and returns them.
+    /// Ends the waits whose time is up, and returns them; their requests are concluded (the
+    /// caller tells each sender).
     pub fn expired(&self, now: Instant) -> Vec<Waiter> {
         let mut inner = self.lock();
         let mut expired = Vec::new();
         while inner.deadlines.front().is_some_and(|(deadline, _)| *deadline <= now) {
             let (_, id) = inner.deadlines.pop_front().expect("checked");
             if let Some(waiter) = inner.by_id.remove(&id) {
+                inner.conclude(waiter.request.clone(), now);
                 expired.push(waiter);
             }
         }
         expired
+    }
+
+    /// Notes that `request`'s sender heard its outcome. False if it had already.
+    pub fn conclude(&self, request: &str) -> bool {
+        let mut inner = self.lock();
+        let first = !inner.concluded.contains_key(request);
+        inner.conclude(request.to_owned(), Instant::now());
+        first
+    }
+
+    /// Whether `request`'s sender has heard its outcome.
+    pub fn is_concluded(&self, request: &str) -> bool {
+        self.lock().concluded.contains_key(request)
     }
 
     /// Requests waiting now.
@@ -133,7 +177,8 @@ mod tests {
 
     fn waiter(since: Instant) -> (Waiter, tokio::sync::oneshot::Receiver<Message>) {
         let (path, rx) = InPlace::new();
-        (Waiter { agent: "a".into(), form: OutputForm::Surface(Frontend::Code), path, since }, rx)
+        let form = OutputForm::Surface(Frontend::Code);
+        (Waiter { agent: "a".into(), form, path, since, request: "m".into() }, rx)
     }
 
     #[test]
@@ -148,6 +193,9 @@ mod tests {
         let due = waiting.expired(start + Duration::from_secs(1));
         assert_eq!(due.len(), 1, "only the wait still open expires");
         assert!(waiting.is_empty());
+        assert!(waiting.is_concluded("m"), "its sender heard the timeout");
+        assert!(!waiting.conclude("m"), "and hears nothing more");
+        assert!(waiting.conclude("other"));
     }
 
     #[test]

@@ -406,6 +406,17 @@ impl SledStore {
         Ok(())
     }
 
+    /// Removes a ledger entry and its time index from `batch`'s writes, if it is held.
+    fn remove_ledger(&self, batch: &mut Writes, id: &str) -> Result<(), StoreError> {
+        let entry_key = key(LEDGER, id.as_bytes());
+        if let Some(old) = self.get(&entry_key)? {
+            let at = decode::<LedgerEntry>(&old, "ledger entry")?.at;
+            batch.remove(ledger_time_key(at, id.as_bytes()));
+            batch.remove(entry_key);
+        }
+        Ok(())
+    }
+
     /// Writes the next compile.lock record after `chain` into `batch`; returns the new head,
     /// sealed.
     fn put_lock_record(
@@ -572,6 +583,9 @@ impl Store for SledStore {
         }
         for (id, state) in &changes.ledger {
             self.put_ledger(&mut batch, id, state, now)?;
+        }
+        for id in &changes.forgotten {
+            self.remove_ledger(&mut batch, id)?;
         }
         let follows_stream = self.chain_follows_stream.load(Ordering::Relaxed);
         let mut head: Option<Head> = None;

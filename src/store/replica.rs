@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 
 const APPLIED: &[u8] = b"cluster:applied:";
 const LOCK_APPLIED: &[u8] = b"cluster:lock_applied";
+const SERVED: &[u8] = b"cluster:served:";
 
 /// One entry of a partition's changelog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +35,12 @@ pub enum PartitionChange {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pending: Vec<(String, LedgerState)>,
     },
+    /// Messages whose publishes were all confirmed after their own entries went out: a replica
+    /// that serves the partition later acknowledges them, sent again, without publishing.
+    Published { ids: Vec<String> },
+    /// A message refused for good after it counted a turn: its conversation's session as it
+    /// was put back, and its ledger entry dropped ([`crate::gateway::Gateway::take_back`]).
+    TakenBack { session: SessionRecord, message_id: String },
 }
 
 /// A compile.lock entry proposed to the cluster; the first proposal of an (IR hash, frontend)
@@ -151,11 +158,54 @@ impl SledStore {
                     self.replace_session(&mut batch, session)?;
                 }
             }
+            PartitionChange::Published { ids } => {
+                for id in ids {
+                    self.put_ledger(&mut batch, id, &LedgerState::Published, now)?;
+                }
+            }
+            PartitionChange::TakenBack { session, message_id } => {
+                // Only over the turn taken back: a replica that never had it has nothing to undo.
+                let held = self.session_by_token(&session.token)?;
+                if held.is_some_and(|held| held.id == session.id && held.turns == session.turns + 1) {
+                    Self::put_session(&mut batch, session);
+                }
+                self.remove_ledger(&mut batch, message_id)?;
+            }
         }
         if let Some(offset) = offset {
             batch.insert(applied_key(partition.index), &offset.to_be_bytes());
         }
         self.stage(batch)
+    }
+
+    /// Records whether the instance on this store serves `partition` now: what
+    /// `silpgate sessions list` tells apart, the sessions served here from replicas.
+    pub fn set_served(&self, partition: u16, served: bool) -> Result<(), StoreError> {
+        self.writable()?;
+        let _writer = self.write_lock()?;
+        let mut batch = Writes::default();
+        let key = key(SERVED, &partition.to_be_bytes());
+        if served {
+            batch.insert(key, &[]);
+        } else {
+            batch.remove(key);
+        }
+        self.stage(batch)
+    }
+
+    /// The partitions the instance on this store served when it last wrote to it.
+    pub fn served(&self) -> Result<Vec<u16>, StoreError> {
+        self.settle()?;
+        self.db
+            .scan_prefix(SERVED)
+            .keys()
+            .map(|k| {
+                let k = k.map_err(super::unavailable)?;
+                <[u8; 2]>::try_from(&k[SERVED.len()..])
+                    .map(u16::from_be_bytes)
+                    .map_err(|_| super::corrupt("a served partition is not 2 bytes"))
+            })
+            .collect()
     }
 
     /// Records `offset` of `partition`'s changelog as applied.

@@ -33,7 +33,19 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.step = 0;
     }
+
+    /// After a connection that lived `lived` ended: starts over only if it lived long enough
+    /// to count as working ([`STEADY`]). One that dies young (a server that accepts and
+    /// closes) is a failure, and the waits keep growing.
+    pub fn connection_ended(&mut self, lived: Duration) {
+        if lived >= STEADY {
+            self.reset();
+        }
+    }
 }
+
+/// How long a connection must live to count as a working one.
+pub const STEADY: Duration = Duration::from_secs(5);
 
 /// A random number from the standard library's randomly keyed hasher: jitter needs no more.
 pub(crate) fn random() -> u64 {
@@ -62,5 +74,17 @@ mod tests {
         assert!(delays[4..].windows(2).any(|w| w[0] != w[1]), "capped delays are jittered");
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_connection_that_dies_young_keeps_the_waits_growing() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(10_000));
+        for _ in 0..5 {
+            b.next_delay();
+            b.connection_ended(Duration::from_millis(50));
+        }
+        assert!(b.next_delay() >= Duration::from_millis(1_600), "five young deaths are five failures");
+        b.connection_ended(STEADY);
+        assert!(b.next_delay() <= Duration::from_millis(100), "a connection that lived starts over");
     }
 }

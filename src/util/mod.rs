@@ -1,7 +1,9 @@
 //! The ground floor every layer may stand on, and that stands on nothing of silpgate's: hashing,
-//! the clock, JSON text writing, and retry backoff.
+//! the clock, JSON text writing, retry backoff, unguessable tokens and the stop signal.
 
 pub mod backoff;
 pub mod hash;
 pub mod json_text;
+pub mod shutdown;
 pub mod time;
+pub mod token;

@@ -11,7 +11,8 @@ What it does depends on the first text it receives (its SILP-aware part reads th
 - a text starting with "ask": a task that wants input (and so never completes here);
 - anything else: an immediate Message. A part whose metadata says it is SILP code
   `verb(argument)` is answered with SILP code `book(argument)`; plain text is echoed back as
-  "echo: <text> (context <the request's contextId>)".
+  "echo: <text> (context <the request's contextId>)". A message whose metadata carries a
+  session renewal notice (`silp_renewal`) gets one more text part: "renewal seen at turn N".
 """
 
 import asyncio
@@ -79,6 +80,10 @@ class Agent(AgentExecutor):
                 parts.append(silp)
             elif part.HasField("text"):
                 parts.append(new_text_part(f"echo: {part.text} (context {message.context_id})"))
+        renewal = dict(message.metadata).get("silp_renewal")
+        if renewal is not None:
+            # Says it saw the session's renewal notice, carried in the call's metadata.
+            parts.append(new_text_part(f"renewal seen at turn {int(dict(renewal)['turn'])}"))
         answer = Message(
             role=Role.ROLE_AGENT,
             message_id="answer-" + message.message_id,

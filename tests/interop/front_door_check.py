@@ -69,17 +69,16 @@ async def ws_checks(addr):
         for i in range(20):
             await ws.send(decode_request(f"cancel(item{i})", "py-ws").to_json())
         renewals = 0
-        i = 0
-        while i < 20:
+        for i in range(20):
             reply = NLIP_Message.model_validate_json(await asyncio.wait_for(ws.recv(), WAIT_SECONDS))
             check(reply.extract_conversation_token() == "py-ws", f"WebSocket reply {i}: token echoed")
-            if reply.is_control_msg():
-                # The session renewal notice (every 10 turns by default) precedes a reply.
-                renewals += 1
-                check(reply.content.get("renewed") is True, f"WebSocket control message: {reply.content}")
-                continue
+            check(not reply.is_control_msg(), f"WebSocket reply {i} is a reply, not a notice")
+            # The session renewal notice (every 10 turns by default) rides inside a reply.
+            for sub in reply.submessages or []:
+                if sub.label == "silp-renewal":
+                    renewals += 1
+                    check(sub.content.get("renewed") is True, f"WebSocket renewal notice: {sub.content}")
             check(reply.content["entities"][0]["value"] == f"item{i}", f"WebSocket reply {i} out of order")
-            i += 1
         check(renewals == 1, f"{renewals} renewal notices for 20 turns with heartbeat 10")
 
 

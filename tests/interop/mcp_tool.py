@@ -7,7 +7,9 @@ Tools:
 - `plan(silp_encoding, silp_payload, priority)`: reads the SILP wrapper of draft -02 §7.2 and
   answers with one: SILP code `book(<argument>)` for a `code` payload `verb(argument)`,
   plus the `priority` it was given (a fixed argument of the agent's configuration) and the
-  encoding it saw;
+  encoding it saw. It counts its calls and the session renewal notices it finds in the
+  calls' `_meta` (`silp/renewal`); a `natural` payload is answered, in natural language,
+  with `calls=N renewals=[turns]`;
 - `inspect(silp_encoding, silp_payload, priority)`: answers what it was given, as structured
   content (not a SILP wrapper);
 - `broken(silp_encoding, silp_payload)`: always fails, so the result has isError;
@@ -19,7 +21,7 @@ import re
 import sys
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
@@ -34,8 +36,20 @@ class Wrapped(BaseModel):
     priority: str
 
 
+CALLS = 0
+RENEWALS = []
+
+
 @server.tool(description="Plans a SILP task and answers in SILP code")
-def plan(silp_encoding: str, silp_payload: str, priority: str = "none") -> Wrapped:
+def plan(silp_encoding: str, silp_payload: str, ctx: Context, priority: str = "none") -> Wrapped:
+    global CALLS
+    CALLS += 1
+    renewal = (ctx.request_context.meta or {}).get("silp/renewal")
+    if renewal is not None:
+        RENEWALS.append(int(renewal["turn"]))
+    if silp_encoding == "natural":
+        said = f"calls={CALLS} renewals={RENEWALS}"
+        return Wrapped(silp_encoding="natural", silp_payload=said, saw_encoding=silp_encoding, priority=priority)
     match = re.fullmatch(r"\s*[a-z_]+\((.*)\)\s*", silp_payload)
     argument = match.group(1) if match else "unknown"
     return Wrapped(

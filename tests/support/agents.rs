@@ -11,8 +11,10 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
 use silpgate::nlip::{self, Encoding, Limits, Message};
 use std::net::SocketAddr;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What an agent does with one request: its answer, if it answers.
 pub type Behaviour = Arc<dyn Fn(&Message) -> Option<Message> + Send + Sync>;
@@ -156,7 +158,8 @@ impl HttpAgent {
                     if let Some(code) = silp_code_of(&request) {
                         codes.lock().unwrap().push(code);
                     }
-                    let (status, answer) = behaviour(n, &request);
+                    // A behaviour may take its time (an agent that is slow to answer).
+                    let (status, answer) = tokio::task::block_in_place(|| behaviour(n, &request));
                     let body = answer.map(|a| nlip::encode(&a, Encoding::Json)).unwrap_or_default();
                     let status = axum::http::StatusCode::from_u16(status).unwrap();
                     (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body)
@@ -173,4 +176,46 @@ impl Drop for HttpAgent {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A Python test server from `tests/interop/`, killed when dropped.
+pub struct PythonServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl PythonServer {
+    /// Starts `script PORT` on a free port and waits (at most 60 s) until it listens.
+    pub fn start(script: &str) -> PythonServer {
+        PythonServer::start_on(script, free_port())
+    }
+
+    pub fn start_on(script: &str, port: u16) -> PythonServer {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
+        let child =
+            Command::new(&python).arg(&path).arg(port.to_string()).spawn().unwrap_or_else(|e| {
+                panic!("cannot run {python} (tests/run.sh installs a2a-sdk and mcp): {e}")
+            });
+        let mut server = PythonServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(server.child.try_wait().unwrap().is_none(), "{script} exited at start");
+            assert!(Instant::now() < deadline, "{script} did not listen within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+}
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().port()
 }

@@ -60,13 +60,41 @@ impl Instances {
         self.running.remove(name).expect("running").kill();
     }
 
-    /// Waits until `name` serves at least one partition (a kill before that would test
-    /// nothing); blocking, for the moments between two chunks of a stream.
+    /// Waits until `name` serves at least one partition, or is due to: it hears every running
+    /// instance, ranks itself first for partitions it consumes, and no other instance serves
+    /// those any more (their hand-overs are done). A kill before that would test nothing, and
+    /// one in the middle of a hand-over tests something else. An idle partition is taken over
+    /// on its first delivery, and this is called between two chunks of a stream, when no
+    /// delivery comes. Blocking.
     pub fn wait_serving(&self, name: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let running: Vec<&str> = self.running.keys().map(String::as_str).collect();
+        let owned = |status: &serde_json::Value| -> Vec<u64> {
+            status["owned"]
+                .as_array()
+                .map(|o| o.iter().filter_map(serde_json::Value::as_u64).collect())
+                .unwrap_or_default()
+        };
         loop {
             let status = self.status(name);
-            if status["owned"].as_array().is_some_and(|owned| !owned.is_empty()) {
+            let hears_all = status["members"] == serde_json::json!(running);
+            let due: Vec<u64> = status["partitions"]
+                .as_array()
+                .map(|partitions| {
+                    partitions
+                        .iter()
+                        .filter(|p| p["owner"] == name && p["subscribed"] == true)
+                        .filter_map(|p| p["partition"].as_u64())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let let_go = || {
+                running.iter().filter(|other| **other != name).all(|other| {
+                    let theirs = owned(&self.status(other));
+                    due.iter().all(|p| !theirs.contains(p))
+                })
+            };
+            if !owned(&status).is_empty() || (hears_all && !due.is_empty() && let_go()) {
                 return;
             }
             assert!(Instant::now() < deadline, "{name} serves no partition: {status}");
@@ -159,6 +187,40 @@ impl Instances {
     }
 }
 
+/// Makes the downstream agent's queue refuse every publish (a policy of length 0 that rejects
+/// what does not fit), as a full queue does; returns the policy's name, for `clear_policy`.
+pub fn refuse_publishes_to_the_agent(names: &Names) -> String {
+    let policy = format!("{}-full", names.prefix);
+    let sink = format!("^{}$", names.sink().replace('.', "\\."));
+    broker::rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        &sink,
+        r#"{"max-length": 0, "overflow": "reject-publish"}"#,
+    ]);
+    // The broker applies a policy to the queues it has a moment after it stores it (a queue
+    // declared later takes it at once).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let queues = broker::rabbitmqctl(&["list_queues", "--quiet", "--no-table-headers", "name", "policy"]);
+        let sink = queues.lines().find_map(|line| {
+            let mut columns = line.split_whitespace();
+            (columns.next() == Some(names.sink().as_str()))
+                .then(|| columns.next().unwrap_or_default().to_owned())
+        });
+        if sink.is_none_or(|applied| applied == policy) {
+            return policy;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the policy {policy} never applied to the agent's queue: {queues}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs a test's body, failing it if it takes longer than [`TEST_LIMIT`].
 pub async fn within_limit(test: &str, body: impl std::future::Future<Output = ()>) {
     if tokio::time::timeout(TEST_LIMIT, body).await.is_err() {
@@ -242,19 +304,21 @@ pub fn read_delivered(got: &[Received]) -> Delivered {
         let encoding = Encoding::from_content_type(r.content_type.as_deref().unwrap_or_default()).unwrap();
         let message = nlip::decode(&r.body, encoding, &Limits::default()).expect("valid NLIP downstream");
         let conversation = conversation_of(&message);
-        if message.is_control() {
-            let nlip::Content::Json(content) = &message.content else { panic!("a notice is JSON") };
+        // A renewal notice travels inside the message it comes with.
+        for notice in
+            message.submessages().iter().filter(|s| silpgate::gateway::session::is_renewal_notice(s))
+        {
+            let nlip::Content::Json(content) = &notice.content else { panic!("a notice is JSON") };
             let session = content["session"].as_str().expect("a notice names its session").to_owned();
             delivered
                 .notices
                 .entry(conversation)
                 .or_default()
                 .push((session, content["turn"].as_u64().unwrap()));
-        } else {
-            let inbound = r.message_id.rsplit_once(':').expect("<inbound id>:<n>").0;
-            let number = inbound.strip_prefix("m-").and_then(|n| n.parse().ok()).expect("m-<i>");
-            delivered.forwarded.entry(conversation).or_default().push(number);
         }
+        let inbound = r.message_id.rsplit_once(':').expect("<inbound id>:<n>").0;
+        let number = inbound.strip_prefix("m-").and_then(|n| n.parse().ok()).expect("m-<i>");
+        delivered.forwarded.entry(conversation).or_default().push(number);
     }
     delivered
 }

@@ -88,6 +88,15 @@ pub fn ir_request(i: usize, conv: &str) -> Value {
            "submessages":[{"format":"token","subformat":"conversation","content": conv}]})
 }
 
+/// The turns named by the session renewal notices a message carries among its submessages.
+pub fn renewal_turns(message: &Value) -> Vec<u64> {
+    let subs = message["submessages"].as_array().cloned().unwrap_or_default();
+    subs.iter()
+        .filter(|s| s["label"] == "silp-renewal")
+        .filter_map(|s| s["content"]["turn"].as_u64())
+        .collect()
+}
+
 /// The `i` of the `order<i>` a text names.
 pub fn order_in(text: &str) -> Option<usize> {
     let at = text.find("order")? + "order".len();

@@ -8,11 +8,14 @@
 //!   its encoding in `metadata.silp_encoding` (`code`, `json`, `ir`: draft -02 §7.2's names).
 //! - The conversation token is the A2A `contextId`; the message's `messagetype`, when set, is
 //!   `metadata.nlip.messagetype`. Other tokens (authentication) never leave silpgate.
+//! - A session renewal notice is not a part: it is the message's `metadata.silp_renewal`
+//!   (`{"silp":"v1","session":..,"renewed":true,"turn":..}`), beside the parts it comes with.
 //! - An answer's parts map back the same way; a part without `metadata.nlip` is read as
 //!   `text`/`english`, `structured`/`json`, `binary`/its media type, or `location`/`uri`,
 //!   except a SILP part: one whose `metadata.silp_encoding` names its encoding, or a `data`
 //!   part holding an IR (an object with `silp` and `intent`), is `structured`/`silp-*`.
 
+use crate::gateway::session::is_renewal_notice;
 use crate::nlip::{Content, Format, Message, Submessage};
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -43,7 +46,7 @@ pub fn silp_encoding(subformat: &str) -> Option<&'static str> {
 pub fn message(envelope: &Message, message_id: &str, role: &str) -> Value {
     let mut parts = Vec::new();
     let own_is_empty = matches!(&envelope.content, Content::Json(Value::String(s)) if s.is_empty());
-    let others = envelope.submessages().iter().filter(|s| !s.is_token());
+    let others = envelope.submessages().iter().filter(|s| !s.is_token() && !is_renewal_notice(s));
     // An empty text body next to real parts says nothing; alone, it is the message.
     if !own_is_empty || others.clone().next().is_none() {
         parts.push(part(envelope.format, &envelope.subformat, &envelope.content, envelope.label.as_deref()));
@@ -58,8 +61,16 @@ pub fn message(envelope: &Message, message_id: &str, role: &str) -> Value {
     if let Some(context) = envelope.conversation_token() {
         out.insert("contextId".into(), Value::String(context.to_owned()));
     }
+    let mut metadata = Map::new();
     if let Some(messagetype) = &envelope.messagetype {
-        out.insert("metadata".into(), json!({"nlip": {"messagetype": messagetype}}));
+        metadata.insert("nlip".into(), json!({"messagetype": messagetype}));
+    }
+    if let Some(notice) = envelope.submessages().iter().find(|s| is_renewal_notice(s)) {
+        metadata
+            .insert("silp_renewal".into(), notice.content.json().map(|v| v.into_owned()).unwrap_or_default());
+    }
+    if !metadata.is_empty() {
+        out.insert("metadata".into(), Value::Object(metadata));
     }
     Value::Object(out)
 }

@@ -50,6 +50,11 @@ pub struct A2aAgent {
     slots: Semaphore,
     reply_timeout: Duration,
     rpc_ids: AtomicU64,
+    /// Origins the card may name besides the base URL's (`card_origins`).
+    card_origins: Vec<String>,
+    /// Answers are held to these, as any inbound message; a response body may be twice
+    /// `max_bytes` (JSON-RPC framing, base64 parts) before its NLIP form is checked.
+    limits: crate::nlip::Limits,
 }
 
 /// A JSON-RPC error the agent answered with.
@@ -60,7 +65,11 @@ struct Fault {
 
 impl A2aAgent {
     /// Tasks are waited for at most `reply_timeout`.
-    pub fn new(agent: &AgentConfig, reply_timeout: Duration) -> Result<Self, SetupError> {
+    pub fn new(
+        agent: &AgentConfig,
+        reply_timeout: Duration,
+        limits: crate::nlip::Limits,
+    ) -> Result<Self, SetupError> {
         let raw_url = agent.url.as_deref().unwrap_or_default();
         reqwest::Url::parse(raw_url)
             .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
@@ -72,6 +81,12 @@ impl A2aAgent {
             slots: Semaphore::new(agent.max_in_flight.max(1)),
             reply_timeout,
             rpc_ids: AtomicU64::new(1),
+            card_origins: agent
+                .card_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+            limits,
         })
     }
 
@@ -91,10 +106,16 @@ impl A2aAgent {
             .await
             .map_err(|e| super::http::unreachable(&self.name, e))?;
         let status = response.status();
+        if let Some(location) = super::http::redirect_of(&response) {
+            return Err(self.unavailable(
+                "a2a_card_invalid",
+                format!("agent card: HTTP {status} to {location}: silpgate follows no redirects"),
+            ));
+        }
         if !status.is_success() {
             return Err(self.unavailable("agent_unavailable", format!("agent card: HTTP {status}")));
         }
-        let body = response.bytes().await.map_err(|e| super::http::unreachable(&self.name, e))?;
+        let body = super::http::read_bounded(response, self.limits.max_bytes, &self.name).await?;
         serde_json::from_slice(&body)
             .map_err(|e| self.unavailable("a2a_card_invalid", format!("the agent card is not JSON: {e}")))
     }
@@ -119,9 +140,27 @@ impl A2aAgent {
         self.endpoint
             .get_or_try_init(|| async {
                 let card = self.card().await?;
-                Self::jsonrpc_url(&card).map_err(|why| self.unavailable("a2a_card_invalid", why))
+                let url =
+                    Self::jsonrpc_url(&card).map_err(|why| self.unavailable("a2a_card_invalid", why))?;
+                self.trusted(url)
             })
             .await
+    }
+
+    /// The card's endpoint, if the card may name it: on the configured URL's origin (or one of
+    /// `card_origins`), and never plain `http://` behind an `https://` URL.
+    fn trusted(&self, url: reqwest::Url) -> Result<reqwest::Url, DeliveryError> {
+        let origin = url.origin().ascii_serialization();
+        let base =
+            reqwest::Url::parse(&self.base).map(|b| b.origin().ascii_serialization()).unwrap_or_default();
+        let downgraded = self.base.starts_with("https:") && url.scheme() != "https";
+        if downgraded || (origin != base && !self.card_origins.contains(&origin)) {
+            let why = format!(
+                "the agent card names the endpoint {origin}, not the configured {base} (allow it with card_origins; https is never downgraded)"
+            );
+            return Err(self.unavailable("a2a_card_invalid", why));
+        }
+        Ok(url)
     }
 
     /// One JSON-RPC call: its result, or the agent's JSON-RPC error.
@@ -152,7 +191,12 @@ impl A2aAgent {
         let result = async {
             let response = request.send().await.map_err(|e| super::http::unreachable(&self.name, e))?;
             let status = response.status();
-            let bytes = response.bytes().await.map_err(|e| super::http::unreachable(&self.name, e))?;
+            if let Some(location) = super::http::redirect_of(&response) {
+                return Err(super::http::redirected(&self.name, status, &location));
+            }
+            let bytes =
+                super::http::read_bounded(response, self.limits.max_bytes.saturating_mul(2), &self.name)
+                    .await?;
             let transient = status.is_server_error()
                 || status == reqwest::StatusCode::REQUEST_TIMEOUT
                 || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
@@ -292,7 +336,8 @@ impl A2aAgent {
     fn answer_of_parts(&self, parts: Option<&Value>, path: &str, request: &Message) -> Message {
         let parts = parts.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         match map::envelope(parts, path) {
-            Ok(mut answer) => {
+            Ok(answer) => {
+                let mut answer = super::held_to_limits(answer, &self.limits, &self.name);
                 echo_tokens(&mut answer, request);
                 answer
             }

@@ -35,6 +35,7 @@ use crate::connectors::amqp::{BrokerLink, Link};
 use crate::gateway::store::Store;
 use crate::intake::Intake;
 use crate::util::backoff::Backoff;
+use crate::util::shutdown::stopped;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
@@ -208,7 +209,7 @@ impl Amqp {
         for (index, address) in addresses.round() {
             // Only the connection itself is bounded: declaring a cluster's topology on a busy
             // broker may take longer, and is no sign of a dead node.
-            let connecting = Connection::connect_uri(address.uri.clone(), ConnectionProperties::default());
+            let connecting = address.connect(ConnectionProperties::default());
             let opened = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
                 Ok(Ok(connection)) => self.open(connection).await.map_err(|e| e.to_string()),
                 Ok(Err(e)) => Err(e.to_string()),
@@ -639,12 +640,6 @@ pub fn reply_queue(amqp: &AmqpConfig, cluster: Option<&crate::config::ClusterCon
         Some(cluster) => format!("{}.{}", amqp.reply_queue, cluster.instance_name()),
         None => amqp.reply_queue.clone(),
     }
-}
-
-/// Completes once `shutdown` turns true (or its sender is gone).
-pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is dropped here, before any caller's next await.
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 /// Waits for a worker's next window: the first delivery, whatever else is already queued,

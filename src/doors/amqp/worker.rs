@@ -10,7 +10,6 @@
 //! the redelivery publish again (same `message_id`s) without counting anything twice.
 
 use super::acks::AckBook;
-use super::stopped;
 use crate::broker::addresses::Node;
 use crate::broker::ending::Endings;
 use crate::broker::health::BrokerHealth;
@@ -25,6 +24,7 @@ use crate::intake::{self, Arrival, Intake, Planned, Refused, ReturnPath, Returne
 use crate::nlip::{self, Encoding, Message, NlipError};
 use crate::telemetry;
 use crate::util::backoff::Backoff;
+use crate::util::shutdown::stopped;
 use futures_util::future::BoxFuture;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
@@ -281,22 +281,11 @@ impl Pipeline {
                 job.span.in_scope(|| self.intake.plan(arrival)).map_err(Some)
             })
             .collect();
-        let durable = planned.iter().flatten().filter(|p| p.needs_flush()).count();
-        if durable > 0 {
-            // One flush for the window; each message's trace shows it as its own stage.
-            let spans: Vec<_> = jobs
-                .iter()
-                .zip(&planned)
-                .filter(|(_, p)| p.as_ref().is_ok_and(Planned::needs_flush))
-                .map(|(job, _)| info_span!(parent: &job.span, "store flush", messaging.batch.message_count = durable))
-                .collect();
-            let flushed = self.intake.gateway().store().flush_async().await;
-            drop(spans);
-            if flushed.is_err() {
-                // Each message meets the failure again on its own path, which knows what to do.
-                for plan in planned.iter_mut().filter(|p| p.is_ok()) {
-                    *plan = Err(None);
-                }
+        let plans: Vec<&Planned<'_>> = planned.iter().flatten().collect();
+        if self.intake.make_durable(&plans).await.is_err() {
+            // Each message meets the failure again on its own path, which knows what to do.
+            for plan in planned.iter_mut().filter(|p| p.is_ok()) {
+                *plan = Err(None);
             }
         }
         planned
@@ -364,6 +353,7 @@ impl Pipeline {
                 Disposition::Duplicate => return self.ack(job).await,
                 Disposition::Poison => {
                     warn!(message_id, queue = %job.queue, code = failure.code(), error = %failure, "Message rejected to the dead-letter exchange.");
+                    self.take_back(job).await;
                     if self.dead_letter(job, failure.code(), &failure.to_string()).await {
                         return;
                     }
@@ -371,11 +361,14 @@ impl Pipeline {
                 Disposition::Transient if attempts >= self.amqp.max_attempts => {
                     let reason = format!("gave up after {attempts} attempts: {failure}");
                     warn!(message_id, queue = %job.queue, code = failure.code(), error = %reason, "Message dead-lettered.");
-                    if job.envelope.forwarded_by.is_some() {
-                        // A front door waits for this message's answer: it hears why, now.
+                    self.take_back(job).await;
+                    // The sender (or the front door that forwarded it) hears why, once: not if
+                    // it already heard this request's outcome (a `timeout`).
+                    let base_id = base_id(job);
+                    if self.intake.waiting().conclude(&base_id) {
                         let said =
                             nlip::reply::error_message(failure.code(), &reason, &nlip::reply::Location::None);
-                        self.tell_sender(job, &base_id(job), vec![said]).await;
+                        self.tell_sender(job, &base_id, vec![said]).await;
                     }
                     if self.dead_letter(job, failure.code(), &reason).await {
                         return;
@@ -408,6 +401,30 @@ impl Pipeline {
         }
     }
 
+    /// A message refused for good leaves no trace in the state: the turn it counted is taken
+    /// back ([`crate::gateway::Gateway::take_back`]), durably and, in a cluster, in its
+    /// partition's changelog, before its sender hears that it failed and sends it again.
+    async fn take_back(&self, job: &Job) {
+        let (Some(id), Ok(message)) = (job.envelope.message_id.as_deref(), &job.decoded) else { return };
+        let Some(token) = message.conversation_token() else { return };
+        let gateway = self.intake.gateway();
+        let session = match gateway.take_back(id, token) {
+            Ok(Some(session)) => session,
+            Ok(None) => return,
+            Err(e) => {
+                return warn!(message_id = id, error = %e, "The refused message's turn could not be taken back.");
+            }
+        };
+        if let Err(e) = gateway.store().flush_async().await {
+            return warn!(message_id = id, error = %e, "The refused message's turn could not be taken back.");
+        }
+        if let (Some(cluster), Some(partition)) = (self.cluster.as_deref(), job.partition)
+            && let Err(e) = cluster.take_back(&self.publisher, partition, session, id).await
+        {
+            warn!(message_id = id, partition = partition.index, error = %e, "The refused message's turn was taken back here, not in its changelog.");
+        }
+    }
+
     /// Waits while the broker side holds. False when silpgate shuts down meanwhile.
     async fn held_until_released(&self) -> bool {
         if !self.health.is_holding() {
@@ -426,26 +443,17 @@ impl Pipeline {
         let message = match &job.decoded {
             Ok(message) => message.clone(),
             Err(e) => {
-                let outcome = self.intake.gateway().reject_undecodable(e.clone());
-                let replies = outcome.outbound.into_iter().map(|o| o.envelope).collect();
+                let encoding = job.envelope.encoding.as_ref().map_or(Encoding::Json, |e| *e);
+                let Refused { failure, replies } = self.intake.unreadable(e.clone(), encoding);
                 self.tell_sender(job, &base_id, replies).await;
-                return Err(GatewayError::Envelope(e.clone()).into());
+                return Err(failure.into());
             }
         };
         let planned = match self.intake.plan(self.arrival(job, message)) {
             Ok(planned) => planned,
             Err(refused) => return Err(self.refused(job, &base_id, refused).await),
         };
-        if planned.needs_flush() {
-            let flushed = self
-                .intake
-                .gateway()
-                .store()
-                .flush_async()
-                .instrument(info_span!("store flush", messaging.batch.message_count = 1))
-                .await;
-            flushed.map_err(GatewayError::Store)?;
-        }
+        self.intake.make_durable(&[&planned]).await.map_err(GatewayError::Store)?;
         self.finish(job, &base_id, planned).await
     }
 
@@ -475,7 +483,8 @@ impl Pipeline {
                 message_id: format!("{}:answer", base_id(job)),
             }) as Arc<dyn ReturnPath>
         });
-        Arrival { envelope: message, origin, span: job.span.clone(), answers }
+        let content_id = Some(base_id(job));
+        Arrival { envelope: message, origin, span: job.span.clone(), answers, content_id }
     }
 
     /// A message the intake refused; a sender of poison hears why.
@@ -517,6 +526,9 @@ impl Pipeline {
         }
         self.publish(job, base_id, replies, appends).await?;
         if let Some(id) = &envelope.message_id {
+            if let Some((cluster, partition)) = cluster {
+                cluster.published(partition, id);
+            }
             self.marks.published(id.clone());
         }
         if let Some((cluster, partition)) = cluster

@@ -47,7 +47,7 @@ async fn post_mcp(
     body: Body,
 ) -> Response {
     let bytes = match super::jsonrpc::admit(&front, peer, &headers, body).await {
-        Ok(bytes) => bytes,
+        Ok(admitted) => admitted.body,
         Err(refused) => return refused,
     };
     match answer(&bytes) {
