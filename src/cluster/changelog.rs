@@ -16,6 +16,10 @@
 //! [`super::membership::is_gone`]): the replay then appends a second claim and reads up to it,
 //! for what the old owner appended before its connection ended.
 //!
+//! A standby does not wait for a takeover to read: it follows the changelog of each partition
+//! it waits on ([`follow`]), so that the replay of a takeover reads only the last few entries,
+//! however long the changelog is.
+//!
 //! A gap (retention cut the stream past the local offset) is bridged by the first snapshot
 //! after it.
 
@@ -23,6 +27,7 @@ use super::ClusterError;
 use crate::broker::properties;
 use crate::broker::publish::{Publication, Publisher};
 use crate::gateway::session::Partition;
+use crate::store::SledStore;
 use crate::store::replica::PartitionChange;
 use futures_util::StreamExt;
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -143,27 +148,22 @@ pub async fn replay(
     partition: Partition,
     handover_wait: Duration,
 ) -> Result<u64, ClusterError> {
-    let store = &cluster.store;
+    let store: &SledStore = &cluster.store;
     let claim = cluster.marker();
     let mut fence =
         Fence { claim: claim.nonce.clone(), handing_over: None, waiting_until: None, handover_wait };
     append(publisher, stream, &Entry::Claim(claim)).await?;
 
-    let applied = store.partition_offset(partition.index)?;
-    let first = applied.map_or(0, |o| o + 1);
+    let mut applier = Applier::new(store, partition, stream)?;
     channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
     let mut arguments = FieldTable::default();
-    arguments.insert("x-stream-offset".into(), offset_argument(applied));
+    arguments.insert("x-stream-offset".into(), offset_argument(applier.applied));
     let tag = format!("silpgate-replay-{}", fence.claim);
     let mut consumer = channel
         .basic_consume(stream.into(), tag.as_str().into(), BasicConsumeOptions::default(), arguments)
         .await?;
 
-    let mut replayed = 0u64;
     let mut read = 0u64;
-    // Whether changes are skipped: the stream no longer holds what follows the local offset
-    // (decided at the first entry), until a snapshot restarts the state.
-    let mut skipping: Option<bool> = None;
     let mut probe = tokio::time::interval(PROBE_EVERY);
     probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let result = loop {
@@ -184,55 +184,140 @@ pub async fn replay(
         let delivery = match next {
             Err(_) if fence.waiting_until.is_some() => {
                 warn!(stream, "The previous owner did not finish handing over in time; taking over.");
-                break Ok(replayed);
+                break Ok(applier.changes);
             }
             Err(_) => break Err(ClusterError::Stream(format!("replay of {stream} stalled for {STALL:?}"))),
             Ok(None) => break Err(ClusterError::Stream(format!("the broker ended the replay of {stream}"))),
             Ok(Some(delivery)) => delivery?,
         };
         read += 1;
-        let Some(offset) = stream_offset(&delivery) else {
-            break Err(ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset")));
-        };
-        let skip = *skipping.get_or_insert_with(|| {
-            let cut = offset > first;
-            if cut {
-                warn!(
-                    stream,
-                    from = first,
-                    first_held = offset,
-                    "Changelog cut by retention; replaying from the next snapshot."
-                );
-            }
-            cut
-        });
-        let done = match serde_json::from_slice::<Entry>(&delivery.data) {
-            Ok(Entry::Change(change)) => {
-                let snapshot = matches!(change, PartitionChange::Snapshot { .. });
-                if !skip || snapshot {
-                    skipping = Some(false);
-                    store.apply_change(partition, &change, Some(offset), crate::util::time::now_millis())?;
-                    replayed += 1;
-                }
+        let (offset, entry) = applier.read(&delivery)?;
+        let done = match entry {
+            Some(Entry::Change(change)) => {
+                applier.apply(offset, &change, true)?;
                 false
             }
-            Ok(marker) => fence.read(&marker),
-            Err(e) => {
-                warn!(stream, offset, error = %e, "Not a changelog entry; skipped.");
-                false
-            }
+            Some(marker) => fence.read(&marker),
+            None => false,
         };
         if done || read.is_multiple_of(ACK_EVERY) {
             delivery.acker.ack(BasicAckOptions { multiple: true }).await?;
         }
         if done {
             store.set_partition_offset(partition.index, offset)?;
-            break Ok(replayed);
+            break Ok(applier.changes);
         }
     };
     let _ = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await;
     let _ = channel.close(200, "replayed".into()).await;
     result
+}
+
+/// A partition's changes applied to the local store in stream order, from the entry after
+/// the last one it applied: what a replay and a standby's follower share.
+struct Applier<'a> {
+    store: &'a SledStore,
+    partition: Partition,
+    stream: &'a str,
+    /// The last offset recorded as applied.
+    applied: Option<u64>,
+    /// Whether changes are skipped: the stream no longer holds what follows the local offset
+    /// (decided at the first entry), until a snapshot restarts the state.
+    skipping: Option<bool>,
+    /// Changes applied so far.
+    changes: u64,
+}
+
+impl<'a> Applier<'a> {
+    fn new(store: &'a SledStore, partition: Partition, stream: &'a str) -> Result<Applier<'a>, ClusterError> {
+        let applied = store.partition_offset(partition.index)?;
+        Ok(Applier { store, partition, stream, applied, skipping: None, changes: 0 })
+    }
+
+    /// A delivery's offset and entry (`None` for what is not an entry: skipped, with a warning).
+    fn read(&mut self, delivery: &lapin::message::Delivery) -> Result<(u64, Option<Entry>), ClusterError> {
+        let stream = self.stream;
+        let Some(offset) = stream_offset(delivery) else {
+            return Err(ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset")));
+        };
+        let first = self.applied.map_or(0, |o| o + 1);
+        self.skipping.get_or_insert_with(|| {
+            let cut = offset > first;
+            if cut {
+                warn!(stream, from = first, first_held = offset, "Changelog cut by retention; replaying from the next snapshot.");
+            }
+            cut
+        });
+        match serde_json::from_slice::<Entry>(&delivery.data) {
+            Ok(entry) => Ok((offset, Some(entry))),
+            Err(e) => {
+                warn!(stream, offset, error = %e, "Not a changelog entry; skipped.");
+                Ok((offset, None))
+            }
+        }
+    }
+
+    /// Applies `change`, read at `offset`, and records `offset` as applied when `record`.
+    fn apply(&mut self, offset: u64, change: &PartitionChange, record: bool) -> Result<(), ClusterError> {
+        let snapshot = matches!(change, PartitionChange::Snapshot { .. });
+        if self.skipping == Some(true) && !snapshot {
+            return Ok(());
+        }
+        self.skipping = Some(false);
+        let offset = record.then_some(offset);
+        self.store.apply_change(self.partition, change, offset, crate::util::time::now_millis())?;
+        if offset.is_some() {
+            self.applied = offset;
+        }
+        self.changes += 1;
+        Ok(())
+    }
+}
+
+/// Keeps the local store up with `stream` while another instance serves the partition and
+/// this one waits on it as a standby, so that a takeover replays only the last few entries,
+/// whatever the changelog's length: a crash is taken over at once. Runs until it is aborted
+/// (before a takeover starts its replay: the two never apply at once) or the stream fails.
+///
+/// The applied offset is never recorded past a `Releasing` whose `Released` has not been read:
+/// a replay starting after it would not know to wait for the hand-over to finish. The changes
+/// in between are applied all the same; a replay applies them again, in order, to the same end.
+///
+/// # Errors
+/// The broker or the store failed.
+pub async fn follow(channel: lapin::Channel, stream: &str, store: &SledStore, partition: Partition) -> Result<(), ClusterError> {
+    let mut applier = Applier::new(store, partition, stream)?;
+    channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-stream-offset".into(), offset_argument(applier.applied));
+    let tag = format!("silpgate-follow-{:016x}", crate::util::backoff::random());
+    let mut consumer = channel
+        .basic_consume(stream.into(), tag.as_str().into(), BasicConsumeOptions::default(), arguments)
+        .await?;
+    // The nonce of a hand-over in progress.
+    let mut handing_over: Option<String> = None;
+    let mut read = 0u64;
+    while let Some(delivery) = consumer.next().await {
+        let delivery = delivery?;
+        read += 1;
+        let (offset, entry) = applier.read(&delivery)?;
+        match entry {
+            Some(Entry::Change(change)) => applier.apply(offset, &change, handing_over.is_none())?,
+            Some(Entry::Releasing(marker)) => {
+                handing_over.get_or_insert(marker.nonce);
+            }
+            Some(Entry::Released(marker)) if handing_over.as_ref() == Some(&marker.nonce) => {
+                handing_over = None;
+                store.set_partition_offset(partition.index, offset)?;
+                applier.applied = Some(offset);
+            }
+            _ => {}
+        }
+        if read.is_multiple_of(ACK_EVERY) {
+            delivery.acker.ack(BasicAckOptions { multiple: true }).await?;
+        }
+    }
+    Err(ClusterError::Stream(format!("the broker ended following {stream}")))
 }
 
 /// `entry` as a message for `stream`.

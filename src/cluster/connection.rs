@@ -11,7 +11,7 @@ use super::handover::{Handover, Parked, STRAY_GRACE};
 use super::ingress::Ingress;
 use super::membership::{self, Members};
 use super::ownership::{Deliveries, Ownership};
-use super::{Cluster, ClusterError, lock};
+use super::{Cluster, ClusterError, changelog, lock};
 use crate::broker::publish::Publisher;
 use crate::doors::amqp::worker::Pipeline;
 use crate::gateway::session::Partition;
@@ -42,6 +42,8 @@ pub struct ClusterSide {
     /// Wakes the heartbeats when the instance starts leaving.
     leaving_now: Arc<Notify>,
     takeovers: Vec<JoinHandle<()>>,
+    /// The changelog followers of the partitions this instance waits on as a standby.
+    followers: HashMap<u16, JoinHandle<()>>,
     taken_over: mpsc::UnboundedSender<TakenOver>,
     /// Partitions being taken over.
     waiting: HashMap<u16, Handover>,
@@ -101,6 +103,7 @@ impl ClusterSide {
             heartbeat_channel,
             leaving_now,
             takeovers: Vec::new(),
+            followers: HashMap::new(),
             taken_over,
             waiting: HashMap::new(),
             leaving: false,
@@ -140,6 +143,7 @@ impl ClusterSide {
                 .unwrap_or_default());
         }
         self.waiting.insert(partition.index, Handover::Parking(vec![parked]));
+        self.unfollow(partition.index).await;
         let channel = connection.create_channel().await?;
         let (cluster, publisher, done) =
             (self.cluster.clone(), pipeline.publisher.clone(), self.taken_over.clone());
@@ -286,12 +290,64 @@ impl ClusterSide {
         } else {
             self.cluster.streams.revoke_all();
         }
+        self.follow_standbys(connection).await?;
         let subscribed = self.ownership.subscribed();
         self.cluster.observe(live, &subscribed);
         let mut members = self.members.lock().expect("members");
         members.subscribed(subscribed);
         members.streams(self.cluster.streams.holding());
         Ok(())
+    }
+
+    /// Follows the changelog of each partition this instance waits on as a standby (consumed
+    /// here, neither served nor being taken over), and of no other; a follower that failed is
+    /// started again.
+    async fn follow_standbys(&mut self, connection: &Connection) -> lapin::Result<()> {
+        let standby: BTreeSet<u16> = if self.leaving {
+            BTreeSet::new()
+        } else {
+            let cluster = &self.cluster;
+            self.ownership
+                .subscribed()
+                .into_iter()
+                .filter(|&index| !cluster.owns(cluster.partition(index)) && !self.waiting.contains_key(&index))
+                .collect()
+        };
+        let ended: Vec<u16> = self
+            .followers
+            .iter()
+            .filter(|&(index, task)| !standby.contains(index) || task.is_finished())
+            .map(|(&index, _)| index)
+            .collect();
+        for index in ended {
+            self.unfollow(index).await;
+        }
+        for index in standby {
+            if self.followers.contains_key(&index) {
+                continue;
+            }
+            let channel = connection.create_channel().await?;
+            let cluster = self.cluster.clone();
+            let partition = cluster.partition(index);
+            self.followers.insert(
+                index,
+                tokio::spawn(async move {
+                    let stream = cluster.changelog(partition);
+                    if let Err(e) = changelog::follow(channel, stream, &cluster.store, partition).await {
+                        warn!(partition = index, error = %e, "Following a standby partition's changelog failed; a takeover replays what it missed.");
+                    }
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops following `index`'s changelog, and waits until the follower applies nothing more.
+    async fn unfollow(&mut self, index: u16) {
+        if let Some(follower) = self.followers.remove(&index) {
+            follower.abort();
+            let _ = follower.await;
+        }
     }
 
     /// Whether a consumer that ended was cancelled on purpose (a partition handed on, or any
@@ -324,7 +380,8 @@ impl ClusterSide {
     /// Stops the heartbeats, following the lock stream and any takeover still running.
     pub async fn stop(self) {
         self.ingress.stop().await;
-        for task in self.takeovers.into_iter().chain([self.follower, self.heartbeats]) {
+        let followers = self.followers.into_values();
+        for task in self.takeovers.into_iter().chain(followers).chain([self.follower, self.heartbeats]) {
             task.abort();
             let _ = task.await;
         }
