@@ -124,8 +124,8 @@ struct View {
     subscribed: Vec<u16>,
 }
 
-/// Channels an instance opens besides its partitions' (the connection's own, the heartbeats',
-/// the ingress's and the lock follower's).
+/// Channels an instance opens besides its partitions' and its standby partitions' changelog
+/// followers' (the connection's own, the heartbeats', the ingress's and the lock follower's).
 pub const FIXED_CHANNELS: usize = 4;
 
 /// The cluster side of one instance.
@@ -671,7 +671,8 @@ impl Cluster {
             "subscribed": subscribed,
             "channels": {
                 "partitions": subscribed.len(),
-                "total": subscribed.len() + FIXED_CHANNELS,
+                "changelog_followers": standby.len(),
+                "total": subscribed.len() + standby.len() + FIXED_CHANNELS,
             },
             "members": members,
             "standby_per_partition": self.config.standby,

@@ -344,6 +344,7 @@ impl Ownership {
                         .await?;
                     release.step = Step::Cancelled;
                     release.cancel_sent = Some(sent);
+                    info!(instance = %cluster.instance, partition = index, "Stopped consuming a partition handed on; finishing what it holds.");
                 }
                 Step::Finishing if !release.held.is_empty() => {
                     ready.push((partition, std::mem::take(&mut release.held)));
