@@ -4,6 +4,7 @@
 # Usage: bash benches/bench-cluster.sh [N=20000] [RATE=320]
 # The last line: cluster throughput msg/s: 1 instance X, 2 instances Y, 3 instances Z; handover after
 # SIGKILL W ms; cpu per message over all instances: A / B / C us
+# SILPGATE_BENCH_BIN=/path/to/an/earlier/silpgate runs that build instead (before/after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rabbitmqctl -q await_startup --timeout 10 >/dev/null 2>&1 || {

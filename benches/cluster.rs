@@ -94,7 +94,10 @@ impl Cluster {
                 let name = format!("n{i}");
                 let config = dir.join(format!("{name}.toml"));
                 std::fs::write(&config, config_text(prefix, &dir.join(&name), &name)).unwrap();
-                let child = Command::new(env!("CARGO_BIN_EXE_silpgate"))
+                // SILPGATE_BENCH_BIN runs another build (an earlier one, for a before/after).
+                let binary = std::env::var("SILPGATE_BENCH_BIN")
+                    .unwrap_or_else(|_| env!("CARGO_BIN_EXE_silpgate").to_owned());
+                let child = Command::new(binary)
                     .args(["run", "--config"])
                     .arg(&config)
                     .env("SILPGATE_LOG", "error")

@@ -217,7 +217,11 @@ async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_o
             let share = rendezvous::share(PARTITIONS, &four, 1, "d");
             assert_eq!(json["owned"], serde_json::json!(share.owned), "{json}");
             assert_eq!(json["standby"], serde_json::json!(share.standby), "{json}");
-            assert_eq!(json["channels"]["total"], serde_json::json!(share.subscribed().len() + share.standby.len() + 4), "{json}");
+            assert_eq!(
+                json["channels"]["total"],
+                serde_json::json!(share.subscribed().len() + share.standby.len() + 4),
+                "{json}"
+            );
             let standby = share.standby.len();
             assert!(table.contains(&format!("standby for {standby}: ")), "{table}");
             assert!(table.contains("members: a b c d"), "{table}");

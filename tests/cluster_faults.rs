@@ -123,7 +123,8 @@ async fn an_owner_killed_in_the_middle_of_a_hand_over_does_not_stall_its_partiti
     within_limit("killed mid-hand-over", async {
         let mut cluster = Instances::new("fault-midway");
         let names = cluster.names.clone();
-        let patient = |config: String| config.replace("retry_max_ms = 400\n", "retry_max_ms = 400\ndrain_secs = 30\n");
+        let patient =
+            |config: String| config.replace("retry_max_ms = 400\n", "retry_max_ms = 400\ndrain_secs = 30\n");
         cluster.start_with("a", patient);
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = steady(&names, stop.clone());

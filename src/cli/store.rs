@@ -225,6 +225,8 @@ pub fn run_sessions(command: SessionsCommand) -> ExitCode {
 /// of the changelog entry it last applied (`"held": "replica"`, `changelog_applied_offset`).
 fn session_lines(store: &SledStore) -> Result<Vec<String>, crate::gateway::store::StoreError> {
     let served = store.served()?;
+    // Read once per partition, not once per session.
+    let mut offsets: std::collections::BTreeMap<u16, Option<u64>> = std::collections::BTreeMap::new();
     let mut lines = Vec::new();
     for session in store.sessions()? {
         let mut line = serde_json::to_value(&session).expect("sessions serialise");
@@ -232,7 +234,11 @@ fn session_lines(store: &SledStore) -> Result<Vec<String>, crate::gateway::store
             let held = if served.contains(&partition) { "served" } else { "replica" };
             line["held"] = held.into();
             if held == "replica" {
-                line["changelog_applied_offset"] = store.partition_offset(partition)?.into();
+                let offset = match offsets.get(&partition) {
+                    Some(&offset) => offset,
+                    None => *offsets.entry(partition).or_insert(store.partition_offset(partition)?),
+                };
+                line["changelog_applied_offset"] = offset.into();
             }
         }
         lines.push(line.to_string());

@@ -244,7 +244,12 @@ impl<'a> Applier<'a> {
         self.skipping.get_or_insert_with(|| {
             let cut = offset > first;
             if cut {
-                warn!(stream, from = first, first_held = offset, "Changelog cut by retention; replaying from the next snapshot.");
+                warn!(
+                    stream,
+                    from = first,
+                    first_held = offset,
+                    "Changelog cut by retention; replaying from the next snapshot."
+                );
             }
             cut
         });
@@ -285,7 +290,12 @@ impl<'a> Applier<'a> {
 ///
 /// # Errors
 /// The broker or the store failed.
-pub async fn follow(channel: lapin::Channel, stream: &str, store: &SledStore, partition: Partition) -> Result<(), ClusterError> {
+pub async fn follow(
+    channel: lapin::Channel,
+    stream: &str,
+    store: &SledStore,
+    partition: Partition,
+) -> Result<(), ClusterError> {
     let mut applier = Applier::new(store, partition, stream)?;
     channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
     let mut arguments = FieldTable::default();

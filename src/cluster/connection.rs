@@ -143,6 +143,7 @@ impl ClusterSide {
                 .unwrap_or_default());
         }
         self.waiting.insert(partition.index, Handover::Parking(vec![parked]));
+        self.cluster.begin_takeover(partition);
         self.unfollow(partition.index).await;
         let channel = connection.create_channel().await?;
         let (cluster, publisher, done) =
@@ -310,7 +311,9 @@ impl ClusterSide {
             self.ownership
                 .subscribed()
                 .into_iter()
-                .filter(|&index| !cluster.owns(cluster.partition(index)) && !self.waiting.contains_key(&index))
+                .filter(|&index| {
+                    !cluster.owns(cluster.partition(index)) && !self.waiting.contains_key(&index)
+                })
                 .collect()
         };
         let ended: Vec<u16> = self

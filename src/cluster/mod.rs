@@ -101,6 +101,9 @@ struct PartitionState {
     /// Serving it now: its changelog was replayed on this connection and the deliveries that
     /// waited for the replay were put back in order ([`handover`]).
     owned: AtomicBool,
+    /// Being taken over: its first delivery came, and it is not served yet (replaying, or
+    /// waiting for what it put back to come again).
+    taking_over: AtomicBool,
     /// When it was taken over (milliseconds since the epoch).
     since: AtomicU64,
     /// Entries applied by the last replay, and how long that took.
@@ -245,6 +248,7 @@ impl Cluster {
 
     /// This instance no longer serves `partition`.
     pub fn release(&self, partition: Partition) {
+        self.state(partition).taking_over.store(false, Ordering::Release);
         self.state(partition).unappended.lock().expect("unappended").clear();
         self.state(partition).marks.lock().expect("marks").clear();
         if self.state(partition).owned.swap(false, Ordering::AcqRel) {
@@ -295,10 +299,17 @@ impl Cluster {
     /// one handed on halfway through its takeover would leave deliveries behind here that the
     /// next owner never sees.
     pub fn serve(&self, partition: Partition) {
+        self.state(partition).taking_over.store(false, Ordering::Release);
         if !self.state(partition).owned.swap(true, Ordering::AcqRel) {
             crate::metrics::get().partitions_owned.inc();
             self.note_served(partition, true);
         }
+    }
+
+    /// `partition`'s takeover has begun: it shows in the status until it is served (or the
+    /// connection is gone).
+    pub fn begin_takeover(&self, partition: Partition) {
+        self.state(partition).taking_over.store(true, Ordering::Release);
     }
 
     /// Tells the store whether `partition` is served here, for `silpgate sessions list`.
@@ -646,6 +657,7 @@ impl Cluster {
                     "owner": leaders.first(),
                     "standbys": leaders.get(1..).unwrap_or_default(),
                     "owned": owned,
+                    "taking_over": state.taking_over.load(Ordering::Acquire),
                     "subscribed": subscribed.contains(&index),
                     "since_ms": owned.then_some(taken_over),
                     "replayed_entries": owned.then(|| state.replayed.load(Ordering::Relaxed)),
@@ -662,11 +674,15 @@ impl Cluster {
             .collect();
         let owned: Vec<u16> = self.owned().iter().map(|p| p.index).collect();
         let standby: Vec<u16> = subscribed.iter().copied().filter(|p| !owned.contains(p)).collect();
+        let taking_over: Vec<u16> = (0..self.config.partitions)
+            .filter(|&i| self.state(self.partition(i)).taking_over.load(Ordering::Acquire))
+            .collect();
         let lag = self.proposed.load(Ordering::Relaxed).saturating_sub(self.followed.load(Ordering::Relaxed));
         serde_json::json!({
             "instance": self.instance,
             "partitions_total": self.config.partitions,
             "owned": owned,
+            "taking_over": taking_over,
             "standby": standby,
             "subscribed": subscribed,
             "channels": {

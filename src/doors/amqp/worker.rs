@@ -416,7 +416,7 @@ impl Pipeline {
             }
         };
         if let Err(e) = gateway.store().flush_async().await {
-            return warn!(message_id = id, error = %e, "The refused message's turn could not be taken back.");
+            return warn!(message_id = id, error = %e, "The refused message's turn was taken back but could not be made durable.");
         }
         if let (Some(cluster), Some(partition)) = (self.cluster.as_deref(), job.partition)
             && let Err(e) = cluster.take_back(&self.publisher, partition, session, id).await
