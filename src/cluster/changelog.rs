@@ -284,9 +284,10 @@ impl<'a> Applier<'a> {
 /// whatever the changelog's length: a crash is taken over at once. Runs until it is aborted
 /// (before a takeover starts its replay: the two never apply at once) or the stream fails.
 ///
-/// The applied offset is never recorded past a `Releasing` whose `Released` has not been read:
-/// a replay starting after it would not know to wait for the hand-over to finish. The changes
-/// in between are applied all the same; a replay applies them again, in order, to the same end.
+/// The applied offset is recorded only where a replay's fence sees no hand-over in progress
+/// (never past a `Releasing` that neither its `Released` nor a later claim has settled), so a
+/// replay that starts there decides exactly as one that started earlier would. The changes in
+/// between are applied all the same; a replay applies them again, in order, to the same end.
 ///
 /// # Errors
 /// The broker or the store failed.
@@ -304,24 +305,29 @@ pub async fn follow(
     let mut consumer = channel
         .basic_consume(stream.into(), tag.as_str().into(), BasicConsumeOptions::default(), arguments)
         .await?;
-    // The nonce of a hand-over in progress.
-    let mut handing_over: Option<String> = None;
+    // What a replay's fence would see at each entry (a follower has no claim of its own).
+    let mut fence = Fence {
+        claim: String::new(),
+        handing_over: None,
+        waiting_until: None,
+        handover_wait: Duration::ZERO,
+    };
     let mut read = 0u64;
     while let Some(delivery) = consumer.next().await {
         let delivery = delivery?;
         read += 1;
         let (offset, entry) = applier.read(&delivery)?;
         match entry {
-            Some(Entry::Change(change)) => applier.apply(offset, &change, handing_over.is_none())?,
-            Some(Entry::Releasing(marker)) => {
-                handing_over.get_or_insert(marker.nonce);
+            Some(Entry::Change(change)) => applier.apply(offset, &change, fence.handing_over.is_none())?,
+            Some(marker) => {
+                fence.read(&marker);
+                // No hand-over open here: a replay may start after this entry.
+                if fence.handing_over.is_none() {
+                    store.set_partition_offset(partition.index, offset)?;
+                    applier.applied = Some(offset);
+                }
             }
-            Some(Entry::Released(marker)) if handing_over.as_ref() == Some(&marker.nonce) => {
-                handing_over = None;
-                store.set_partition_offset(partition.index, offset)?;
-                applier.applied = Some(offset);
-            }
-            _ => {}
+            None => {}
         }
         if read.is_multiple_of(ACK_EVERY) {
             delivery.acker.ack(BasicAckOptions { multiple: true }).await?;
