@@ -615,3 +615,48 @@ async fn a_retry_after_a_timeout_never_gives_the_sender_a_second_reply() {
     drop(daemon);
     names.clean_up(&channel, 0).await;
 }
+
+/// A front-door message whose delivery fails leaves no turn counted: its sender hears 503
+/// and sends it again, and the conversation counts it once. An HTTP agent refuses the third
+/// and fourth requests it gets (503), then answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_senders_message_that_fails_is_counted_once_when_sent_again() {
+    let echo = agents::echo_code();
+    let agent = HttpAgent::start(Arc::new(
+        move |n, request| if n == 2 || n == 3 { (503, None) } else { (200, echo(request)) },
+    ))
+    .await;
+    let names = Names::new("front-take-back");
+    let dir = broker::temp_dir("bridges-front-take-back");
+    let routes = format!(
+        r#"[[agents]]
+name = "worker"
+frontends = ["code"]
+url = "http://{addr}/nlip"
+timeout_ms = 2000
+[[routes]]
+name = "to-worker"
+destination = "worker"
+mode = "transcode"
+[routes.match]
+source = "http"
+"#,
+        addr = agent.addr
+    );
+    let config = gateway::config(&names, &dir.join("store"), false, 30_000, &routes);
+    let daemon = gateway::start(&config, &dir, false).await;
+    let mut codes = Vec::new();
+    for i in [0, 1, 2, 2, 2, 3] {
+        let (code, answer) = post(&daemon.http, "/nlip", &broker::envelope(i, 0, None)).await;
+        if code == 200 {
+            assert_eq!(answer["content"], format!("cancel(order{i})"), "the agent's answer: {answer}");
+        }
+        codes.push(code);
+    }
+    assert_eq!(codes, [200, 200, 503, 503, 200, 200], "the agent refused the 3rd and 4th requests");
+    assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), 6);
+    daemon.terminate(LONG);
+    let turns = broker::session_turns(&dir.join("store"));
+    // Four requests and their four answers; the two refused attempts left nothing.
+    assert_eq!(turns.get("conv-0"), Some(&8), "each request and answer counted once: {turns:?}");
+}

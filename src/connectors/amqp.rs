@@ -122,6 +122,10 @@ impl Connector for AmqpAgent {
         "amqp"
     }
 
+    fn answers_in_call(&self) -> bool {
+        false
+    }
+
     fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
         Box::pin(self.publish(parcels))
     }
@@ -134,7 +138,7 @@ fn parcel_properties(parcel: &Parcel, encoding: Encoding, reply_queue: &str) -> 
         AnswerTo::Direct { reply_to, replies, correlation_id } => {
             (reply_to.as_deref(), correlation_id.as_deref(), replies.as_slice())
         }
-        AnswerTo::Nobody => (None, None, &[][..]),
+        AnswerTo::Caller | AnswerTo::Nobody => (None, None, &[][..]),
     };
     properties::published(properties::Published {
         encoding,

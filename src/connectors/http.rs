@@ -107,7 +107,7 @@ impl HttpAgent {
         let parcel = Parcel {
             envelope: message,
             message_id: "probe".into(),
-            answer_to: super::AnswerTo::Gateway { correlation_id: "probe".into() },
+            answer_to: super::AnswerTo::Caller,
             user_id: None,
         };
         self.post(&parcel).await
@@ -164,6 +164,10 @@ impl HttpAgent {
 impl Connector for HttpAgent {
     fn transport(&self) -> &'static str {
         "http"
+    }
+
+    fn answers_in_call(&self) -> bool {
+        true
     }
 
     fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {

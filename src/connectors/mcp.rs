@@ -191,6 +191,10 @@ impl Connector for McpAgent {
         "mcp"
     }
 
+    fn answers_in_call(&self) -> bool {
+        true
+    }
+
     fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
         Box::pin(self.call_all(parcels))
     }

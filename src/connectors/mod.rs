@@ -50,6 +50,9 @@ pub enum AnswerTo {
     /// The sender itself (a route with `replies = "direct"`): its reply addresses and
     /// correlation travel with the parcel.
     Direct { reply_to: Option<String>, replies: Vec<(Encoding, String)>, correlation_id: Option<String> },
+    /// silpgate, in the call itself: the agent's transport answers each request in its
+    /// response (HTTP, A2A, MCP), so nothing correlates and nobody else can answer.
+    Caller,
     /// Nobody: the parcel is a notice, not a request.
     Nobody,
 }
@@ -101,6 +104,10 @@ impl DeliveryError {
 pub trait Connector: Send + Sync {
     /// The transport, for metric labels and spans: `amqp`, `http`.
     fn transport(&self) -> &'static str;
+
+    /// Whether the agent answers a request in the call that delivers it (HTTP, A2A, MCP),
+    /// rather than later, on its own time (AMQP, WebSocket).
+    fn answers_in_call(&self) -> bool;
 
     /// Delivers `parcels` in order and resolves once the transport confirmed every one.
     fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>>;
@@ -240,6 +247,12 @@ impl Agents {
             by_name.insert(agent.name.clone(), connector);
         }
         Ok(Agents { by_name })
+    }
+
+    /// Agents reached through connectors of one's own, by name: silpgate's core embedded
+    /// with other transports, or the intake tested without a network.
+    pub fn of(connectors: impl IntoIterator<Item = (String, Arc<dyn Connector>)>) -> Agents {
+        Agents { by_name: connectors.into_iter().collect() }
     }
 
     pub fn get(&self, agent: &str) -> Option<&Arc<dyn Connector>> {

@@ -315,6 +315,10 @@ impl Connector for WsAgent {
         "websocket"
     }
 
+    fn answers_in_call(&self) -> bool {
+        false
+    }
+
     fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
         Box::pin(self.inner.clone().send_all(parcels))
     }

@@ -20,7 +20,7 @@ pub mod tls;
 pub mod ws;
 
 use crate::gateway::{Gateway, Origin, Transport};
-use crate::intake::{Arrival, InPlace, Intake, Refused};
+use crate::intake::{Arrival, InPlace, Intake, Refused, Taken};
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{Limits, Message};
 use std::sync::Arc;
@@ -170,6 +170,10 @@ impl Front {
         };
         let answer = match self.intake.take(arrival).await {
             Err(refused) => refused_answer(refused, label, source),
+            Ok(Taken { answer: Some(answer), replies, .. }) => match answer_of(answer) {
+                Answer::Reply { reply, .. } => Answer::Reply { notices: replies, reply },
+                refused => refused,
+            },
             Ok(taken) if taken.awaiting.is_some() => {
                 let answered = Answered::Agent(answered);
                 return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });

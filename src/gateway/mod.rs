@@ -166,12 +166,9 @@ impl Gateway {
     }
 
     /// Takes back the turn message `message_id` of conversation `token` counted, once the
-    /// message is refused for good after its state was committed: its sender hears that it
-    /// failed and may send it again as a new message, which must not count twice. The session
-    /// goes back to where it stood before the message, and the message's ledger entry is
-    /// dropped. A conversation that counted a later turn since keeps this one: renumbering
-    /// the later turns would disagree with what their agents were told. Returns the session
-    /// as it was put back, for the replicas of its partition.
+    /// message is refused for good after its state was committed (see
+    /// [`take_back_turn`](Self::take_back_turn)), and drops the message's ledger entry: its
+    /// id may come again as a new message. The turn is the one its ledger entry kept.
     ///
     /// # Errors
     /// The store failed.
@@ -183,15 +180,34 @@ impl Gateway {
         let Some(LedgerState::Pending { turn: Some(turn), .. }) = self.store.ledger(message_id)? else {
             return Ok(None);
         };
+        self.take_back_turn(token, &turn, Some(message_id))
+    }
+
+    /// Takes back `turn` of conversation `token`, counted by a message refused for good after
+    /// its state was committed: its sender hears that it failed and may send it again, which
+    /// must not count twice. The session goes back to where it stood before the message, and
+    /// the ledger entry of `forget`, if given, is dropped. A conversation that counted a later
+    /// turn since keeps this one: renumbering the later turns would disagree with what their
+    /// agents were told. Returns the session as it was put back, for the replicas of its
+    /// partition.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub fn take_back_turn(
+        &self,
+        token: &str,
+        turn: &store::Turn,
+        forget: Option<&str>,
+    ) -> Result<Option<store::SessionRecord>, GatewayError> {
         let Some(before) =
-            self.store.session_by_token(token)?.and_then(|now| session::uncount_turn(&now, &turn))
+            self.store.session_by_token(token)?.and_then(|now| session::uncount_turn(&now, turn))
         else {
             return Ok(None);
         };
         let changes = Changes {
             sessions: vec![before.clone()],
             turns_seen: vec![(token.to_owned(), turn.turn)],
-            forgotten: vec![message_id.to_owned()],
+            forgotten: forget.into_iter().map(str::to_owned).collect(),
             ..Changes::default()
         };
         match self.store.commit(&changes, crate::util::time::now_millis()) {

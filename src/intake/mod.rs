@@ -21,6 +21,8 @@
 //! mode: it goes to its partition's owner ([`Intake::forward`], [`forward`]).
 
 pub mod forward;
+#[cfg(test)]
+mod tests;
 pub mod waiting;
 
 use crate::broker::properties;
@@ -32,7 +34,7 @@ use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
 use crate::gateway::store::StoreError;
-use crate::gateway::store::{Freeze, SessionChange};
+use crate::gateway::store::{Freeze, SessionChange, Turn};
 use crate::gateway::{
     Destination, Disposition, Gateway, GatewayError, Inbound, Note, Origin, Status, Transport,
 };
@@ -75,8 +77,13 @@ pub struct Taken {
     pub learnt: Vec<String>,
     /// The ids of the envelopes delivered to agents.
     pub delivered: Vec<String>,
-    /// The id of the delivery whose answer goes to the door's return path.
+    /// The correlation id of the request whose answer comes later, to the door's return path
+    /// (an AMQP or WebSocket agent's).
     pub awaiting: Option<String>,
+    /// The agent's answer when it came in the call that delivered the request (an HTTP, A2A
+    /// or MCP agent's): through the core and written for the sender, for the door to return
+    /// after `replies`. Nothing waited for it.
+    pub answer: Option<Message>,
     /// What the message changed in its conversation, for the replicas of its partition.
     pub change: SessionChange,
 }
@@ -260,18 +267,45 @@ impl Intake {
     }
 
     /// Takes one message through the core, makes its state durable and delivers what it
-    /// produced to its agents. The door settles the message by the result.
+    /// produced to its agents. The door settles the message by the result: a door that takes
+    /// a message this way does not try it again, so a message that fails here leaves no turn
+    /// counted ([`take_back`](Self::take_back)) and its sender may send it again.
     pub async fn take(&self, arrival: Arrival) -> Result<Taken, Refused> {
         let planned = self.plan(arrival)?;
         if let Err(e) = self.make_durable(&[&planned]).await {
             return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
         }
-        if !planned.duplicate
-            && let Err(e) = self.share(&planned.span, &planned.change, &planned.frozen, &planned.learnt).await
+        let counted = planned.counted.clone();
+        let shared = match planned.duplicate {
+            true => Ok(()),
+            false => self.share(&planned.span, &planned.change, &planned.frozen, &planned.learnt).await,
+        };
+        let taken = match shared {
+            Ok(()) => self.deliver_planned(planned).await,
+            Err(e) => Err(planned.refuse(refusal(Failure::Shared(e)))),
+        };
+        if taken.is_err()
+            && let Some((token, turn)) = &counted
         {
-            return Err(planned.refuse(refusal(Failure::Shared(e))));
+            self.take_back(token, turn).await;
         }
-        self.deliver_planned(planned).await
+        taken
+    }
+
+    /// Takes back `turn` of conversation `token`, which a message that failed counted, and
+    /// makes that durable, before the message's sender hears that it failed. Best effort: a
+    /// turn that stays counted is a gap in the numbering, nothing is lost.
+    async fn take_back(&self, token: &str, turn: &Turn) {
+        match self.gateway.take_back_turn(token, turn, None) {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(e) => {
+                return tracing::warn!(turn = turn.turn, error = %e, "A failed message's turn could not be taken back.");
+            }
+        }
+        if let Err(e) = self.gateway.store().flush_async().await {
+            tracing::warn!(turn = turn.turn, error = %e, "A failed message's turn was taken back but could not be made durable.");
+        }
     }
 
     /// Makes the state `plans` committed durable with one flush, which each message's trace
@@ -320,6 +354,7 @@ impl Intake {
         let Arrival { envelope, origin, span, answers, content_id } = arrival;
         crate::telemetry::record_format(&span, &envelope);
         let form = payload::answer_form(&envelope);
+        let token = envelope.conversation_token().map(str::to_owned);
         let base_id = origin.message_id.clone().or(content_id).unwrap_or_else(|| self.ids.next());
         let inbound =
             Inbound { envelope, origin: origin.clone(), received_at: crate::util::time::now_millis() };
@@ -328,6 +363,7 @@ impl Intake {
         crate::metrics::get().observe_notes(&outcome.notes);
         let route = self.route_of(&outcome.notes);
         let learnt = learnt(&outcome.notes);
+        let counted = token.zip(counted(&outcome.notes));
         let (outbound, frozen, change, duplicate) = match outcome.status {
             Status::Duplicate => (Vec::new(), Vec::new(), SessionChange::default(), true),
             Status::Failed(error) => {
@@ -348,6 +384,7 @@ impl Intake {
             learnt,
             change,
             duplicate,
+            counted,
         })
     }
 
@@ -444,17 +481,19 @@ impl Intake {
                 ));
             };
             let request = parcels.last_mut().expect("a group holds a parcel");
-            request.answer_to = self.answer_to(&agent, &delivery);
-            let awaited = request.answer_to.correlation().map(|c| (request.message_id.clone(), c.to_owned()));
+            request.answer_to = self.answer_to(&agent, connector.answers_in_call(), &delivery);
+            let asked = request.answer_to.clone();
+            let request_id = request.message_id.clone();
             let ids: Vec<String> = parcels.iter().map(|p| p.message_id.clone()).collect();
             let metrics = crate::metrics::get();
             let labels = |result: &str| [agent.clone(), connector.transport().to_owned(), result.to_owned()];
             // A request someone waits for is bounded as a whole by the reply timeout: an agent
-            // that answers at once (HTTP, A2A, MCP) but slowly, or drips its answer, is cut there.
+            // that answers in the call (HTTP, A2A, MCP) but slowly, or drips its answer, is cut there.
+            let since = Instant::now();
             let delivering = connector.deliver(parcels);
             let mut timed_out = false;
-            let delivered = match &awaited {
-                Some(_) => {
+            let delivered = match asked {
+                AnswerTo::Gateway { .. } | AnswerTo::Caller => {
                     tokio::time::timeout(self.waiting.timeout(), delivering).await.unwrap_or_else(|_| {
                         timed_out = true;
                         Err(DeliveryError::Unavailable {
@@ -464,33 +503,36 @@ impl Intake {
                         })
                     })
                 }
-                None => delivering.await,
+                AnswerTo::Direct { .. } | AnswerTo::Nobody => delivering.await,
             };
             match delivered {
                 Ok(delivered) => {
                     metrics.agent_deliveries.with_label_values(&labels("delivered")).inc_by(ids.len() as u64);
                     taken.delivered.extend(ids);
-                    taken.awaiting = taken.awaiting.take().or(awaited.as_ref().map(|(_, c)| c.clone()));
-                    // An answer in hand belongs to the request, if anyone waits for it.
-                    let answered = !delivered.answers.is_empty();
-                    let in_hand = delivered
-                        .answers
-                        .into_iter()
-                        .find(|(id, _)| awaited.as_ref().is_some_and(|(request, _)| request == id));
-                    if answered && awaited.is_none() && self.waiting.is_concluded(delivery.base_id) {
-                        // Its sender heard `timeout` on an earlier attempt: the answer goes nowhere.
-                        metrics.replies_orphaned.with_label_values(&["timeout"]).inc();
-                        tracing::warn!(agent = %agent, request = delivery.base_id, "An answer came after its sender was told it timed out; dropped.");
-                    }
-                    if let (Some((_, answer)), Some((_, correlation))) = (in_hand, &awaited) {
-                        let from = Origin::new(delivery.origin.transport, agent.as_str());
-                        match self.answer(correlation, answer, from).await {
-                            // The agent has the request: an answer nobody can take any more
-                            // (the asker was told `timeout`, or left) does not undo that.
-                            Ok(())
-                            | Err(AnswerError::Gone | AnswerError::Invalid(_) | AnswerError::Orphan) => {}
-                            Err(e) => return Err(refusal(Failure::Answer(e))),
+                    let in_hand = delivered.answers.into_iter().find(|(id, _)| *id == request_id);
+                    match (asked, in_hand) {
+                        (AnswerTo::Gateway { correlation_id }, _) => {
+                            taken.awaiting = taken.awaiting.take().or(Some(correlation_id));
                         }
+                        (AnswerTo::Caller, Some((_, answer))) => {
+                            metrics
+                                .reply_wait_seconds
+                                .with_label_values(&[&agent])
+                                .observe(since.elapsed().as_secs_f64());
+                            let span = info_span!("agent answer", silpgate.agent = %agent);
+                            let from = Origin::new(delivery.origin.transport, agent.as_str());
+                            match self.read_answer(&span, delivery.form, answer, from).await {
+                                Ok(Some(read)) => taken.answer = taken.answer.take().or(Some(read.message)),
+                                Ok(None) => {}
+                                Err(e) => return Err(refusal(Failure::Answer(e))),
+                            }
+                        }
+                        (_, Some(_)) if self.waiting.is_concluded(delivery.base_id) => {
+                            // Its sender heard `timeout` on an earlier attempt: the answer goes nowhere.
+                            metrics.replies_orphaned.with_label_values(&["timeout"]).inc();
+                            tracing::warn!(agent = %agent, request = delivery.base_id, "An answer came after its sender was told it timed out; dropped.");
+                        }
+                        _ => {}
                     }
                 }
                 Err(error) => {
@@ -498,12 +540,22 @@ impl Intake {
                     metrics.agent_deliveries.with_label_values(&labels(result)).inc_by(ids.len() as u64);
                     // Nothing will answer this request now. Past the reply timeout its sender
                     // hears `timeout`, once, as a wait that expires tells it.
-                    if let Some((_, correlation)) = &awaited
-                        && let Some(waiter) = self.waiting.take(correlation)
-                        && timed_out
-                    {
-                        self.waiting.conclude(&waiter.request);
-                        self.tell_timeout(waiter).await;
+                    match &asked {
+                        AnswerTo::Gateway { correlation_id } => {
+                            if let Some(waiter) = self.waiting.take(correlation_id)
+                                && timed_out
+                            {
+                                self.waiting.conclude(&waiter.request);
+                                self.tell_timeout(&waiter.agent, &waiter.path).await;
+                            }
+                        }
+                        AnswerTo::Caller if timed_out => {
+                            if let Some(path) = &delivery.answers {
+                                self.waiting.conclude(delivery.base_id);
+                                self.tell_timeout(&agent, path).await;
+                            }
+                        }
+                        _ => {}
                     }
                     let said = match &error {
                         DeliveryError::Refused { answer: Some(answer), .. } => Some(Message::clone(answer)),
@@ -521,9 +573,10 @@ impl Intake {
         Ok(())
     }
 
-    /// Who the agent answers for a request, starting the wait for it under a fresh,
-    /// unguessable correlation id.
-    fn answer_to(&self, agent: &str, delivery: &Delivery<'_>) -> AnswerTo {
+    /// Who the agent answers for a request: the call itself for an agent that answers in it
+    /// (`in_call`); else silpgate, under a fresh, unguessable correlation id whose wait starts
+    /// here.
+    fn answer_to(&self, agent: &str, in_call: bool, delivery: &Delivery<'_>) -> AnswerTo {
         let direct = delivery.route.is_some_and(|r| r.replies == RepliesMode::Direct);
         let unwanted = delivery.route.is_some_and(|r| r.wait == AwaitMode::None);
         let origin = delivery.origin;
@@ -536,6 +589,7 @@ impl Intake {
                 replies: origin.replies.clone(),
                 correlation_id: origin.correlation_id.clone(),
             },
+            Some(_) if !unwanted && !concluded && in_call => AnswerTo::Caller,
             Some(path) if !unwanted && !concluded => {
                 let waiter = Waiter {
                     agent: agent.to_owned(),
@@ -582,30 +636,15 @@ impl Intake {
             .with_label_values(&[&waiter.agent])
             .observe(waiter.since.elapsed().as_secs_f64());
         let span = info_span!("agent answer", silpgate.agent = %waiter.agent, silpgate.correlation_id = id);
-        let inbound = Inbound { envelope, origin: from, received_at: crate::util::time::now_millis() };
-        let outcome = span.in_scope(|| self.handle(inbound, Some(waiter.form)));
-        metrics.observe_notes(&outcome.notes);
-        let invalid = match outcome.status {
-            Status::Duplicate => return Ok(()),
-            Status::Failed(e) if e.disposition() == Disposition::Transient => {
+        let ReadAnswer { message, invalid } = match self.read_answer(&span, waiter.form, envelope, from).await
+        {
+            Ok(Some(read)) => read,
+            Ok(None) => return Ok(()),
+            Err(e) => {
                 self.waiting.restore(id, waiter);
-                return Err(AnswerError::Retry(e.to_string()));
+                return Err(e);
             }
-            Status::Failed(e) => Some(e),
-            Status::Delivered => None,
         };
-        if let Err(e) = self.gateway.store().flush_async().await {
-            self.waiting.restore(id, waiter);
-            return Err(AnswerError::Retry(e.to_string()));
-        }
-        if let Err(e) = self.share(&span, &outcome.change, &outcome.frozen, &learnt(&outcome.notes)).await {
-            self.waiting.restore(id, waiter);
-            return Err(AnswerError::Retry(e.to_string()));
-        }
-        let message = outcome.outbound.into_iter().next().map(|o| o.envelope).unwrap_or_else(|| {
-            let error = invalid.as_ref().map_or("internal", GatewayError::code);
-            reply::error_message(error, "the agent's answer cannot be passed on", &Location::None)
-        });
         match waiter.path.send(message).instrument(span).await {
             Ok(()) => invalid.map_or(Ok(()), |e| Err(AnswerError::Invalid(e))),
             Err(Returned::Gone) => {
@@ -619,21 +658,58 @@ impl Intake {
         }
     }
 
+    /// An agent's answer through the core, in `span`: its turn counted, sanitised and
+    /// validated, made durable and shared, and written in the asker's `form`. `None`: it was
+    /// handled before (a redelivery), and passed on then.
+    ///
+    /// # Errors
+    /// Only [`AnswerError::Retry`]: the answer's state could not be made durable or shared
+    /// yet. An answer the core refuses for good is read as an error message for its asker.
+    async fn read_answer(
+        &self,
+        span: &tracing::Span,
+        form: OutputForm,
+        envelope: Message,
+        from: Origin,
+    ) -> Result<Option<ReadAnswer>, AnswerError> {
+        let inbound = Inbound { envelope, origin: from, received_at: crate::util::time::now_millis() };
+        let outcome = span.in_scope(|| self.handle(inbound, Some(form)));
+        crate::metrics::get().observe_notes(&outcome.notes);
+        let invalid = match outcome.status {
+            Status::Duplicate => return Ok(None),
+            Status::Failed(e) if e.disposition() == Disposition::Transient => {
+                return Err(AnswerError::Retry(e.to_string()));
+            }
+            Status::Failed(e) => Some(e),
+            Status::Delivered => None,
+        };
+        if let Err(e) = self.gateway.store().flush_async().await {
+            return Err(AnswerError::Retry(e.to_string()));
+        }
+        if let Err(e) = self.share(span, &outcome.change, &outcome.frozen, &learnt(&outcome.notes)).await {
+            return Err(AnswerError::Retry(e.to_string()));
+        }
+        let message = outcome.outbound.into_iter().next().map(|o| o.envelope).unwrap_or_else(|| {
+            let error = invalid.as_ref().map_or("internal", GatewayError::code);
+            reply::error_message(error, "the agent's answer cannot be passed on", &Location::None)
+        });
+        Ok(Some(ReadAnswer { message, invalid }))
+    }
+
     /// Ends the waits whose time is up, telling each asker with a `timeout` error; forgets the
     /// forwarded messages whose askers stopped waiting.
     pub async fn expire_due(&self) {
         self.forwards.prune();
         for waiter in self.waiting.expired(Instant::now()) {
-            self.tell_timeout(waiter).await;
+            self.tell_timeout(&waiter.agent, &waiter.path).await;
         }
     }
 
-    /// Tells the asker of an ended wait that its agent did not answer in time.
-    async fn tell_timeout(&self, waiter: Waiter) {
-        let detail =
-            format!("agent {} did not answer within {} ms", waiter.agent, self.waiting.timeout().as_millis());
+    /// Tells the asker at `path` that `agent` did not answer in time.
+    async fn tell_timeout(&self, agent: &str, path: &Arc<dyn ReturnPath>) {
+        let detail = format!("agent {agent} did not answer within {} ms", self.waiting.timeout().as_millis());
         crate::metrics::get().failures.with_label_values(&["agent", "transient", "timeout"]).inc();
-        let _ = waiter.path.send(reply::error_message("timeout", &detail, &Location::None)).await;
+        let _ = path.send(reply::error_message("timeout", &detail, &Location::None)).await;
     }
 
     /// Expires waits every 50 ms, until the process ends.
@@ -670,6 +746,8 @@ pub struct Planned<'a> {
     learnt: Vec<String>,
     change: SessionChange,
     duplicate: bool,
+    /// The conversation and the turn the message counted, if it counted one.
+    counted: Option<(String, Turn)>,
 }
 
 impl Planned<'_> {
@@ -695,6 +773,14 @@ fn learnt(notes: &[Note]) -> Vec<String> {
         .collect()
 }
 
+/// The turn a message counted, from the core's notes.
+fn counted(notes: &[Note]) -> Option<Turn> {
+    notes.iter().find_map(|n| match n {
+        Note::Session { id, turn, renewed } => Some(Turn { id: id.clone(), turn: *turn, renewed: *renewed }),
+        _ => None,
+    })
+}
+
 /// Records a refusal on the message's span and in the failure metrics.
 fn failed(span: &tracing::Span, transport: crate::gateway::Transport, refused: Refused) -> Refused {
     let (disposition, code) = (refused.failure.disposition(), refused.failure.code());
@@ -702,6 +788,13 @@ fn failed(span: &tracing::Span, transport: crate::gateway::Transport, refused: R
     span.record("silpgate.disposition", disposition.as_str());
     crate::metrics::get().failures.with_label_values(&[transport.as_str(), disposition.as_str(), code]).inc();
     refused
+}
+
+/// An agent's answer as its asker gets it: the message, and why the core refused the agent's
+/// own if it did (the message then says so).
+struct ReadAnswer {
+    message: Message,
+    invalid: Option<GatewayError>,
 }
 
 /// What the deliveries of one message need to know about it.

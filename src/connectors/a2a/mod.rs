@@ -374,6 +374,10 @@ impl Connector for A2aAgent {
         "a2a"
     }
 
+    fn answers_in_call(&self) -> bool {
+        true
+    }
+
     fn deliver(&self, parcels: Vec<Parcel>) -> BoxFuture<'_, Result<Delivered, DeliveryError>> {
         Box::pin(self.send_all(parcels))
     }

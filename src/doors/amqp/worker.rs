@@ -519,6 +519,8 @@ impl Pipeline {
         let (changes, proposals) = entries.as_ref().map_or((0, 0), |e| (e.changes, e.proposals));
         let appends = entries.map(|e| e.publications).unwrap_or_default();
         let mut replies = taken.replies;
+        // An answer that came in the call goes out with the replies, under their one confirm wait.
+        replies.extend(taken.answer);
         if envelope.forwarded_by.is_some() && replies.is_empty() && taken.awaiting.is_none() {
             // The forwarding instance's client hears that its agent has the message (a route
             // that waits for no answer), as it would from the instance itself.
