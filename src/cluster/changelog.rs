@@ -240,8 +240,11 @@ impl<'a> Applier<'a> {
         let Some(offset) = stream_offset(delivery) else {
             return Err(ClusterError::Stream(format!("{stream} delivered an entry without x-stream-offset")));
         };
-        let first = self.applied.map_or(0, |o| o + 1);
+        let applied = self.applied;
+        // Decided at the first entry only: whether the stream still holds the one after the
+        // last applied.
         self.skipping.get_or_insert_with(|| {
+            let first = applied.map_or(0, |o| o + 1);
             let cut = offset > first;
             if cut {
                 warn!(

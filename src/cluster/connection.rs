@@ -15,6 +15,7 @@ use super::{Cluster, ClusterError, changelog, lock};
 use crate::broker::publish::Publisher;
 use crate::doors::amqp::worker::Pipeline;
 use crate::gateway::session::Partition;
+use crate::util::backoff::Backoff;
 use lapin::{Channel, Connection};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -43,7 +44,9 @@ pub struct ClusterSide {
     leaving_now: Arc<Notify>,
     takeovers: Vec<JoinHandle<()>>,
     /// The changelog followers of the partitions this instance waits on as a standby.
-    followers: HashMap<u16, JoinHandle<()>>,
+    followers: HashMap<u16, Follower>,
+    /// When a partition's follower that ended may start again, and how its waits grow.
+    follower_restarts: HashMap<u16, (Backoff, tokio::time::Instant)>,
     taken_over: mpsc::UnboundedSender<TakenOver>,
     /// Partitions being taken over.
     waiting: HashMap<u16, Handover>,
@@ -104,6 +107,7 @@ impl ClusterSide {
             leaving_now,
             takeovers: Vec::new(),
             followers: HashMap::new(),
+            follower_restarts: HashMap::new(),
             taken_over,
             waiting: HashMap::new(),
             leaving: false,
@@ -301,8 +305,10 @@ impl ClusterSide {
     }
 
     /// Follows the changelog of each partition this instance waits on as a standby (consumed
-    /// here, neither served nor being taken over), and of no other; a follower that failed is
-    /// started again.
+    /// here, neither served nor being taken over), and of no other. A follower that ended
+    /// on its own (its channel or stream failed) starts again after a backoff that grows
+    /// while followers die young, so that a broker that keeps refusing is not asked four
+    /// times a second.
     async fn follow_standbys(&mut self, connection: &Connection) -> lapin::Result<()> {
         let standby: BTreeSet<u16> = if self.leaving {
             BTreeSet::new()
@@ -319,28 +325,38 @@ impl ClusterSide {
         let ended: Vec<u16> = self
             .followers
             .iter()
-            .filter(|&(index, task)| !standby.contains(index) || task.is_finished())
+            .filter(|&(index, follower)| !standby.contains(index) || follower.task.is_finished())
             .map(|(&index, _)| index)
             .collect();
+        let now = tokio::time::Instant::now();
         for index in ended {
+            let lived = self.followers.get(&index).map(|f| f.started.elapsed());
+            if let Some(lived) = lived.filter(|_| standby.contains(&index)) {
+                let (backoff, at) = self
+                    .follower_restarts
+                    .entry(index)
+                    .or_insert_with(|| (Backoff::new(FOLLOWER_RESTART_FIRST, FOLLOWER_RESTART_MAX), now));
+                backoff.connection_ended(lived);
+                *at = now + backoff.next_delay();
+            }
             self.unfollow(index).await;
         }
+        self.follower_restarts.retain(|index, _| standby.contains(index));
         for index in standby {
-            if self.followers.contains_key(&index) {
+            let held_back = self.follower_restarts.get(&index).is_some_and(|&(_, at)| now < at);
+            if self.followers.contains_key(&index) || held_back {
                 continue;
             }
             let channel = connection.create_channel().await?;
             let cluster = self.cluster.clone();
             let partition = cluster.partition(index);
-            self.followers.insert(
-                index,
-                tokio::spawn(async move {
-                    let stream = cluster.changelog(partition);
-                    if let Err(e) = changelog::follow(channel, stream, &cluster.store, partition).await {
-                        warn!(partition = index, error = %e, "Following a standby partition's changelog failed; a takeover replays what it missed.");
-                    }
-                }),
-            );
+            let task = tokio::spawn(async move {
+                let stream = cluster.changelog(partition);
+                if let Err(e) = changelog::follow(channel, stream, &cluster.store, partition).await {
+                    warn!(partition = index, error = %e, "Following a standby partition's changelog failed; a takeover replays what it missed.");
+                }
+            });
+            self.followers.insert(index, Follower { task, started: std::time::Instant::now() });
         }
         Ok(())
     }
@@ -348,8 +364,8 @@ impl ClusterSide {
     /// Stops following `index`'s changelog, and waits until the follower applies nothing more.
     async fn unfollow(&mut self, index: u16) {
         if let Some(follower) = self.followers.remove(&index) {
-            follower.abort();
-            let _ = follower.await;
+            follower.task.abort();
+            let _ = follower.task.await;
         }
     }
 
@@ -383,13 +399,24 @@ impl ClusterSide {
     /// Stops the heartbeats, following the lock stream and any takeover still running.
     pub async fn stop(self) {
         self.ingress.stop().await;
-        let followers = self.followers.into_values();
+        let followers = self.followers.into_values().map(|f| f.task);
         for task in self.takeovers.into_iter().chain(followers).chain([self.follower, self.heartbeats]) {
             task.abort();
             let _ = task.await;
         }
         let _ = self.heartbeat_channel.close(200, "leaving".into()).await;
     }
+}
+
+/// The first and the longest wait before a standby's follower that ended starts again.
+const FOLLOWER_RESTART_FIRST: Duration = Duration::from_millis(250);
+const FOLLOWER_RESTART_MAX: Duration = Duration::from_secs(10);
+
+/// A standby partition's changelog follower, and when it started (one that dies young makes
+/// the next start wait longer).
+struct Follower {
+    task: JoinHandle<()>,
+    started: std::time::Instant,
 }
 
 /// Publishes and hears heartbeats until the connection fails, then says so.
