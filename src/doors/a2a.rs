@@ -202,7 +202,7 @@ async fn send_message(
         }
         Answer::Accepted(ids) => {
             let mut answer =
-                map::message(&super::accepted_message(&ids), &format!("silpgate-m{n}"), map::ROLE_AGENT);
+                map::message(&crate::nlip::reply::accepted(&ids), &format!("silpgate-m{n}"), map::ROLE_AGENT);
             set_context(&mut answer, context);
             json!({"message": answer})
         }

@@ -213,7 +213,7 @@ async fn post_nlip(
     match front.request(envelope, Transport::Http, "http", parent).await {
         Answer::Reply { reply, .. } => message_response(StatusCode::OK, &reply, encoding),
         Answer::Accepted(ids) => {
-            message_response(StatusCode::ACCEPTED, &super::accepted_message(&ids), encoding)
+            message_response(StatusCode::ACCEPTED, &crate::nlip::reply::accepted(&ids), encoding)
         }
         Answer::Refused { message, code, transient } => {
             let status = match status_for(&code) {

@@ -170,10 +170,10 @@ impl Front {
         };
         let answer = match self.intake.take(arrival).await {
             Err(refused) => refused_answer(refused, label, source),
-            Ok(Taken { answer: Some(answer), replies, .. }) => match answer_of(answer) {
-                Answer::Reply { reply, .. } => Answer::Reply { notices: replies, reply },
-                refused => refused,
-            },
+            Ok(Taken { answer: Some(answer), mut replies, .. }) => {
+                replies.push(answer);
+                final_answer(replies)
+            }
             Ok(taken) if taken.awaiting.is_some() => {
                 let answered = Answered::Agent(answered);
                 return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
@@ -238,7 +238,7 @@ impl Awaiting {
         let answered = async {
             match self.answered {
                 Answered::Agent(answer) => answer.await.ok().map(answer_of),
-                Answered::Owner(replies) => replies.await.ok().map(owner_answer),
+                Answered::Owner(replies) => replies.await.ok().map(final_answer),
             }
         };
         match tokio::time::timeout(self.limit, answered).instrument(wait).await {
@@ -289,31 +289,16 @@ fn answer_of(message: Message) -> Answer {
     }
 }
 
-/// A partition owner's replies to a forwarded request, as the door returns them: the last is
-/// the answer (an error keeps its code, a delivery confirmation is an acceptance), the ones
-/// before it notices.
-fn owner_answer(mut replies: Vec<Message>) -> Answer {
+/// Replies that end in a request's answer (an agent's answer in hand, or a partition owner's
+/// replies to a forwarded request), as the door returns them: the last is the answer (an
+/// error keeps its code, a delivery confirmation is an acceptance), the ones before it notices.
+fn final_answer(mut replies: Vec<Message>) -> Answer {
     let Some(last) = replies.pop() else { return no_reply() };
-    if let Some(ids) = accepted_ids(&last) {
+    if let Some(ids) = reply::accepted_ids(&last) {
         return Answer::Accepted(ids);
     }
     match answer_of(last) {
         Answer::Reply { reply, .. } => Answer::Reply { notices: replies, reply },
         refused => refused,
     }
-}
-
-/// The ids an [`accepted_message`] confirms, if `message` is one.
-fn accepted_ids(message: &Message) -> Option<Vec<String>> {
-    let crate::nlip::Content::Json(content) = &message.content else { return None };
-    let object = content.as_object().filter(|o| o.len() == 1 && message.is_control())?;
-    let ids = object.get("delivered")?.as_array()?;
-    ids.iter().map(|id| id.as_str().map(str::to_owned)).collect()
-}
-
-/// The control message that confirms a delivery nobody waits an answer for.
-pub fn accepted_message(ids: &[String]) -> Message {
-    let content = serde_json::json!({ "delivered": ids });
-    Message::new(crate::nlip::Format::Structured, "json", crate::nlip::Content::Json(content))
-        .with_messagetype("control")
 }

@@ -21,7 +21,7 @@
 //! others do not connect, and the holder lets go (as on shutdown) when another instance's
 //! turn comes.
 
-use super::{Answer, Front, accepted_message};
+use super::{Answer, Front};
 use crate::config::StreamConfig;
 use crate::connectors::ws::{Dialer, PING_EVERY, frame_of, message_of};
 use crate::gateway::Transport;
@@ -267,7 +267,7 @@ fn reply_of(done: Result<Answer, tokio::task::JoinError>) -> Message {
         // One reply per message, so that the n-th reply answers the n-th message: a notice
         // before a reply (a session renewal) is not sent on a stream.
         Ok(Answer::Reply { reply: message, .. }) | Ok(Answer::Refused { message, .. }) => message,
-        Ok(Answer::Accepted(ids)) => accepted_message(&ids),
+        Ok(Answer::Accepted(ids)) => crate::nlip::reply::accepted(&ids),
         Err(_) => reply::error_message("internal", "the message could not be handled", &Location::None),
     }
 }

@@ -299,6 +299,6 @@ fn messages_of(answer: Answer) -> Vec<Message> {
             notices
         }
         Answer::Refused { message, .. } => vec![message],
-        Answer::Accepted(ids) => vec![super::accepted_message(&ids)],
+        Answer::Accepted(ids) => vec![crate::nlip::reply::accepted(&ids)],
     }
 }

@@ -308,6 +308,34 @@ impl Intake {
         }
     }
 
+    /// The first half of taking a window of messages: the core decides each in the order
+    /// given and commits its state, and one flush makes the window's state durable. The door
+    /// then delivers each plan with [`deliver_planned`](Self::deliver_planned), in the order it
+    /// keeps (a conversation's messages one after another). Per arrival: its plan, or why the
+    /// core refused it; `Err(None)` for a message not planned here (`None` in: the door could
+    /// not read it; or the flush failed), which the door takes on its one-at-a-time path,
+    /// where it meets its failure again and knows what to do.
+    pub async fn plan_window(
+        &self,
+        arrivals: Vec<Option<Arrival>>,
+    ) -> Vec<Result<Planned<'_>, Option<Refused>>> {
+        let mut planned: Vec<_> = arrivals
+            .into_iter()
+            .map(|arrival| {
+                let arrival = arrival.ok_or(None)?;
+                let span = arrival.span.clone();
+                span.in_scope(|| self.plan(arrival)).map_err(Some)
+            })
+            .collect();
+        let plans: Vec<&Planned<'_>> = planned.iter().flatten().collect();
+        if self.make_durable(&plans).await.is_err() {
+            for plan in planned.iter_mut().filter(|p| p.is_ok()) {
+                *plan = Err(None);
+            }
+        }
+        planned
+    }
+
     /// Makes the state `plans` committed durable with one flush, which each message's trace
     /// shows as its own `store flush` stage. Nothing to do when none of them changed state.
     ///
@@ -508,6 +536,12 @@ impl Intake {
             match delivered {
                 Ok(delivered) => {
                     metrics.agent_deliveries.with_label_values(&labels("delivered")).inc_by(ids.len() as u64);
+                    if asked == AnswerTo::Caller && !delivered.answers.iter().any(|(id, _)| *id == request_id)
+                    {
+                        // The agent took the request and gave no answer (an HTTP 2xx without a
+                        // body): its asker hears that the agent has it, not a timeout.
+                        taken.answer = taken.answer.take().or_else(|| Some(reply::accepted(&ids)));
+                    }
                     taken.delivered.extend(ids);
                     let in_hand = delivered.answers.into_iter().find(|(id, _)| *id == request_id);
                     match (asked, in_hand) {

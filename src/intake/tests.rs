@@ -24,17 +24,32 @@ mode = "transcode"
 source = "http"
 "#;
 
-/// An agent whose connector answers as the test says: in the call or later, failing the
-/// first `failures` deliveries.
+/// An agent whose connector answers as the test says: in the call or later (or, `silent`,
+/// not at all), failing the first `failures` deliveries.
 struct Scripted {
     in_call: bool,
+    silent: bool,
     failures: Mutex<usize>,
     received: Mutex<Vec<Parcel>>,
 }
 
 impl Scripted {
     fn new(in_call: bool, failures: usize) -> Arc<Scripted> {
-        Arc::new(Scripted { in_call, failures: Mutex::new(failures), received: Mutex::default() })
+        Arc::new(Scripted {
+            in_call,
+            silent: false,
+            failures: Mutex::new(failures),
+            received: Mutex::default(),
+        })
+    }
+
+    fn silent() -> Arc<Scripted> {
+        Arc::new(Scripted {
+            in_call: true,
+            silent: true,
+            failures: Mutex::new(0),
+            received: Mutex::default(),
+        })
     }
 }
 
@@ -62,7 +77,7 @@ impl Connector for Scripted {
                 }
             }
             let mut delivered = Delivered::default();
-            if self.in_call {
+            if self.in_call && !self.silent {
                 let request = parcels.last().expect("a delivery holds a parcel");
                 delivered.answers.push((request.message_id.clone(), echo(&request.envelope)));
             }
@@ -155,4 +170,16 @@ async fn a_message_whose_delivery_fails_leaves_no_turn_counted() {
     let taken = intake.take(arrival).await.expect("delivered at the third attempt");
     assert!(taken.answer.is_some());
     assert_eq!(turns(&store), 2, "counted once, with its answer");
+}
+
+#[tokio::test]
+async fn an_agent_that_takes_a_request_without_answering_confirms_the_delivery() {
+    let agent = Scripted::silent();
+    let (intake, _store) = intake_with(agent.clone());
+    let (arrival, _answered) = request("cancel(order4)");
+    let taken = intake.take(arrival).await.expect("delivered");
+    let answer = taken.answer.expect("the delivery's confirmation, not a wait that times out");
+    let id = agent.received.lock().unwrap()[0].message_id.clone();
+    assert_eq!(reply::accepted_ids(&answer), Some(vec![id]));
+    assert!(intake.waiting().is_empty());
 }

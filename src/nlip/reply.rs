@@ -71,6 +71,22 @@ pub fn echo_tokens(reply: &mut Message, request: &Message, own_suffix: &str) {
     }
 }
 
+/// The control message that confirms a delivery whose agent gave no answer: nobody waited for
+/// one (`await = "none"`), or the agent took the request without answering (an HTTP 2xx
+/// without a body). `ids` are the ids of the envelopes the agents got.
+pub fn accepted(ids: &[String]) -> Message {
+    let content = serde_json::json!({ "delivered": ids });
+    Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control")
+}
+
+/// The ids an [`accepted`] message confirms, if `message` is one.
+pub fn accepted_ids(message: &Message) -> Option<Vec<String>> {
+    let Content::Json(content) = &message.content else { return None };
+    let object = content.as_object().filter(|o| o.len() == 1 && message.is_control())?;
+    let ids = object.get("delivered")?.as_array()?;
+    ids.iter().map(|id| id.as_str().map(str::to_owned)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

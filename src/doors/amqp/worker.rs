@@ -269,26 +269,15 @@ impl Pipeline {
         }
     }
 
-    /// The core's decision for each message of a window, made durable with one flush. A
-    /// message the core refused carries why; one that could not be decoded, or whose state
-    /// the flush failed to make durable, is left to the one-at-a-time path (`Err(None)`).
+    /// The core's decision for each message of a window, made durable with one flush
+    /// ([`Intake::plan_window`]); one that could not be decoded is left to the one-at-a-time
+    /// path (`Err(None)`).
     async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<Refused>>> {
-        let mut planned: Vec<_> = jobs
+        let arrivals = jobs
             .iter()
-            .map(|job| {
-                let message = job.decoded.as_ref().map_err(|_| None)?.clone();
-                let arrival = self.arrival(job, message);
-                job.span.in_scope(|| self.intake.plan(arrival)).map_err(Some)
-            })
+            .map(|job| job.decoded.as_ref().ok().map(|message| self.arrival(job, message.clone())))
             .collect();
-        let plans: Vec<&Planned<'_>> = planned.iter().flatten().collect();
-        if self.intake.make_durable(&plans).await.is_err() {
-            // Each message meets the failure again on its own path, which knows what to do.
-            for plan in planned.iter_mut().filter(|p| p.is_ok()) {
-                *plan = Err(None);
-            }
-        }
-        planned
+        self.intake.plan_window(arrivals).await
     }
 
     /// One conversation's messages of a window, in order: each planned one is delivered; from
@@ -524,7 +513,7 @@ impl Pipeline {
         if envelope.forwarded_by.is_some() && replies.is_empty() && taken.awaiting.is_none() {
             // The forwarding instance's client hears that its agent has the message (a route
             // that waits for no answer), as it would from the instance itself.
-            replies.push(crate::doors::accepted_message(&taken.delivered));
+            replies.push(crate::nlip::reply::accepted(&taken.delivered));
         }
         self.publish(job, base_id, replies, appends).await?;
         if let Some(id) = &envelope.message_id {
