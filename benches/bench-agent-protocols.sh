@@ -3,6 +3,7 @@
 # tests/interop/, each timed straight from a Python client and through silpgate (release build,
 # its HTTP door routing text to that agent), same client, same run. Needs the test venv
 # (tests/run.sh makes it in target/pyenv; SILPGATE_PYTHON overrides). COUNT=1000 by default.
+# SILPGATE_BENCH_BIN=/path/to/an/earlier/silpgate runs that build instead (before/after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${SILPGATE_PYTHON:-target/pyenv/bin/python}"
@@ -37,7 +38,7 @@ name = "to-agent"
 destination = "agent"
 mode = "validate"
 TOML
-  SILPGATE_LOG=warn "$target/release/silpgate" run --config "$dir/$name.toml" 2>/dev/null & pids+=($!)
+  SILPGATE_LOG=warn "${SILPGATE_BENCH_BIN:-$target/release/silpgate}" run --config "$dir/$name.toml" 2>/dev/null & pids+=($!)
 done
 for port in 18981 18982 18983 18984; do
   for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
