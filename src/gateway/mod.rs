@@ -30,6 +30,9 @@ use session::SessionPolicy;
 use std::sync::Arc;
 use store::{AgentProfile, Changes, Freeze, Frozen, LedgerState, ProfileSource, SessionChange};
 
+/// Plans made again after losing a race before the conflict counts as a failure.
+const MAX_RACES: u32 = 16;
+
 /// The gateway core: configuration plus state.
 pub struct Gateway {
     config: Arc<Config>,
@@ -126,9 +129,22 @@ impl Gateway {
         self.run(answer, Some(form))
     }
 
+    /// Plans and commits a message. A plan that lost a race with another message of its
+    /// conversation (its commit was refused, nothing was written) is made again at once, up
+    /// to [`MAX_RACES`] times: the loser reads the winner's state.
     fn run(&self, inbound: Inbound, answering: Option<OutputForm>) -> Outcome {
         let mut notes = Vec::with_capacity(8);
-        match self.plan(&inbound, answering, &mut notes) {
+        let mut races = 0;
+        let planned = loop {
+            let planned = self.plan(&inbound, answering, &mut notes);
+            let lost = matches!(&planned, Err((GatewayError::Store(store::StoreError::Conflict(_)), _)));
+            if !lost || races == MAX_RACES {
+                break planned;
+            }
+            races += 1;
+            notes.clear();
+        };
+        match planned {
             Ok(Plan::Duplicate) => Outcome::new(Status::Duplicate, Vec::new(), notes),
             Ok(Plan::Reply(outbound)) => Outcome::new(Status::Delivered, outbound, notes),
             Ok(Plan::Forward { destination, notice, renders, frozen, change }) => {

@@ -46,9 +46,6 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, info_span};
 pub use waiting::{InPlace, ReturnPath, Returned, Waiter, Waiting};
 
-/// Plans made again after losing a race before the conflict counts as a failure.
-const MAX_RACES: u32 = 16;
-
 /// A message a door hands in.
 pub struct Arrival {
     pub envelope: Message,
@@ -132,10 +129,6 @@ impl Failure {
             Failure::Answer(e) => e.code(),
             Failure::Shared(_) | Failure::Forward(_) => "broker_unavailable",
         }
-    }
-
-    fn is_store_conflict(error: &GatewayError) -> bool {
-        matches!(error, GatewayError::Store(crate::gateway::store::StoreError::Conflict(_)))
     }
 }
 
@@ -432,36 +425,22 @@ impl Intake {
         }
     }
 
-    /// Runs the core on a message (or, with the asker's form, on an answer). A plan that lost
-    /// a race with another message of its conversation (its commit was refused, nothing was
-    /// written) is made again at once: the loser reads the winner's state.
+    /// Runs the core on a message (or, with the asker's form, on an answer); the core makes
+    /// again a plan that lost a race with another message of its conversation.
     ///
     /// In a cluster, what the message changed in a partition's conversation is noted from its
     /// commit on, until its changelog entry is confirmed ([`Cluster::committed`]).
     fn handle(&self, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
         let cluster = self.cluster.as_ref().map(|(cluster, _)| cluster);
         let _committing = cluster.map(|cluster| cluster.committing());
-        let outcome = self.handle_racing(inbound, answering);
+        let outcome = match answering {
+            None => self.gateway.handle(inbound),
+            Some(form) => self.gateway.handle_answer(inbound, form),
+        };
         if let Some(cluster) = cluster {
             cluster.committed(&outcome.change);
         }
         outcome
-    }
-
-    /// The core on a message, again while it loses races (see [`Intake::handle`]).
-    fn handle_racing(&self, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
-        let mut races = 0;
-        loop {
-            let outcome = match answering {
-                None => self.gateway.handle(inbound.clone()),
-                Some(form) => self.gateway.handle_answer(inbound.clone(), form),
-            };
-            let lost = matches!(&outcome.status, Status::Failed(e) if Failure::is_store_conflict(e));
-            if !lost || races == MAX_RACES {
-                return outcome;
-            }
-            races += 1;
-        }
     }
 
     /// The configured route a message took, from the core's notes.
