@@ -762,3 +762,36 @@ fn a_conversation_token_is_bounded() {
     let (code, _, err) = handle_on_the_command_line(&config_text(), "ingress", &message);
     assert_eq!(code, 0, "{err}");
 }
+
+/// Messages of one conversation handled on several threads at once: a plan whose commit loses
+/// the race (the session moved meanwhile) is made again from the winner's state, so every
+/// message counts one turn and none fails.
+#[test]
+fn messages_of_one_conversation_racing_on_threads_each_count_one_turn() {
+    let store = Arc::new(MemoryStore::new());
+    let g = Arc::new(gateway_with(&config_text(), store.clone()));
+    const THREADS: u64 = 4;
+    const EACH: u64 = 100;
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                (0..EACH)
+                    .filter(|i| {
+                        let at = 1_000 + t * EACH + i;
+                        let o = g.handle(inbound(
+                            json!({"format":"structured","subformat":"silp-code","content":format!("cancel(t{t}m{i})"),"label":"decode","submessages":[{"format":"token","subformat":"conversation","content":"conv-race"}]}),
+                            "ingress",
+                            at,
+                        ));
+                        !matches!(o.status, Status::Delivered)
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let failed: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(failed, 0, "no message lost its race for good");
+    let session = store.session_by_token("conv-race").unwrap().expect("the conversation's session");
+    assert_eq!(session.turns, THREADS * EACH, "every message counted exactly one turn");
+}
