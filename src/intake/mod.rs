@@ -1,13 +1,21 @@
-//! The one message path every door uses: a decoded NLIP message goes through the gateway core,
-//! its state is made durable, its envelopes are delivered to their agents through the agents'
-//! connectors, and the door is told what to settle: the replies for the sender, or why the
-//! message failed and with which disposition.
+//! The one message path every door uses. A message's life, whichever door it came through:
 //!
-//! An agent's answer comes back through here too ([`Intake::answer`]): it is a message like
-//! any other (its conversation's turn counted, sanitised, validated), written in the form the
-//! asker reads, and handed to the asker's door through the [`ReturnPath`] the door left when it
-//! asked. Requests wait at most `gateway.reply_timeout_ms`; then the asker gets a `timeout`
-//! error the same way, and an answer that comes later has nobody to go to.
+//! 1. **plan**: the gateway core decides it and commits its state ([`Intake::plan`]; a window
+//!    of messages, each in order, with [`Intake::plan_window`]);
+//! 2. **flush**: one flush makes the plans' state durable ([`Intake::make_durable`]);
+//! 3. **share**: in cluster mode, what it taught the cluster goes to the streams;
+//! 4. **deliver**: its envelopes go to their agents through the agents' connectors;
+//! 5. **answer**: an answer given in the call (HTTP, A2A, MCP agents) is in hand and goes
+//!    through the core at once, with no wait; one that comes later (AMQP, WebSocket agents)
+//!    is waited for under an unguessable correlation id, at most `gateway.reply_timeout_ms`,
+//!    and handed to the asker's door through the [`ReturnPath`] the door left;
+//! 6. **outcome**: one per request: its replies and answer, or why it failed and with which
+//!    disposition. A message that fails after counting a turn takes the turn back first.
+//!
+//! [`Intake::take`] runs all of it for a door that does not retry; the AMQP door, which
+//! retries and acknowledges, runs the steps itself around its own settling. An agent's answer
+//! is a message like any other (its conversation's turn counted, sanitised, validated),
+//! written in the form the asker reads.
 //!
 //! Doors own their wire (decoding, acknowledgements, status codes, retries); the intake owns
 //! everything between: one span layout, one set of metric labels, one disposition map.
