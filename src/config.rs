@@ -421,24 +421,6 @@ impl AmqpConfig {
         let url = self.url.clone().unwrap_or_else(|| DEFAULT_BROKER.to_owned());
         (vec![url], "amqp.url".to_owned())
     }
-
-    /// The broker addresses, parsed, with the password from `password_env` when it is set.
-    ///
-    /// # Errors
-    /// An address that is not an AMQP URI (named by its key, never shown).
-    pub fn broker_addresses(&self) -> Result<crate::broker::addresses::Addresses, String> {
-        let (uris, key) = self.addresses();
-        let mut addresses = crate::broker::addresses::Addresses::parse(&uris, &key)?;
-        addresses.set_tls(crate::broker::addresses::tls(
-            self.ca_file.as_deref(),
-            self.cert_file.as_deref(),
-            self.key_file.as_deref(),
-        )?);
-        if let Some(password) = self.password_env.as_deref().and_then(|name| std::env::var(name).ok()) {
-            addresses.set_password(&password);
-        }
-        Ok(addresses)
-    }
 }
 
 /// Cluster mode: conversations are spread over `partitions` quorum queues behind a
@@ -996,9 +978,6 @@ impl Config {
                         .into(),
                 ));
             }
-            if amqp.url_env.is_none() {
-                amqp.broker_addresses().map_err(ConfigError::Invalid)?;
-            }
         }
         if let Some(cluster) = &self.cluster {
             if self.amqp.is_none() {
@@ -1250,25 +1229,6 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(both.contains("url") && both.contains("not both"), "{both}");
-        let bad =
-            Config::parse("[amqp]\nurls = [\"amqp://guest:guest@a:5672/%2f\", \"nope://x:hunter2@b\"]\n")
-                .unwrap_err()
-                .to_string();
-        assert!(bad.contains("amqp.urls[1]") && !bad.contains("hunter2"), "{bad}");
-    }
-
-    #[test]
-    fn a_password_from_the_environment_goes_to_every_address() {
-        let config = Config::parse(
-            "[amqp]\nurls = [\"amqp://silpgate@a:5672/%2f\", \"amqp://silpgate@b:5672/%2f\"]\npassword_env = \"SILPGATE_TEST_BROKER_PASSWORD_A\"\n",
-        )
-        .unwrap();
-        // SAFETY: no other test reads or writes this variable.
-        unsafe { std::env::set_var("SILPGATE_TEST_BROKER_PASSWORD_A", "s3cret") };
-        let addresses = config.amqp.unwrap().broker_addresses().unwrap();
-        let passwords: Vec<String> =
-            addresses.round().map(|(_, a)| a.uri.authority.userinfo.password.clone()).collect();
-        assert_eq!(passwords, ["s3cret", "s3cret"]);
     }
 
     #[test]

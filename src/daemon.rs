@@ -3,9 +3,9 @@
 //! cleanly on SIGTERM or SIGINT (stop accepting and consuming, let in-flight work finish, flush
 //! the store, exit 0).
 
+use crate::broker::link::BrokerLink;
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerPath, AnswerSink};
 use crate::doors::amqp::{Amqp, AmqpError};
 use crate::doors::stream::Stream;

@@ -11,13 +11,17 @@
 //! - [`doors`]: where messages come in (the AMQP consumer, the HTTP and WebSocket server);
 //! - [`intake`]: the one path every door hands its messages to: core, state, delivery,
 //!   and agents' answers back to the asker;
-//! - [`connectors`]: how envelopes reach agents (AMQP, HTTP), behind one trait;
+//! - [`connectors`]: how envelopes reach agents (AMQP, HTTP, WebSocket, A2A, MCP), behind one
+//!   trait;
 //! - [`broker`]: the AMQP wire the door, the AMQP connector and cluster mode share;
+//!   [`websocket`]: the WebSocket client wire the WebSocket connector and the stream door
+//!   share; [`a2a`]: the A2A protocol, which the A2A connector and the A2A door both speak;
 //! - [`cluster`]: cluster mode, state replication between instances through the broker.
 //!
 //! And: [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
 //! (`silpgate run`), [`telemetry`] and [`metrics`], and [`util`], the ground floor.
 
+pub mod a2a;
 pub mod broker;
 pub mod cli;
 pub mod cluster;
@@ -33,3 +37,4 @@ pub mod silp;
 pub mod store;
 pub mod telemetry;
 pub mod util;
+pub mod websocket;

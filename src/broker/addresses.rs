@@ -11,6 +11,7 @@
 //! skipped, and a client certificate (`cert_file` + `key_file`) may be presented for RabbitMQ's
 //! EXTERNAL mechanism (`?auth_mechanism=external` on the URI).
 
+use crate::config::AmqpConfig;
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Connection, ConnectionProperties, DefaultConnectionBuilder};
@@ -115,6 +116,22 @@ pub struct Addresses {
 }
 
 impl Addresses {
+    /// The configured broker addresses, parsed, with the TLS settings and, when
+    /// `password_env` names a set variable, its password for every address.
+    ///
+    /// # Errors
+    /// An address that is not an AMQP URI (named by its key, never shown), or a certificate
+    /// file that cannot be read.
+    pub fn of(amqp: &AmqpConfig) -> Result<Addresses, String> {
+        let (uris, key) = amqp.addresses();
+        let mut addresses = Addresses::parse(&uris, &key)?;
+        addresses.set_tls(tls(amqp.ca_file.as_deref(), amqp.cert_file.as_deref(), amqp.key_file.as_deref())?);
+        if let Some(password) = amqp.password_env.as_deref().and_then(|name| std::env::var(name).ok()) {
+            addresses.set_password(&password);
+        }
+        Ok(addresses)
+    }
+
     /// Parses every URI (`key` names where they came from, for errors).
     ///
     /// # Errors
@@ -178,6 +195,30 @@ impl Addresses {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn a_bad_address_is_named_by_its_key_and_never_shown() {
+        let config =
+            Config::parse("[amqp]\nurls = [\"amqp://guest:guest@a:5672/%2f\", \"nope://x:hunter2@b\"]\n")
+                .unwrap();
+        let bad = Addresses::of(config.amqp.as_ref().unwrap()).unwrap_err();
+        assert!(bad.contains("amqp.urls[1]") && !bad.contains("hunter2"), "{bad}");
+    }
+
+    #[test]
+    fn a_password_from_the_environment_goes_to_every_address() {
+        let config = Config::parse(
+            "[amqp]\nurls = [\"amqp://silpgate@a:5672/%2f\", \"amqp://silpgate@b:5672/%2f\"]\npassword_env = \"SILPGATE_TEST_BROKER_PASSWORD_A\"\n",
+        )
+        .unwrap();
+        // SAFETY: no other test reads or writes this variable.
+        unsafe { std::env::set_var("SILPGATE_TEST_BROKER_PASSWORD_A", "s3cret") };
+        let addresses = Addresses::of(config.amqp.as_ref().unwrap()).unwrap();
+        let passwords: Vec<String> =
+            addresses.round().map(|(_, a)| a.uri.authority.userinfo.password.clone()).collect();
+        assert_eq!(passwords, ["s3cret", "s3cret"]);
+    }
 
     fn three() -> Addresses {
         let uris: Vec<String> =

@@ -67,6 +67,24 @@ pub struct Envelope {
 }
 
 impl Envelope {
+    /// Decodes a delivery's body by its content type, under `limits`.
+    ///
+    /// # Errors
+    /// The body does not decode, or its content type is neither JSON nor CBOR.
+    pub fn decode(
+        &self,
+        body: &[u8],
+        limits: &crate::nlip::Limits,
+    ) -> Result<crate::nlip::Message, crate::nlip::NlipError> {
+        match &self.encoding {
+            Ok(encoding) => crate::nlip::decode(body, *encoding, limits),
+            Err(content_type) => Err(crate::nlip::NlipError::new(
+                crate::nlip::NlipErrorKind::InvalidEncoding,
+                format!("content type '{content_type}' is neither application/json nor application/cbor"),
+            )),
+        }
+    }
+
     /// Reads the properties of a delivery.
     pub fn read(properties: &BasicProperties, redelivered: bool) -> Envelope {
         let text =
@@ -265,12 +283,6 @@ fn reply_addresses(headers: &FieldTable) -> Vec<(Encoding, String)> {
         }
     }
     replies
-}
-
-/// The id of the `index`-th message published for an inbound message: stable across
-/// redeliveries, so that receivers can drop duplicates.
-pub fn outbound_id(inbound_id: &str, index: usize) -> String {
-    format!("{inbound_id}:{index}")
 }
 
 /// An id for a message that came without one: its body's hash, the same on every redelivery.

@@ -20,8 +20,8 @@ use crate::connectors::DeliveryError;
 use crate::connectors::a2a::A2aAgent;
 use crate::connectors::http::HttpAgent;
 use crate::connectors::mcp::McpAgent;
-use crate::connectors::ws::{Dialer, frame_of, message_of};
 use crate::nlip::{self, Encoding, Message};
+use crate::websocket::{Dialer, frame_of, message_of};
 use clap::Subcommand;
 use futures_util::{SinkExt, StreamExt};
 use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
@@ -130,7 +130,7 @@ fn negotiated(answer: Option<&Message>) -> String {
 
 async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
     let amqp = config.amqp.as_ref().ok_or("it is reached over AMQP and no [amqp] section is configured")?;
-    let addresses = amqp.broker_addresses()?;
+    let addresses = crate::broker::addresses::Addresses::of(amqp)?;
     // Any node of the list will do: the first that answers is asked.
     let mut failures = Vec::new();
     let mut reached = None;

@@ -78,9 +78,19 @@ pub const EXIT_INVALID: u8 = 1;
 /// Exit status for a usage error (clap uses the same).
 pub const EXIT_USAGE: u8 = 2;
 
+/// Loads a configuration file and checks what the parts read from it for themselves: the
+/// broker addresses and certificates (unless the addresses come from the environment at start).
+fn load_config(path: &std::path::Path) -> Result<crate::config::Config, String> {
+    let config = crate::config::Config::load(path).map_err(|e| e.to_string())?;
+    if let Some(amqp) = config.amqp.as_ref().filter(|amqp| amqp.url_env.is_none()) {
+        crate::broker::addresses::Addresses::of(amqp)?;
+    }
+    Ok(config)
+}
+
 fn run_daemon(config: Option<std::path::PathBuf>, overrides: crate::daemon::Overrides) -> ExitCode {
     let config = match config {
-        Some(path) => crate::config::Config::load(&path),
+        Some(path) => load_config(&path),
         None => Ok(crate::config::Config::default()),
     };
     let config = match config {
@@ -139,7 +149,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sessions(command) => store::run_sessions(command),
         Command::Cluster(command) => cluster::run(command),
         Command::Agents(command) => agents::run(command),
-        Command::Config(ConfigCommand::Check { file }) => match crate::config::Config::load(&file) {
+        Command::Config(ConfigCommand::Check { file }) => match load_config(&file) {
             Ok(_) => {
                 println!("ok: {} is a valid configuration", file.display());
                 ExitCode::SUCCESS

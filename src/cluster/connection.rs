@@ -7,13 +7,14 @@
 //! another instance's hand-over) never holds up the others: the partition's deliveries wait,
 //! in arrival order, until it is done.
 
+use super::Wire;
 use super::handover::{Handover, Parked, STRAY_GRACE};
 use super::ingress::Ingress;
 use super::membership::{self, Members};
 use super::ownership::{Deliveries, Ownership};
 use super::{Cluster, ClusterError, changelog, lock};
+use crate::broker::ending::Endings;
 use crate::broker::publish::Publisher;
-use crate::doors::amqp::worker::Pipeline;
 use crate::gateway::session::Partition;
 use crate::util::backoff::Backoff;
 use lapin::{Channel, Connection};
@@ -33,6 +34,8 @@ pub type TakenOver = (Partition, Result<(), ClusterError>);
 /// The cluster side of a connection.
 pub struct ClusterSide {
     cluster: Arc<Cluster>,
+    /// What the cluster uses of the AMQP side's connection.
+    wire: Wire,
     ownership: Ownership,
     ingress: Ingress,
     follower: JoinHandle<()>,
@@ -64,11 +67,11 @@ impl ClusterSide {
     pub async fn start(
         connection: &Connection,
         cluster: &Arc<Cluster>,
-        pipeline: &Arc<Pipeline>,
+        wire: Wire,
         taken_over: mpsc::UnboundedSender<TakenOver>,
     ) -> lapin::Result<ClusterSide> {
-        let ownership = Ownership::new(pipeline.amqp.prefetch);
-        if let Some(link) = pipeline.link.current() {
+        let ownership = Ownership::new(wire.prefetch);
+        if let Some(link) = wire.link.current() {
             cluster.set_broker_user(&link.user);
         }
         let members = Arc::new(Mutex::new(Members::new(&cluster.instance)));
@@ -84,20 +87,24 @@ impl ClusterSide {
             cluster.clone(),
             members.clone(),
             leaving_now.clone(),
-            pipeline.clone(),
+            wire.endings.clone(),
         ));
         let ingress = Ingress::start(
             connection.create_channel().await?,
-            &pipeline.amqp.inbound,
+            &wire.inbound,
             cluster.config.exchange.clone(),
             &cluster.instance,
-            pipeline.clone(),
+            wire.clone(),
         )
         .await?;
-        let follower =
-            tokio::spawn(follow_lock(connection.create_channel().await?, cluster.clone(), pipeline.clone()));
+        let follower = tokio::spawn(follow_lock(
+            connection.create_channel().await?,
+            cluster.clone(),
+            wire.endings.clone(),
+        ));
         Ok(ClusterSide {
             cluster: cluster.clone(),
+            wire,
             ownership,
             ingress,
             follower,
@@ -123,7 +130,6 @@ impl ClusterSide {
     pub async fn admit(
         &mut self,
         connection: &Connection,
-        pipeline: &Pipeline,
         partition: Partition,
         parked: Parked,
     ) -> Result<Vec<Parked>, ClusterError> {
@@ -151,7 +157,7 @@ impl ClusterSide {
         self.unfollow(partition.index).await;
         let channel = connection.create_channel().await?;
         let (cluster, publisher, done) =
-            (self.cluster.clone(), pipeline.publisher.clone(), self.taken_over.clone());
+            (self.cluster.clone(), self.wire.publisher.clone(), self.taken_over.clone());
         self.takeovers.push(tokio::spawn(async move {
             let grace = tokio::time::Instant::now() + STRAY_GRACE;
             let result = cluster.take_over(channel, &publisher, partition).await;
@@ -212,11 +218,10 @@ impl ClusterSide {
     pub async fn tick(
         &mut self,
         connection: &Connection,
-        pipeline: &Pipeline,
         deliveries: &mut Deliveries,
     ) -> Result<Vec<(Partition, Vec<Parked>)>, ClusterError> {
         let limit = self.cluster.finish_limit();
-        match tokio::time::timeout(limit, self.step(connection, pipeline, deliveries)).await {
+        match tokio::time::timeout(limit, self.step(connection, deliveries)).await {
             Ok(result) => result,
             Err(_) => {
                 warn!(instance = %self.cluster.instance, ?limit, "A cluster step got no answer from the broker in time; letting go of the connection.");
@@ -228,7 +233,6 @@ impl ClusterSide {
     async fn step(
         &mut self,
         connection: &Connection,
-        pipeline: &Pipeline,
         deliveries: &mut Deliveries,
     ) -> Result<Vec<(Partition, Vec<Parked>)>, ClusterError> {
         self.takeovers.retain(|t| !t.is_finished());
@@ -244,13 +248,14 @@ impl ClusterSide {
             // A takeover that finished meanwhile is handed on as well.
             self.ownership.release_all(&self.cluster);
         }
-        self.cluster.append_marks(&pipeline.publisher).await?;
+        self.cluster.append_marks(&self.wire.publisher).await?;
         let ready =
-            self.ownership.advance(&self.cluster, &pipeline.publisher, deliveries, !self.leaving).await?;
+            self.ownership.advance(&self.cluster, &self.wire.publisher, deliveries, !self.leaving).await?;
         let mut ready: Vec<(Partition, Vec<Parked>)> =
             ready.into_iter().map(|(p, parked)| (p, self.hand_out(p, parked))).collect();
         ready.extend(settled);
-        self.reconcile((connection, &pipeline.publisher), deliveries).await?;
+        let publisher = self.wire.publisher.clone();
+        self.reconcile((connection, &publisher), deliveries).await?;
         Ok(ready)
     }
 
@@ -426,20 +431,20 @@ async fn beat(
     cluster: Arc<Cluster>,
     members: Arc<Mutex<Members>>,
     leaving_now: Arc<Notify>,
-    pipeline: Arc<Pipeline>,
+    endings: Endings,
 ) {
     let Err(e) = membership::run(channel, heard, &cluster, members, leaving_now).await else { return };
     warn!(error = %e, "The cluster heartbeats failed.");
-    pipeline.endings.broken(&e);
+    endings.broken(&e);
 }
 
 /// Follows the cluster's lock stream until the connection fails, then says so.
-async fn follow_lock(channel: Channel, cluster: Arc<Cluster>, pipeline: Arc<Pipeline>) {
+async fn follow_lock(channel: Channel, cluster: Arc<Cluster>, endings: Endings) {
     let Err(e) = lock::follow(channel, &cluster).await else { return };
     warn!(error = %e, "Following the lock stream failed.");
     if e.is_fatal() {
-        pipeline.endings.store_damaged(&e);
+        endings.store_damaged(&e);
     } else {
-        pipeline.endings.broken(&e);
+        endings.broken(&e);
     }
 }

@@ -14,10 +14,10 @@
 //! it has, and cancels only after a quiet moment; then it acknowledges and is done.
 
 use super::ClusterError;
+use super::Wire;
 use super::ownership::{self, Deliveries};
 use crate::broker::properties::{self, Envelope};
 use crate::broker::publish::{Pending, Publication};
-use crate::doors::amqp::worker::Pipeline;
 use crate::nlip::{Message, NlipError};
 use futures_util::StreamExt;
 use lapin::Channel;
@@ -64,7 +64,7 @@ impl Ingress {
         queues: &[String],
         exchange: String,
         instance: &str,
-        pipeline: Arc<Pipeline>,
+        wire: Wire,
     ) -> lapin::Result<Ingress> {
         channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
         let mut deliveries = Deliveries::default();
@@ -76,11 +76,11 @@ impl Ingress {
         }
         let (leave, leaving) = watch::channel(false);
         let (done, left) = watch::channel(false);
-        let forwarding = Forwarding { channel, tags, exchange, pipeline };
+        let forwarding = Forwarding { channel, tags, exchange, wire };
         let task = tokio::spawn(async move {
             if let Err(e) = forwarding.run(deliveries, leaving).await {
                 debug!(error = %e, "Forwarding to the partitions failed; resetting the connection.");
-                forwarding.pipeline.endings.broken(&e);
+                forwarding.wire.endings.broken(&e);
                 return;
             }
             let _ = done.send(true);
@@ -108,7 +108,7 @@ struct Forwarding {
     channel: Channel,
     tags: Vec<String>,
     exchange: String,
-    pipeline: Arc<Pipeline>,
+    wire: Wire,
 }
 
 impl Forwarding {
@@ -182,7 +182,7 @@ impl Forwarding {
     /// Sends one delivery on to the partition exchange.
     async fn forward(&self, queue: &str, delivery: &Delivery) -> Result<Pending, ClusterError> {
         let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
-        let decoded = self.pipeline.decode(&delivery.data, &envelope);
+        let decoded = envelope.decode(&delivery.data, &self.wire.limits);
         let key = partition_key(&decoded, &envelope, &delivery.data);
         debug!(
             message_id = envelope.message_id.as_deref().unwrap_or("-"),
@@ -196,7 +196,7 @@ impl Forwarding {
             body: delivery.data.clone(),
             properties: properties::partitioned_properties(&delivery.properties, &key, queue),
         };
-        Ok(self.pipeline.publisher.send(publication)?)
+        Ok(self.wire.publisher.send(publication)?)
     }
 }
 

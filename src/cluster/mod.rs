@@ -27,6 +27,7 @@ pub mod membership;
 pub mod ownership;
 pub mod rendezvous;
 pub mod streams;
+pub mod wire;
 
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};
@@ -39,6 +40,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use tracing::{info, warn};
+pub use wire::Wire;
 
 /// Why a cluster step failed: the broker (reconnect and try again) or the store.
 #[derive(Debug, thiserror::Error)]
@@ -451,6 +453,38 @@ impl Cluster {
     pub fn is_own(&self, properties: &lapin::BasicProperties) -> bool {
         let own = self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         properties.user_id().as_ref().is_some_and(|u| u.as_str() == own.as_str())
+    }
+
+    /// A front-door message of conversation `key` that came through the door `source`, as it
+    /// is published to the partition exchange for its partition's owner ([`crate::intake::forward`]):
+    /// JSON, persistent, `id` as its message and correlation id, replies to RabbitMQ's direct
+    /// reply-to, this instance and its broker `user` (which the broker checks, and which makes
+    /// the owner believe `source`), and the trace context of `span`.
+    pub fn forward_publication(
+        &self,
+        envelope: &crate::nlip::Message,
+        (key, source): (&str, &str),
+        id: &str,
+        user: &str,
+        span: &tracing::Span,
+    ) -> Publication<'_> {
+        let forwarded = properties::Forwarded {
+            key,
+            source,
+            message_id: id,
+            reply_to: crate::broker::publish::DIRECT_REPLY_TO,
+            correlation_id: id,
+            instance: &self.instance,
+            user,
+        };
+        let mut headers = lapin::types::FieldTable::default();
+        crate::telemetry::inject(span, &mut headers);
+        Publication {
+            exchange: &self.config.exchange,
+            routing_key: "",
+            body: crate::nlip::encode(envelope, crate::nlip::Encoding::Json),
+            properties: properties::forwarded_properties(&forwarded, headers),
+        }
     }
 
     /// Appends what a message handled outside the partition queues adds to the streams (an

@@ -7,47 +7,13 @@
 //! it through a [`BrokerLink`] and reports an unavailable broker as transient.
 
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel};
-use crate::broker::ending::Endings;
+use crate::broker::link::BrokerLink;
 use crate::broker::properties;
-use crate::broker::publish::{Publication, PublishError, Publisher};
+use crate::broker::publish::{Publication, PublishError};
 use crate::config::AgentConfig;
 use crate::nlip::{self, Encoding};
 use futures_util::future::BoxFuture;
-use tokio::sync::watch;
 use tracing::Instrument;
-
-/// The AMQP side's current connection, as agents' connectors see it.
-#[derive(Clone)]
-pub struct Link {
-    /// A confirm-mode channel.
-    pub publisher: Publisher,
-    /// The agents exchange parcels are published to.
-    pub exchange: String,
-    /// Where agents answer silpgate.
-    pub reply_queue: String,
-    /// The broker user the connection authenticated as (a front-door message forwarded to its
-    /// partition's owner carries it as the broker-checked `user_id`).
-    pub user: String,
-    /// Told when a publish finds the channel broken, so that the AMQP side reconnects.
-    pub endings: Endings,
-}
-
-/// Follows the AMQP side's connection: `None` while it is down.
-#[derive(Clone)]
-pub struct BrokerLink(watch::Receiver<Option<Link>>);
-
-impl BrokerLink {
-    /// A link and the sender the AMQP side updates it through.
-    pub fn new() -> (watch::Sender<Option<Link>>, BrokerLink) {
-        let (tx, rx) = watch::channel(None);
-        (tx, BrokerLink(rx))
-    }
-
-    /// The connection now, if there is one.
-    pub fn current(&self) -> Option<Link> {
-        self.0.borrow().clone()
-    }
-}
 
 /// One agent reached over AMQP.
 pub struct AmqpAgent {

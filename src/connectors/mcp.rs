@@ -210,7 +210,7 @@ pub fn wrapper(envelope: &Message) -> (&'static str, String) {
         .map(|s| (s.subformat.as_str(), &s.content));
     let parts: Vec<(&str, &Content)> = own.chain(subs).collect();
     for (subformat, content) in &parts {
-        if let Some(encoding) = super::a2a::map::silp_encoding(subformat) {
+        if let Some(encoding) = crate::a2a::map::silp_encoding(subformat) {
             return (encoding, as_text(content));
         }
     }

@@ -222,7 +222,7 @@ impl Agents {
     /// connecting at once, so this must run inside the runtime.
     pub fn new(
         config: &Config,
-        broker: Option<amqp::BrokerLink>,
+        broker: Option<crate::broker::link::BrokerLink>,
         answers: AnswerSink,
     ) -> Result<Agents, SetupError> {
         let mut by_name: HashMap<String, Arc<dyn Connector>> = HashMap::new();

@@ -1,7 +1,7 @@
 //! silpgate's own A2A front door (A2A 1.0, JSON-RPC binding): `GET
 //! /.well-known/agent-card.json` and `POST /a2a`. An A2A client's `SendMessage` enters the
 //! intake like an NLIP message from source `a2a` (its parts mapped as
-//! [`crate::connectors::a2a::map`] says; `contextId` is the conversation token), goes wherever
+//! [`crate::a2a::map`] says; `contextId` is the conversation token), goes wherever
 //! the routes send it, and the answer comes back as the A2A response: a Message when the
 //! answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
 //! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
@@ -12,7 +12,7 @@
 
 use super::jsonrpc::{error, reply};
 use super::{Answer, Front};
-use crate::connectors::a2a::{VERSION, map};
+use crate::a2a::{VERSION, map};
 use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
 use axum::Router;

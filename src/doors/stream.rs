@@ -23,11 +23,11 @@
 
 use super::{Answer, Front};
 use crate::config::StreamConfig;
-use crate::connectors::ws::{Dialer, PING_EVERY, frame_of, message_of};
 use crate::gateway::Transport;
 use crate::nlip::Message;
 use crate::nlip::reply::{self, Location};
 use crate::util::backoff::Backoff;
+use crate::websocket::{Dialer, PING_EVERY, frame_of, message_of};
 use futures_util::stream::FuturesOrdered;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::BTreeSet;
@@ -42,7 +42,7 @@ use tracing::Instrument;
 #[error("stream '{stream}': {error}")]
 pub struct StreamError {
     pub stream: String,
-    pub error: crate::connectors::ws::DialError,
+    pub error: crate::websocket::DialError,
 }
 
 /// One configured stream, ready to connect.
@@ -115,12 +115,7 @@ impl Stream {
     }
 
     /// One connection: messages in, each on its own task; replies out in message order.
-    async fn serve(
-        &self,
-        front: &Arc<Front>,
-        socket: crate::connectors::ws::Socket,
-        turn: &mut Turn,
-    ) -> String {
+    async fn serve(&self, front: &Arc<Front>, socket: crate::websocket::Socket, turn: &mut Turn) -> String {
         let (mut sink, mut stream) = socket.split();
         let encoding = self.config.encoding.nlip();
         let max_in_flight = self.config.max_in_flight.max(1);

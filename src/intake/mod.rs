@@ -33,12 +33,11 @@ pub mod forward;
 mod tests;
 pub mod waiting;
 
-use crate::broker::properties;
-use crate::broker::publish::{DIRECT_REPLY_TO, Publication, PublishError};
+use crate::broker::link::BrokerLink;
+use crate::broker::publish::PublishError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{AwaitMode, RepliesMode};
 pub use crate::connectors::AnswerError;
-use crate::connectors::amqp::BrokerLink;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
 use crate::gateway::store::StoreError;
@@ -233,25 +232,9 @@ impl Intake {
             return Err(unforwarded(ClusterError::Stream("the broker is not connected".into())));
         };
         let id = self.ids.next();
-        let instance = cluster.instance.as_str();
-        let forwarded = properties::Forwarded {
-            key,
-            source,
-            message_id: &id,
-            reply_to: DIRECT_REPLY_TO,
-            correlation_id: &id,
-            instance,
-            user: &link.user,
-        };
         let publish_span = info_span!(parent: span, "cluster forward", messaging.destination.name = %cluster.config.exchange);
-        let mut headers = lapin::types::FieldTable::default();
-        crate::telemetry::inject(&publish_span, &mut headers);
-        let publication = Publication {
-            exchange: &cluster.config.exchange,
-            routing_key: "",
-            body: crate::nlip::encode(envelope, crate::nlip::Encoding::Json),
-            properties: properties::forwarded_properties(&forwarded, headers),
-        };
+        let publication =
+            cluster.forward_publication(envelope, (key, source), &id, &link.user, &publish_span);
         let replies = self.forwards.expect(&id);
         let sent =
             async { link.publisher.send(publication)?.confirmed().await }.instrument(publish_span).await;
@@ -479,7 +462,7 @@ impl Intake {
             };
             let parcel = Parcel {
                 envelope: out.envelope,
-                message_id: crate::broker::properties::outbound_id(delivery.base_id, index),
+                message_id: outbound_id(delivery.base_id, index),
                 answer_to: AnswerTo::Nobody,
                 user_id: delivery.origin.user_id.clone(),
             };
@@ -825,6 +808,12 @@ struct Delivery<'a> {
     form: OutputForm,
     route: Option<&'a crate::config::RouteConfig>,
     answers: Option<Arc<dyn ReturnPath>>,
+}
+
+/// The id of the `index`-th envelope an inbound message sends on: stable across redeliveries
+/// of the message, so that agents can drop duplicates.
+fn outbound_id(inbound_id: &str, index: usize) -> String {
+    format!("{inbound_id}:{index}")
 }
 
 /// A refusal whose sender hears the error.

@@ -108,6 +108,29 @@ impl Constraint {
     }
 }
 
+/// `^v\d+$` as the schema validator compiles it (`\d` is ASCII there).
+pub(crate) fn is_silp_version(s: &str) -> bool {
+    s.len() >= 2 && s.starts_with('v') && s.bytes().skip(1).all(|b| b.is_ascii_digit())
+}
+
+/// `^[a-f0-9]{4,8}$`.
+pub(crate) fn is_req_id(s: &str) -> bool {
+    (4..=8).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
+}
+
+/// An IR reader ([`super::typed`] of text, [`super::tree`] of a parsed value) gave its input
+/// back: not JSON, JSON that breaks the schema, or (for text, rarely) a repeated declared
+/// field whose earlier value breaks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused;
+
+/// What an IR reader saw besides the IR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Noted {
+    /// `meta.out` was given: the sender chose the frontend, rather than the default.
+    pub out_given: bool,
+}
+
 /// True for an action code as the draft's schema writes it: `^![A-Z][A-Z_]*$`.
 pub fn is_action_code(s: &str) -> bool {
     let b = s.as_bytes();

@@ -17,24 +17,8 @@ use std::fmt::{self, Write as _};
 use unicode_normalization::UnicodeNormalization;
 use unicode_security::confusable_detection::skeleton;
 
-/// True for a character the sanitiser strips: a default-ignorable code point (which includes
-/// every bidi control).
-///
-/// UTS #39 defines the skeleton of a string as its NFD with every default-ignorable code point
-/// removed, then mapped through the confusables table; no default-ignorable code point has a
-/// canonical decomposition and no confusable maps to nothing, so the skeleton of one character
-/// is empty exactly when the character is default-ignorable (a unit test checks this against
-/// every code point). unicode-security keeps that table private; this reads it through the
-/// public skeleton.
-pub fn is_invisible(c: char) -> bool {
-    // No default-ignorable code point lies below the soft hyphen: ASCII and Latin-1 letters
-    // take no table look-up.
-    if c < '\u{AD}' {
-        return false;
-    }
-    let mut buf = [0u8; 4];
-    skeleton(c.encode_utf8(&mut buf)).next().is_none()
-}
+pub use crate::util::unicode::is_invisible;
+
 /// Something the sanitiser changed, reported to the caller (and counted by operators: it is a
 /// security signal).
 #[derive(Debug, Clone, PartialEq, Eq)]

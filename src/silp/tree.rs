@@ -5,8 +5,11 @@
 //!
 //! A value has no repeated keys, so a refusal here is always the schema's.
 
-use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_action_code};
-use super::typed::{Refused, is_req_id, is_silp_version};
+pub use super::ir::Noted;
+use super::ir::{
+    Alternative, Constraint, Entity, Extras, Ir, Meta, Refused, Text, is_action_code, is_req_id,
+    is_silp_version,
+};
 use serde_json::{Map, Value};
 
 /// Reads an IR from a JSON value, with the checks of [`super::typed::read`]; a value has no
@@ -16,13 +19,6 @@ use serde_json::{Map, Value};
 /// [`Refused`] when the value breaks the schema.
 pub fn from_value(value: &Value) -> Result<Ir, Refused> {
     read(value, None).map(|(ir, _)| ir)
-}
-
-/// What a reader of a parsed value saw besides the IR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Noted {
-    /// `meta.out` was given: the sender chose the frontend, rather than the default.
-    pub out_given: bool,
 }
 
 /// [`from_value`], noting whether `meta.out` was given, which the IR alone cannot tell from

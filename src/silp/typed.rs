@@ -15,18 +15,16 @@
 //! repeated with an earlier value of the wrong type. The tree sees only the last value and may
 //! accept; this reader refuses at the first, and the caller's fallback accepts it.
 
-use super::ir::{Alternative, Constraint, Entity, Extras, Ir, Meta, Text, is_action_code};
-use super::tree::Noted;
+pub use super::ir::Refused;
+use super::ir::{
+    Alternative, Constraint, Entity, Extras, Ir, Meta, Noted, Text, is_action_code, is_req_id,
+    is_silp_version,
+};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
-
-/// The fast path gave a text back: not JSON, JSON that breaks the schema, or (rarely) a
-/// repeated declared field whose earlier value breaks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused;
 
 /// Reads an IR from JSON `text`, or refuses it.
 pub fn read(text: &str) -> Result<Ir, Refused> {
@@ -49,16 +47,6 @@ pub fn read_noting(text: &str) -> Result<(Ir, Noted), Refused> {
 /// through the schema validator for the wording.
 fn refuse<E: de::Error>() -> E {
     E::custom("not a schema-valid IR")
-}
-
-/// `^v\d+$` as the schema validator compiles it (`\d` is ASCII there).
-pub(crate) fn is_silp_version(s: &str) -> bool {
-    s.len() >= 2 && s.starts_with('v') && s.bytes().skip(1).all(|b| b.is_ascii_digit())
-}
-
-/// `^[a-f0-9]{4,8}$`.
-pub(crate) fn is_req_id(s: &str) -> bool {
-    (4..=8).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9'))
 }
 
 /// A key or string that borrows from the input when it has no escapes (the JSON frontend's

@@ -48,7 +48,7 @@ pub fn write_str(out: &mut String, s: &str) {
 /// Writes `s` as a JSON string literal in `style`.
 pub fn write_text(out: &mut String, s: &str, style: Style) {
     if style.escape_invisible {
-        write_str_escaping(out, s, crate::silp::sanitize::is_invisible)
+        write_str_escaping(out, s, super::unicode::is_invisible)
     } else {
         write_str(out, s)
     }

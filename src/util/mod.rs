@@ -1,5 +1,6 @@
 //! The ground floor every layer may stand on, and that stands on nothing of silpgate's: hashing,
-//! the clock, JSON text writing, retry backoff, unguessable tokens and the stop signal.
+//! the clock, JSON text writing, retry backoff, unguessable tokens, the stop signal and which
+//! characters are invisible.
 
 pub mod backoff;
 pub mod hash;
@@ -7,3 +8,4 @@ pub mod json_text;
 pub mod shutdown;
 pub mod time;
 pub mod token;
+pub mod unicode;

@@ -3,7 +3,7 @@
 //! consumes the inbound queues, and hands each delivery to a worker; the worker
 //! ([`worker::Pipeline`]) takes it through the [intake](crate::intake) to its acknowledgement.
 //! The same connection serves the AMQP agents' connectors (through a
-//! [`BrokerLink`](crate::connectors::amqp::BrokerLink)) and consumes this instance's reply
+//! [`BrokerLink`](crate::broker::link::BrokerLink)) and consumes this instance's reply
 //! queue, where agents answer; each answer goes back through the intake to its asker.
 //!
 //! Ordering: a conversation's messages always go to the same worker, which handles one
@@ -25,13 +25,13 @@ pub mod worker;
 use crate::broker::addresses::{Addresses, Node};
 use crate::broker::ending::{Ending, Endings};
 use crate::broker::health::BrokerHealth;
+use crate::broker::link::{BrokerLink, Link};
 use crate::broker::{majority, properties, publish, topology};
 use crate::cluster::Cluster;
 use crate::cluster::connection::{ClusterSide, REBALANCE_TICK};
 use crate::cluster::handover::Parked;
 use crate::cluster::ownership::{self, Deliveries};
 use crate::config::{AmqpConfig, Config, ReplyQueueType};
-use crate::connectors::amqp::{BrokerLink, Link};
 use crate::gateway::store::Store;
 use crate::intake::Intake;
 use crate::util::backoff::Backoff;
@@ -151,7 +151,7 @@ impl Amqp {
     /// [`AmqpError::StoreDamaged`] when a message hit a damaged store;
     /// [`AmqpError::BadAddress`] when a broker address (from the environment) is not a URI.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AmqpError> {
-        let mut addresses = self.amqp.broker_addresses().map_err(AmqpError::BadAddress)?;
+        let mut addresses = Addresses::of(&self.amqp).map_err(AmqpError::BadAddress)?;
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
             Duration::from_millis(self.amqp.reconnect_max_ms),
@@ -407,10 +407,12 @@ impl Amqp {
         }
         let (taken_over, mut takeovers) = mpsc::unbounded_channel();
         let mut cluster_side = match &self.cluster {
-            Some(cluster) => match ClusterSide::start(connection, cluster, &pipeline, taken_over).await {
-                Ok(side) => Some(side),
-                Err(e) => return Ended::Lost(e.to_string()),
-            },
+            Some(cluster) => {
+                match ClusterSide::start(connection, cluster, pipeline.cluster_wire(), taken_over).await {
+                    Ok(side) => Some(side),
+                    Err(e) => return Ended::Lost(e.to_string()),
+                }
+            }
             None => None,
         };
 
@@ -490,7 +492,7 @@ impl Amqp {
                     if side.left() || leaving.is_some_and(|deadline| tokio::time::Instant::now() >= deadline) {
                         break Ended::Shutdown;
                     }
-                    match side.tick(connection, &pipeline, &mut deliveries).await {
+                    match side.tick(connection, &mut deliveries).await {
                         Ok(ready) => {
                             for (partition, parked) in ready {
                                 if !dispatch_all(&senders, parked, Some(partition)).await {
@@ -541,7 +543,7 @@ impl Amqp {
                         let partition = self.cluster.as_ref().and_then(|c| c.partition_of(&parked.queue));
                         let ready = match (&mut cluster_side, partition) {
                             (Some(side), Some(partition)) => {
-                                match side.admit(connection, &pipeline, partition, parked).await {
+                                match side.admit(connection, partition, parked).await {
                                     Ok(ready) => ready,
                                     Err(e) => break Ended::Lost(e.to_string()),
                                 }

@@ -13,11 +13,11 @@ use super::acks::AckBook;
 use crate::broker::addresses::Node;
 use crate::broker::ending::Endings;
 use crate::broker::health::BrokerHealth;
+use crate::broker::link::BrokerLink;
 use crate::broker::properties::{self, Envelope};
 use crate::broker::publish::{Publication, PublishError, Publisher};
 use crate::cluster::Cluster;
 use crate::config::AmqpConfig;
-use crate::connectors::amqp::BrokerLink;
 use crate::gateway::session::Partition;
 use crate::gateway::{Disposition, GatewayError, Origin, Transport};
 use crate::intake::{self, Arrival, Intake, Planned, Refused, ReturnPath, Returned};
@@ -225,12 +225,18 @@ pub struct Pipeline {
 impl Pipeline {
     /// Decodes a delivery's body by its content type.
     pub fn decode(&self, body: &[u8], envelope: &Envelope) -> Result<Message, NlipError> {
-        match &envelope.encoding {
-            Ok(encoding) => nlip::decode(body, *encoding, &self.limits),
-            Err(content_type) => Err(NlipError::new(
-                nlip::NlipErrorKind::InvalidEncoding,
-                format!("content type '{content_type}' is neither application/json nor application/cbor"),
-            )),
+        envelope.decode(body, &self.limits)
+    }
+
+    /// What cluster mode uses of this connection.
+    pub fn cluster_wire(&self) -> crate::cluster::Wire {
+        crate::cluster::Wire {
+            link: self.link.clone(),
+            publisher: self.publisher.clone(),
+            endings: self.endings.clone(),
+            prefetch: self.amqp.prefetch,
+            inbound: self.amqp.inbound.clone(),
+            limits: self.limits,
         }
     }
 

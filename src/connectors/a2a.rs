@@ -1,7 +1,7 @@
 //! Agents that speak A2A 1.0 (JSON-RPC binding). silpgate reads the agent card at
 //! `<url>/.well-known/agent-card.json` once (again after a failure) for the JSON-RPC interface,
 //! then sends each parcel as a `SendMessage` with the header `A2A-Version: 1.0`, the envelope
-//! mapped as [`map`] says, and `returnImmediately` so that no HTTP request is held open for a
+//! mapped as [`crate::a2a::map`] says, and `returnImmediately` so that no HTTP request is held open for a
 //! long task.
 //!
 //! The answer is a Message, or a Task. A task that is not finished is polled with `GetTask`
@@ -17,14 +17,13 @@
 //! 408 or 429, or the JSON-RPC internal error is transient; another JSON-RPC error or 4xx is
 //! the agent refusing the message (`a2a_refused`), and the asker is told its words.
 
-pub mod map;
-
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::a2a::VERSION;
+use crate::a2a::map::{self, TaskState};
 use crate::config::AgentConfig;
 use crate::nlip::Message;
 use crate::nlip::reply::{Location, error_message};
 use futures_util::future::BoxFuture;
-use map::TaskState;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +31,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OnceCell, Semaphore};
 use tracing::Instrument;
 
-/// The protocol version silpgate speaks, sent in the `A2A-Version` header.
-pub const VERSION: &str = "1.0";
 /// Where an agent card is, relative to the agent's base URL.
 pub const CARD_PATH: &str = ".well-known/agent-card.json";
 /// The JSON-RPC internal error: the agent failed, not the message.

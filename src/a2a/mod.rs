@@ -1,0 +1,8 @@
+//! The A2A protocol (1.0, JSON-RPC binding) as silpgate speaks it both ways: as a client of
+//! A2A agents ([`crate::connectors::a2a`]) and as an A2A agent itself ([`crate::doors::a2a`]).
+//! Both send the same version and map NLIP messages the same way ([`map`]).
+
+pub mod map;
+
+/// The protocol version silpgate speaks, sent in the `A2A-Version` header.
+pub const VERSION: &str = "1.0";
