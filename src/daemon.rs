@@ -160,14 +160,14 @@ impl Daemon {
     /// side and flushes the store.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
         let Daemon { listener, tls, front, store, amqp, streams } = self;
-        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (stop, stopped) = crate::util::shutdown::Shutdown::new();
         let amqp = amqp.map(|amqp| tokio::spawn(amqp.run(stopped.clone())));
         let streams: Vec<_> =
             streams.into_iter().map(|s| tokio::spawn(s.run(front.clone(), stopped.clone()))).collect();
         let (http_stop, http_stopped) = (stop.clone(), stopped.clone());
         tokio::spawn(async move {
             shutdown.await;
-            let _ = http_stop.send(true);
+            http_stop.stop();
         });
         let expiry = tokio::spawn(front.intake.clone().expire_forever());
         let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway().config())));
@@ -175,7 +175,7 @@ impl Daemon {
         let app = (http::router(front.clone()), http::probes(front));
         let http_shutdown = async move {
             let mut http_stopped = http_stopped;
-            crate::util::shutdown::stopped(&mut http_stopped).await;
+            http_stopped.stopped().await;
         };
         let http = async {
             listener::serve(listener, tls, app, bounds, http_shutdown).await.map_err(RunError::Serve)
@@ -185,7 +185,7 @@ impl Daemon {
             match amqp {
                 Some(task) => {
                     let result = task.await.unwrap_or(Ok(()));
-                    let _ = stop.send(true);
+                    stop.stop();
                     result
                 }
                 None => Ok(()),

@@ -250,17 +250,24 @@ async fn poison_is_dead_lettered_with_its_code_and_good_messages_pass_it() {
     let _ = connection.close(200, "done".into()).await;
 }
 
-/// Waits until the sink queue holds at least `at_least` messages.
+/// Waits until the sink queue holds at least `at_least` messages, counted live.
 async fn wait_for_sink(names: &Names, at_least: u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let (ready, _) = broker::queue_counts(&names.sink());
+        let ready = broker::live_ready(&names.sink()).await;
         if ready >= at_least {
             return;
         }
         assert!(std::time::Instant::now() < deadline, "the sink stopped growing at {ready}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Asserts, right after a fault, that it came mid-stream: the sink, counted live, does not
+/// yet hold all `n` messages (it only grows until the test reads it).
+async fn assert_mid_stream(names: &Names, n: usize, fault: &str) {
+    let relayed = broker::live_ready(&names.sink()).await;
+    assert!(relayed < n as u64, "{fault} came after everything was relayed ({relayed} of {n})");
 }
 
 /// Asserts that every conversation's messages first reached the sink in the order they were
@@ -354,6 +361,7 @@ async fn forced_connection_closes_lose_nothing_and_apply_nothing_twice() {
     for round in 1..=3u64 {
         wait_for_sink(&names, round * 200).await;
         broker::rabbitmqctl(&["close_all_connections", "silpgate test: forced close"]);
+        assert_mid_stream(&names, N, &format!("close {round}")).await;
     }
     daemon.wait_ready(Duration::from_secs(30));
     let (connection, channel) = broker::channel().await;
@@ -373,6 +381,7 @@ async fn sigkill_mid_stream_five_times_loses_nothing_and_applies_each_once() {
         let daemon = Daemon::start(&config, &dir);
         wait_for_sink(&names, round * 150).await;
         daemon.kill();
+        assert_mid_stream(&names, N, &format!("SIGKILL {round}")).await;
     }
     let daemon = Daemon::start(&config, &dir);
     assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
@@ -622,6 +631,14 @@ async fn a_publishing_channel_closed_by_the_broker_reconnects_and_loses_nothing(
         )
         .await
         .unwrap();
+    // silpgate sees its publishing channel closed and takes a fresh one, or reconnects.
+    let seen = ["publishing on a fresh channel", "Broker connection lost"];
+    let deadline = std::time::Instant::now() + LONG;
+    while !seen.iter().any(|line| daemon.log_text().contains(line)) {
+        assert!(std::time::Instant::now() < deadline, "silpgate never saw its publishing channel closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_mid_stream(&names, N, "the channel close").await;
     assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 

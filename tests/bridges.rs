@@ -316,6 +316,7 @@ async fn an_http_agent_down_for_20_seconds_mid_stream_loses_nothing_and_counts_e
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     agent.stop();
+    let at_outage = agent.received.load(std::sync::atomic::Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(20)).await;
     agent.restart().await;
     publisher.await.unwrap();
@@ -328,6 +329,11 @@ async fn an_http_agent_down_for_20_seconds_mid_stream_loses_nothing_and_counts_e
     assert_eq!(answered.len(), N, "every message is answered after the outage");
     let codes: BTreeSet<String> = agent.codes.lock().unwrap().iter().cloned().collect();
     assert_eq!(codes.len(), N, "every message reached the agent");
+    let after = agent.received.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        after > at_outage,
+        "requests were still to go at the outage ({at_outage} had arrived) and came after it"
+    );
     let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
     assert!(status.success());
     let turns = broker::session_turns(&store);

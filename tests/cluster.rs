@@ -495,6 +495,8 @@ async fn front_door_turns_are_counted_once_by_their_partition_owner() {
 /// fails.
 #[tokio::test]
 async fn a_forwarded_reply_reaches_its_waiting_channel_and_one_for_a_gone_client_is_not_a_failure() {
+    // Another test of this binary closes every broker connection: not while this one runs.
+    let _serial = SERIAL.lock().await;
     use lapin::options::{BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
     use silpgate::broker::publish::{DIRECT_REPLY_TO, Publication, PublishError, Publisher};
 
@@ -633,6 +635,8 @@ async fn an_agents_answer_turn_survives_its_owners_crash() {
 /// `b` the newer 10 before the held ones.)
 #[tokio::test]
 async fn a_consumer_let_go_of_gives_back_what_it_held_before_the_next_one_gets_newer_messages() {
+    // Another test of this binary closes every broker connection: not while this one runs.
+    let _serial = SERIAL.lock().await;
     use lapin::options::{
         BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions, QueueDeleteOptions,
     };

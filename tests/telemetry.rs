@@ -35,17 +35,31 @@ fn start_sink(out: &std::path::Path) -> (Sink, u16) {
         Command::new(&python).arg(script).arg("0").arg(out).stdout(Stdio::piped()).spawn().unwrap_or_else(
             |e| panic!("cannot run {} ({e}); tests/run.sh installs opentelemetry-proto", python.display()),
         );
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let stdout = child.stdout.take().unwrap();
+    // Killed on drop from here on, whatever the wait below finds.
+    let sink = Sink(child);
+    // A pipe read has no time bound of its own: the first line is read on a thread.
+    let (said, first) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = said.send(line);
+    });
+    let first = first
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the OTLP receiver did not say its port within 60 s"));
     let port = first.trim().strip_prefix("listening ").and_then(|p| p.parse().ok());
     let port = port.unwrap_or_else(|| panic!("the OTLP receiver starts and says its port: {first:?}"));
-    (Sink(child), port)
+    (sink, port)
 }
 
 /// POSTs a JSON envelope with a `traceparent` header; the status code.
 fn post(addr: &str, body: &[u8], traceparent: &str) -> u16 {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    // A daemon that accepts and never answers fails this test, not the whole run.
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
     let head = format!(
         "POST /nlip HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\ntraceparent: {traceparent}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()

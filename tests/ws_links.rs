@@ -153,13 +153,13 @@ impl WsAgent {
                     let Ok(socket) = tokio_tungstenite::accept_hdr_async(tcp, check).await else { return };
                     let (mut sink, mut stream) = socket.split();
                     let (out, mut outgoing) = mpsc::unbounded_channel::<Frame>();
-                    let writer = tokio::spawn(async move {
+                    let _writer = Owned(tokio::spawn(async move {
                         while let Some(frame) = outgoing.recv().await {
                             if sink.send(frame).await.is_err() {
                                 break;
                             }
                         }
-                    });
+                    }));
                     let mut conversations: HashMap<String, mpsc::UnboundedSender<(Message, bool)>> =
                         HashMap::new();
                     let mut per_conversation = Vec::new();
@@ -188,7 +188,7 @@ impl WsAgent {
                             let pace = Duration::from_millis(
                                 (token.len() as u64 * 7 + token.bytes().map(u64::from).sum::<u64>()) % 5,
                             );
-                            per_conversation.push(tokio::spawn(async move {
+                            per_conversation.push(Owned(tokio::spawn(async move {
                                 let echo = agents::echo_code();
                                 while let Some((request, binary)) = rx.recv().await {
                                     tokio::time::sleep(pace).await;
@@ -196,20 +196,28 @@ impl WsAgent {
                                         let _ = out.send(encode_frame(&answer, binary));
                                     }
                                 }
-                            }));
+                            })));
                             tx
                         });
                         let _ = queue.send((request, binary));
                     }
-                    for task in per_conversation {
-                        task.abort();
-                    }
-                    writer.abort();
+                    // The writer and the conversations' tasks end with the connection (dropped
+                    // here, or when the connection task is aborted: a crash closes the socket).
+                    drop(per_conversation);
                 });
                 tasks.lock().unwrap().push(connection);
             }
         });
         self.tasks.lock().unwrap().push(accept);
+    }
+}
+
+/// A task that ends when its handle is dropped.
+struct Owned(tokio::task::JoinHandle<()>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -317,6 +325,7 @@ async fn a_websocket_agent_restarted_mid_stream_loses_nothing_and_counts_each_on
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     agent.stop();
+    let at_outage = agent.codes.lock().unwrap().len();
     tokio::time::sleep(Duration::from_secs(2)).await;
     agent.restart().await;
     publisher.await.unwrap();
@@ -341,6 +350,10 @@ async fn a_websocket_agent_restarted_mid_stream_loses_nothing_and_counts_each_on
     assert_eq!(codes.len(), N, "every message reached the agent");
     eprintln!("agent restart: {} frames for {N} messages (written again after the restart)", received.len());
     assert!(agent.connections.load(Ordering::SeqCst) >= 2, "silpgate reconnected");
+    assert!(
+        received.len() > at_outage,
+        "requests were still to go at the outage ({at_outage} of {N} had arrived) and came after it"
+    );
     let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
     assert!(status.success());
     let turns = broker::session_turns(&store);

@@ -14,7 +14,7 @@ const PROBE_SLOTS: usize = 8;
 const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 
 use super::repoll::Repoll;
-use crate::util::shutdown::stopped;
+use crate::util::shutdown::Shutdown;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 /// How long connections may take and how many may be open.
@@ -56,7 +56,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
     let probe_slots = Arc::new(Semaphore::new(PROBE_SLOTS));
     let saturated = AtomicBool::new(false);
-    let (stop, stopping) = watch::channel(false);
+    let (stop, stopping) = Shutdown::new();
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -105,7 +105,7 @@ pub async fn serve(
             }
         });
     }
-    let _ = stop.send(true);
+    stop.stop();
     // Every slot back means every connection has ended.
     let all = u32::try_from(bounds.max_connections).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(bounds.drain, slots.acquire_many(all)).await;
@@ -117,7 +117,7 @@ struct Connection {
     app: Router,
     peer: SocketAddr,
     bounds: Bounds,
-    stopping: watch::Receiver<bool>,
+    stopping: Shutdown,
     /// A probe slot's connection: one request, then closed.
     one_request: bool,
 }
@@ -143,7 +143,7 @@ impl Connection {
         );
         tokio::select! {
             _ = &mut served => {}
-            () = stopped(&mut self.stopping) => {
+            () = self.stopping.stopped() => {
                 served.inner().graceful_shutdown();
                 let _ = served.await;
             }

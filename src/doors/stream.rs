@@ -27,6 +27,7 @@ use crate::gateway::Transport;
 use crate::nlip::Message;
 use crate::nlip::reply::{self, Location};
 use crate::util::backoff::Backoff;
+use crate::util::shutdown::Shutdown;
 use crate::websocket::{Dialer, PING_EVERY, frame_of, message_of};
 use futures_util::stream::FuturesOrdered;
 use futures_util::{SinkExt, StreamExt};
@@ -67,7 +68,7 @@ impl Stream {
 
     /// Connects, takes messages, and connects again, until `stop` says stop; in cluster mode,
     /// only while this instance holds the stream.
-    pub async fn run(self, front: Arc<Front>, stop: watch::Receiver<bool>) {
+    pub async fn run(self, front: Arc<Front>, stop: Shutdown) {
         let name = self.config.name.clone();
         let initial = Duration::from_millis(self.config.reconnect_initial_ms.max(1));
         let mut backoff = Backoff::new(initial, Duration::from_millis(self.config.reconnect_max_ms.max(1)));
@@ -192,7 +193,7 @@ impl Stream {
 /// What ends a stream's connection: the daemon stopping, or, in cluster mode, this instance's
 /// turn to hold the stream ending.
 struct Turn {
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
     /// The streams this instance may hold; `None` outside cluster mode.
     grants: Option<watch::Receiver<BTreeSet<String>>>,
     name: String,
@@ -200,7 +201,7 @@ struct Turn {
 
 impl Turn {
     fn stopping(&self) -> bool {
-        *self.stop.borrow()
+        self.stop.is_stopping()
     }
 
     fn held(&self) -> bool {
@@ -249,8 +250,14 @@ impl Turn {
                 std::future::pending::<()>().await;
             }
         };
+        let stopping = async {
+            stop.stopped().await;
+            if !stop.is_stopping() {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
-            changed = stop.changed() => if changed.is_err() { std::future::pending::<()>().await },
+            () = stopping => {}
             () = grants_changed => {}
         }
     }

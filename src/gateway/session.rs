@@ -163,6 +163,14 @@ mod tests {
     }
 
     #[test]
+    fn a_session_id_is_the_same_on_every_instance_and_build() {
+        // Computed apart from this code, from the definition: the first two bytes of the
+        // token's SHA-256, big-endian, modulo 36², as two characters of `a-z0-9`.
+        let ids: Vec<String> = ["conv-1", "conv-A", "py-1", ""].into_iter().map(id_for).collect();
+        assert_eq!(ids, ["0k", "fg", "kh", "9e"]);
+    }
+
+    #[test]
     fn heartbeat_9999_never_renews_and_1_renews_every_turn() {
         let store = MemoryStore::new();
         let never = SessionPolicy { heartbeat: NO_HEARTBEAT, ..POLICY };

@@ -290,6 +290,20 @@ pub fn rabbitmqctl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The messages ready in `queue` now, as the queue itself answers a passive declare (the
+/// counts `rabbitmqctl` lists lag by seconds). On a connection of its own, closed before it
+/// returns: a test may close every connection right after.
+pub async fn live_ready(queue: &str) -> u64 {
+    let (connection, channel) = channel().await;
+    let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+    let declared = channel
+        .queue_declare(queue.into(), options, FieldTable::default())
+        .await
+        .unwrap_or_else(|e| panic!("{queue} exists: {e}"));
+    let _ = connection.close(200, "counted".into()).await;
+    u64::from(declared.message_count())
+}
+
 /// (ready, unacknowledged) messages of a queue, as the broker counts them.
 pub fn queue_counts(queue: &str) -> (u64, u64) {
     let out = rabbitmqctl(&[

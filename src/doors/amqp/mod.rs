@@ -35,7 +35,7 @@ use crate::config::{AmqpConfig, Config, ReplyQueueType};
 use crate::gateway::store::Store;
 use crate::intake::Intake;
 use crate::util::backoff::Backoff;
-use crate::util::shutdown::stopped;
+use crate::util::shutdown::Shutdown;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
@@ -150,15 +150,14 @@ impl Amqp {
     /// # Errors
     /// [`AmqpError::StoreDamaged`] when a message hit a damaged store;
     /// [`AmqpError::BadAddress`] when a broker address (from the environment) is not a URI.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AmqpError> {
+    pub async fn run(self, mut shutdown: Shutdown) -> Result<(), AmqpError> {
         let mut addresses = Addresses::of(&self.amqp).map_err(AmqpError::BadAddress)?;
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
             Duration::from_millis(self.amqp.reconnect_max_ms),
         );
         loop {
-            let stopping = *shutdown.borrow();
-            if stopping {
+            if shutdown.is_stopping() {
                 break;
             }
             let ended = match self.connect(&mut addresses).await {
@@ -193,7 +192,7 @@ impl Amqp {
                     warn!(brokers = ?addresses.nodes(), error = %reason, retry_in_ms = delay.as_millis() as u64, "No broker connection; retrying.");
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
-                        () = stopped(&mut shutdown) => break,
+                        () = shutdown.stopped() => break,
                     }
                 }
             }
@@ -306,7 +305,7 @@ impl Amqp {
         channel: &Channel,
         publish: Channel,
         (broker, user): (&Node, String),
-        mut shutdown: watch::Receiver<bool>,
+        mut shutdown: Shutdown,
     ) -> Ended {
         let cluster_config = self.cluster.as_ref().map(|c| &c.config);
         let quorum_queues =
@@ -482,7 +481,7 @@ impl Amqp {
                         Err(_) => break Ended::Lost("opening a fresh publishing channel took too long".into()),
                     }
                 }
-                () = stopped(&mut shutdown), if leaving.is_none() => {
+                () = shutdown.stopped(), if leaving.is_none() => {
                     let Some(side) = cluster_side.as_mut() else { break Ended::Shutdown };
                     leaving = Some(tokio::time::Instant::now() + Duration::from_secs(self.amqp.drain_secs));
                     side.leave();

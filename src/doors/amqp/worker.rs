@@ -24,13 +24,12 @@ use crate::intake::{self, Arrival, Intake, Planned, Refused, ReturnPath, Returne
 use crate::nlip::{self, Encoding, Message, NlipError};
 use crate::telemetry;
 use crate::util::backoff::Backoff;
-use crate::util::shutdown::stopped;
+use crate::util::shutdown::Shutdown;
 use futures_util::future::BoxFuture;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 use tracing::{Instrument, debug, error, info_span, warn};
 
 /// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
@@ -208,7 +207,7 @@ pub struct Pipeline {
     pub limits: nlip::Limits,
     pub publisher: Publisher,
     /// Set when silpgate is shutting down: stop retrying, leave the message to the broker.
-    pub shutdown: watch::Receiver<bool>,
+    pub shutdown: Shutdown,
     /// While the broker cannot commit quorum-queue writes, no attempt is made and none counts.
     pub health: Arc<BrokerHealth>,
     /// Where workers say why the connection must end (reconnect, or stop on a damaged store).
@@ -391,7 +390,7 @@ impl Pipeline {
             let mut shutdown = self.shutdown.clone();
             tokio::select! {
                 () = tokio::time::sleep(backoff.next_delay()) => {}
-                () = stopped(&mut shutdown) => return,
+                () = shutdown.stopped() => return,
             }
         }
     }
@@ -428,7 +427,7 @@ impl Pipeline {
         let mut shutdown = self.shutdown.clone();
         tokio::select! {
             () = self.health.released() => true,
-            () = stopped(&mut shutdown) => false,
+            () = shutdown.stopped() => false,
         }
     }
 
@@ -759,7 +758,7 @@ impl Pipeline {
                     tokio::select! {
                         () = tokio::time::sleep(backoff.next_delay()) => continue,
                         // Left unacknowledged: the broker keeps it for the next start.
-                        () = stopped(&mut shutdown) => return,
+                        () = shutdown.stopped() => return,
                     }
                 }
                 (Err(e), _) => (e.code().to_owned(), e.to_string()),
