@@ -599,3 +599,23 @@ async fn the_a2a_door_holds_messages_to_the_nlip_limits_and_the_conversation_quo
     assert_eq!(status, 429, "{answer}");
     assert!(refused(&answer).starts_with("too_many_conversations"), "{answer}");
 }
+
+/// The MCP session's event stream stays open between calls: the per-call bound (`timeout_ms`)
+/// is not a bound on the stream, so an idle session logs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_mcp_session_is_not_cut_every_timeout_and_logs_no_warning() {
+    let tool = PythonServer::start("mcp_tool.py");
+    let agent = format!("{}timeout_ms = 1000\n", mcp_agent(tool.port, "plan"));
+    let daemon = gateway_for("mcp-idle", &agent, 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(5, "mcp-idle-conv").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    // Three and a half timeouts with the session idle, then the session still answers.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(6, "mcp-idle-conv").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    let log = daemon.log_text();
+    assert!(!log.contains("sse stream error"), "the idle session's stream was cut: {log}");
+    assert!(!log.contains(" WARN "), "an idle session logs no warning: {log}");
+}

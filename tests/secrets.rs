@@ -1,9 +1,12 @@
 //! Secrets stay out of logs and error text, checked black-box: the daemon is started with a
 //! broker URI whose password is a marker, and everything it prints is searched for the marker.
 
+mod support;
+
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::broker::Daemon;
 
 const PASSWORD: &str = "s3cr3t-broker-pw";
 
@@ -68,4 +71,70 @@ fn a_broker_uri_is_never_logged_with_its_password() {
     let text = output_of_a_daemon_with_broker("refused", &format!("amqp://guest:{PASSWORD}@127.0.0.1:1/%2f"));
     assert!(!text.contains(PASSWORD), "the password was logged: {text}");
     assert!(text.contains("127.0.0.1:1"), "{text}");
+}
+
+/// The bearer token of a `tokens_env` variable.
+const TOKEN: &str = "t0ken-marker-5ecret";
+
+/// POSTs a small envelope to `/nlip` with `authorization`, if any: the status.
+fn post_with(addr: &str, authorization: Option<&str>) -> u16 {
+    use std::io::Write;
+    let body = br#"{"format":"text","subformat":"english","content":"hello"}"#;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let authorization = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let head = format!(
+        "POST /nlip HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{authorization}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// A daemon without tokens says at start that its clients are not authenticated; one with a
+/// `tokens_env` says nothing of the kind, and no line it logs, for requests with the token, a
+/// wrong one or none, holds the token.
+#[test]
+fn open_doors_are_warned_about_and_tokens_are_never_logged() {
+    let warning = "clients are not authenticated";
+    let config = |dir: &std::path::Path, tokens: &str| {
+        let path = dir.join("silpgate.toml");
+        let text = format!(
+            "[http]\nplain = true\nlisten = \"127.0.0.1:0\"\n{tokens}[store]\npath = \"{}\"\n",
+            dir.join("store").display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let open_dir = temp_dir("tokens-off");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(["run", "--config"]).arg(config(&open_dir, ""));
+    let open = Daemon::spawn(command);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !open.log_text().contains(warning) {
+        assert!(Instant::now() < deadline, "no warning about open doors: {}", open.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(open);
+
+    let dir = temp_dir("tokens-on");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command
+        .args(["run", "--config"])
+        .arg(config(&dir, "tokens_env = \"SILPGATE_TEST_SECRET_TOKENS\"\n"))
+        .env("SILPGATE_TEST_SECRET_TOKENS", format!("other-token,{TOKEN}"));
+    let daemon = Daemon::spawn(command);
+    assert_ne!(post_with(&daemon.http, Some(&format!("Bearer {TOKEN}"))), 401, "the token is accepted");
+    assert_eq!(post_with(&daemon.http, Some(&format!("Bearer {TOKEN}x"))), 401, "a wrong token is refused");
+    assert_eq!(post_with(&daemon.http, None), 401, "no token is refused");
+    let log = daemon.log.clone();
+    let (status, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(status.success());
+    let log = log.lock().unwrap().join("\n");
+    assert!(!log.contains(warning), "doors with tokens are not open: {log}");
+    assert!(!log.contains(TOKEN), "a token was logged: {log}");
+    assert!(log.contains("listening on"), "the log was read: {log}");
 }

@@ -178,6 +178,17 @@ impl Connector for HttpAgent {
 /// The HTTP client of an agent reached over HTTP (NLIP, A2A or MCP): its bearer token from
 /// `token_env`, its timeouts, TLS verified against the system's roots plus `ca_file`.
 pub fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
+    build(agent, Some(Duration::from_millis(agent.timeout_ms.max(1))))
+}
+
+/// [`client`] without a bound on a whole request, for a transport that keeps a stream open
+/// between calls (MCP's event stream, which the bound would cut every `timeout_ms`, each cut
+/// logged): its caller bounds each call instead.
+pub fn streaming_client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
+    build(agent, None)
+}
+
+fn build(agent: &AgentConfig, whole_request: Option<Duration>) -> Result<reqwest::Client, SetupError> {
     let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
     // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -195,9 +206,11 @@ pub fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
         // An agent that redirects would take the envelope, and the token, elsewhere.
         .redirect(reqwest::redirect::Policy::none())
         .default_headers(headers)
-        .timeout(Duration::from_millis(agent.timeout_ms.max(1)))
         .connect_timeout(Duration::from_millis(agent.timeout_ms.clamp(1, 5_000)))
         .pool_max_idle_per_host(agent.max_in_flight.max(1));
+    if let Some(timeout) = whole_request {
+        builder = builder.timeout(timeout);
+    }
     if let Some(ca_file) = &agent.ca_file {
         let pem = std::fs::read(ca_file)
             .map_err(|e| client_error(format!("cannot read ca_file {}: {e}", ca_file.display())))?;

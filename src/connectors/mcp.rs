@@ -64,7 +64,8 @@ impl McpAgent {
             url,
             tool: agent.tool.clone().unwrap_or_default(),
             arguments: agent.arguments.clone().unwrap_or_default(),
-            client: super::http::client(agent)?,
+            // Every call is bounded by `timeout` here; the session's event stream is not.
+            client: super::http::streaming_client(agent)?,
             timeout: Duration::from_millis(agent.timeout_ms.max(1)),
             session: Mutex::new(None),
             slots: Semaphore::new(agent.max_in_flight.max(1)),

@@ -351,6 +351,7 @@ impl Amqp {
             marks,
             acks: acks.clone(),
             cluster: self.cluster.clone(),
+            left: Default::default(),
         });
         // Each publishing channel's direct reply-to consumer; only the one of the channel in use
         // ending means the connection is lost.
@@ -573,6 +574,26 @@ impl Amqp {
             for tag in own {
                 let cancel = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default());
                 let _ = tokio::time::timeout(BROKER_GOODBYE, cancel).await;
+            }
+            // What the broker sent before the cancel is taken, in order, rather than handed
+            // back: RabbitMQ hands back more than 32 unacknowledged messages in an order of its
+            // own, which would break conversations' order at the next start. The consumers
+            // end once the broker confirms the cancel; workers finish within the drain below.
+            if self.cluster.is_none() {
+                let until = tokio::time::Instant::now() + Duration::from_secs(self.amqp.drain_secs);
+                while let Ok(Some((queue, next))) = tokio::time::timeout_at(until, deliveries.next()).await {
+                    let Some(Ok(delivery)) = next else { continue };
+                    if *queue == *reply_queue {
+                        let pipeline = pipeline.clone();
+                        answers.spawn(async move { pipeline.answer(delivery, queue).await });
+                        continue;
+                    }
+                    let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);
+                    let parked = Parked { queue, envelope, delivery, in_flight: None };
+                    if !dispatch_all(&senders, vec![parked], None).await {
+                        break;
+                    }
+                }
             }
         }
         drop(senders);

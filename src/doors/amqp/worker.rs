@@ -219,6 +219,10 @@ pub struct Pipeline {
     pub acks: Arc<AckBook>,
     /// Cluster mode: session changes and lock proposals go to the streams before the ack.
     pub cluster: Option<Arc<Cluster>>,
+    /// The conversations (by [`conversation_key`]) with a message left to the broker while
+    /// silpgate stops: their later messages are left too, so that the next start takes them
+    /// all, in order.
+    pub left: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Pipeline {
@@ -265,6 +269,9 @@ impl Pipeline {
             if let Err(e) = self.acks.send().await {
                 self.endings.broken(format!("an acknowledgement failed: {e}"));
             }
+        } else {
+            // Stopping while the broker side holds: the whole window stays with the broker.
+            jobs.iter().for_each(|job| self.leave(job));
         }
         for job in &jobs {
             metrics
@@ -290,6 +297,9 @@ impl Pipeline {
     async fn run_chain(&self, steps: Vec<(&Job, Result<Planned<'_>, Option<Refused>>)>) {
         let mut fast = true;
         for (job, planned) in steps {
+            if self.follows_a_left_message(job) {
+                continue;
+            }
             let failed = match planned {
                 Ok(planned) if fast => {
                     let base_id = base_id(job);
@@ -317,12 +327,16 @@ impl Pipeline {
             Duration::from_millis(self.amqp.retry_max_ms),
         );
         let mut attempts = job.envelope.earlier_deliveries;
+        if self.follows_a_left_message(job) {
+            return;
+        }
         loop {
             let failure = match failed.take() {
                 Some(failure) => failure,
                 None => {
                     if !self.held_until_released().await {
-                        return; // Shutting down: the broker redelivers what was not acknowledged.
+                        // Shutting down: the broker redelivers what was not acknowledged.
+                        return self.leave(job);
                     }
                     match self.attempt(job).await {
                         Ok(()) => return self.ack(job).await,
@@ -390,9 +404,23 @@ impl Pipeline {
             let mut shutdown = self.shutdown.clone();
             tokio::select! {
                 () = tokio::time::sleep(backoff.next_delay()) => {}
-                () = shutdown.stopped() => return,
+                () = shutdown.stopped() => return self.leave(job),
             }
         }
+    }
+
+    /// Leaves `job` to the broker as silpgate stops, and with it the rest of its conversation.
+    fn leave(&self, job: &Job) {
+        let key = conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag);
+        self.left.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key);
+    }
+
+    /// Whether an earlier message of `job`'s conversation was left to the broker: then so is
+    /// this one (acknowledging it would put it before the earlier one).
+    fn follows_a_left_message(&self, job: &Job) -> bool {
+        let left = self.left.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        !left.is_empty()
+            && left.contains(&conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag))
     }
 
     /// A message refused for good leaves no trace in the state: the turn it counted is taken
