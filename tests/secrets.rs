@@ -128,7 +128,7 @@ fn open_doors_are_warned_about_and_tokens_are_never_logged() {
         .env("SILPGATE_TEST_SECRET_TOKENS", format!("other-token,{TOKEN}"));
     let daemon = Daemon::spawn(command);
     assert_ne!(post_with(&daemon.http, Some(&format!("Bearer {TOKEN}"))), 401, "the token is accepted");
-    assert_eq!(post_with(&daemon.http, Some(&format!("Bearer {TOKEN}x"))), 401, "a wrong token is refused");
+    assert_eq!(post_with(&daemon.http, Some(&format!("Bearer {TOKEN}x"))), 403, "a wrong token is refused");
     assert_eq!(post_with(&daemon.http, None), 401, "no token is refused");
     let log = daemon.log.clone();
     let (status, _) = daemon.terminate(Duration::from_secs(30));
