@@ -225,6 +225,11 @@ source = "http"
 }
 
 fn http_agent_route(names: &Names, agent: &HttpAgent) -> String {
+    http_agent_route_from(&names.inbound(), agent)
+}
+
+/// The HTTP agent `worker`, reached by what comes from `source`.
+fn http_agent_route_from(source: &str, agent: &HttpAgent) -> String {
     format!(
         r#"[[agents]]
 name = "worker"
@@ -236,10 +241,9 @@ name = "to-worker"
 destination = "worker"
 mode = "transcode"
 [routes.match]
-source = "{inbound}"
+source = "{source}"
 "#,
         addr = agent.addr,
-        inbound = names.inbound()
     )
 }
 
@@ -634,21 +638,7 @@ async fn an_http_senders_message_that_fails_is_counted_once_when_sent_again() {
     .await;
     let names = Names::new("front-take-back");
     let dir = broker::temp_dir("bridges-front-take-back");
-    let routes = format!(
-        r#"[[agents]]
-name = "worker"
-frontends = ["code"]
-url = "http://{addr}/nlip"
-timeout_ms = 2000
-[[routes]]
-name = "to-worker"
-destination = "worker"
-mode = "transcode"
-[routes.match]
-source = "http"
-"#,
-        addr = agent.addr
-    );
+    let routes = http_agent_route_from("http", &agent);
     let config = gateway::config(&names, &dir.join("store"), false, 30_000, &routes);
     let daemon = gateway::start(&config, &dir, false).await;
     let mut codes = Vec::new();
