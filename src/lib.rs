@@ -18,13 +18,15 @@
 //!   share; [`a2a`]: the A2A protocol, which the A2A connector and the A2A door both speak;
 //! - [`cluster`]: cluster mode, state replication between instances through the broker.
 //!
-//! And: [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
+//! And: [`code`] (the error codes silpgate says, with their HTTP statuses, in one table),
+//! [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
 //! (`silpgate run`), [`telemetry`] and [`metrics`], and [`util`], the ground floor.
 
 pub mod a2a;
 pub mod broker;
 pub mod cli;
 pub mod cluster;
+pub mod code;
 pub mod config;
 pub mod connectors;
 pub mod daemon;

@@ -15,6 +15,7 @@
 //!   except a SILP part: one whose `metadata.silp_encoding` names its encoding, or a `data`
 //!   part holding an IR (an object with `silp` and `intent`), is `structured`/`silp-*`.
 
+use crate::code::Code;
 use crate::gateway::session::is_renewal_notice;
 use crate::nlip::{Content, Format, Message, Submessage};
 use base64::Engine;
@@ -200,11 +201,11 @@ impl TaskState {
     pub fn error_code(self) -> Option<&'static str> {
         match self {
             TaskState::Pending | TaskState::Completed => None,
-            TaskState::Failed => Some("a2a_task_failed"),
-            TaskState::Canceled => Some("a2a_task_canceled"),
-            TaskState::Rejected => Some("a2a_task_rejected"),
-            TaskState::InputRequired => Some("a2a_input_required"),
-            TaskState::AuthRequired => Some("a2a_auth_required"),
+            TaskState::Failed => Some(Code::A2aTaskFailed.as_str()),
+            TaskState::Canceled => Some(Code::A2aTaskCanceled.as_str()),
+            TaskState::Rejected => Some(Code::A2aTaskRejected.as_str()),
+            TaskState::InputRequired => Some(Code::A2aInputRequired.as_str()),
+            TaskState::AuthRequired => Some(Code::A2aAuthRequired.as_str()),
         }
     }
 }

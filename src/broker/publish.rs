@@ -14,6 +14,7 @@
 //! unroutable even when it delivers it. It is published without `mandatory`: when the client
 //! has gone the reply is worth nothing, and its absence is not a failure to retry.
 
+use crate::code::Code;
 use lapin::message::BasicReturnMessage;
 use lapin::options::BasicPublishOptions;
 use lapin::{BasicProperties, Channel, Confirmation, PublisherConfirm};
@@ -44,10 +45,10 @@ impl PublishError {
     /// The error code carried in dead-letter headers and logs.
     pub fn code(&self) -> &'static str {
         match self {
-            PublishError::Unroutable { .. } => "unroutable",
-            PublishError::Refused { .. } => "publish_refused",
-            PublishError::Timeout(_) => "publish_timeout",
-            PublishError::Channel(_) => "broker_unavailable",
+            PublishError::Unroutable { .. } => Code::Unroutable.as_str(),
+            PublishError::Refused { .. } => Code::PublishRefused.as_str(),
+            PublishError::Timeout(_) => Code::PublishTimeout.as_str(),
+            PublishError::Channel(_) => Code::BrokerUnavailable.as_str(),
         }
     }
 }

@@ -20,6 +20,7 @@
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::a2a::VERSION;
 use crate::a2a::map::{self, TaskState};
+use crate::code::Code;
 use crate::config::AgentConfig;
 use crate::nlip::Message;
 use crate::nlip::reply::{Location, error_message};
@@ -110,11 +111,14 @@ impl A2aAgent {
             ));
         }
         if !status.is_success() {
-            return Err(self.unavailable("agent_unavailable", format!("agent card: HTTP {status}")));
+            return Err(
+                self.unavailable(Code::AgentUnavailable.as_str(), format!("agent card: HTTP {status}"))
+            );
         }
         let body = super::http::read_bounded(response, self.limits.max_bytes, &self.name).await?;
-        serde_json::from_slice(&body)
-            .map_err(|e| self.unavailable("a2a_card_invalid", format!("the agent card is not JSON: {e}")))
+        serde_json::from_slice(&body).map_err(|e| {
+            self.unavailable(Code::A2aCardInvalid.as_str(), format!("the agent card is not JSON: {e}"))
+        })
     }
 
     /// The JSON-RPC URL of an agent card: its first A2A 1.x JSON-RPC interface.
@@ -137,8 +141,8 @@ impl A2aAgent {
         self.endpoint
             .get_or_try_init(|| async {
                 let card = self.card().await?;
-                let url =
-                    Self::jsonrpc_url(&card).map_err(|why| self.unavailable("a2a_card_invalid", why))?;
+                let url = Self::jsonrpc_url(&card)
+                    .map_err(|why| self.unavailable(Code::A2aCardInvalid.as_str(), why))?;
                 self.trusted(url)
             })
             .await
@@ -155,7 +159,7 @@ impl A2aAgent {
             let why = format!(
                 "the agent card names the endpoint {origin}, not the configured {base} (allow it with card_origins; https is never downgraded)"
             );
-            return Err(self.unavailable("a2a_card_invalid", why));
+            return Err(self.unavailable(Code::A2aCardInvalid.as_str(), why));
         }
         Ok(url)
     }
@@ -198,7 +202,9 @@ impl A2aAgent {
                 || status == reqwest::StatusCode::REQUEST_TIMEOUT
                 || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
             if transient {
-                return Err(self.unavailable("agent_unavailable", format!("{method}: HTTP {status}")));
+                return Err(
+                    self.unavailable(Code::AgentUnavailable.as_str(), format!("{method}: HTTP {status}"))
+                );
             }
             let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
             match parsed {
@@ -227,12 +233,13 @@ impl A2aAgent {
     fn refused(&self, method: &str, fault: Fault, request: &Message) -> DeliveryError {
         let detail = format!("{method}: JSON-RPC error {}: {}", fault.code, fault.message);
         if fault.code == INTERNAL_ERROR {
-            return self.unavailable("agent_unavailable", detail);
+            return self.unavailable(Code::AgentUnavailable.as_str(), detail);
         }
-        let answer = self.error_answer("a2a_refused", &format!("agent {}: {detail}", self.name), request);
+        let answer =
+            self.error_answer(Code::A2aRefused.as_str(), &format!("agent {}: {detail}", self.name), request);
         DeliveryError::Refused {
             agent: self.name.clone(),
-            code: "a2a_refused".into(),
+            code: Code::A2aRefused.as_str().into(),
             detail,
             answer: Some(Box::new(answer)),
         }
@@ -261,7 +268,7 @@ impl A2aAgent {
         }
         let Some(task) = result.get("task") else {
             let text = format!("agent {}: SendMessage answered neither a message nor a task", self.name);
-            return Ok(Some(self.error_answer("a2a_invalid_answer", &text, request)));
+            return Ok(Some(self.error_answer(Code::A2aInvalidAnswer.as_str(), &text, request)));
         };
         if TaskState::of(task) != TaskState::Pending {
             return Ok(Some(self.answer_of_task(task, request)));
@@ -281,7 +288,7 @@ impl A2aAgent {
             if now >= deadline {
                 let text =
                     format!("agent {}: task {id} did not end within gateway.reply_timeout_ms", self.name);
-                return self.error_answer("timeout", &text, request);
+                return self.error_answer(Code::Timeout.as_str(), &text, request);
             }
             tokio::time::sleep(pause.min(deadline - now)).await;
             pause = (pause * 2).min(LONGEST_POLL);
@@ -296,7 +303,7 @@ impl A2aAgent {
                         "agent {}: GetTask {id}: JSON-RPC error {}: {}",
                         self.name, fault.code, fault.message
                     );
-                    return self.error_answer("a2a_refused", &text, request);
+                    return self.error_answer(Code::A2aRefused.as_str(), &text, request);
                 }
                 // The agent has the task; a blip on the way to it does not lose it.
                 Err(e) => {
@@ -340,7 +347,7 @@ impl A2aAgent {
             }
             Err(e) => {
                 let text = format!("the answer of agent {} cannot be read: {e}", self.name);
-                self.error_answer("a2a_invalid_answer", &text, request)
+                self.error_answer(Code::A2aInvalidAnswer.as_str(), &text, request)
             }
         }
     }

@@ -10,6 +10,7 @@ use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel};
 use crate::broker::link::BrokerLink;
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError};
+use crate::code::Code;
 use crate::config::AgentConfig;
 use crate::nlip::{self, Encoding};
 use futures_util::future::BoxFuture;
@@ -45,7 +46,9 @@ impl AmqpAgent {
             ));
         };
         let Some(link) = broker.current() else {
-            return Err(self.unavailable("broker_unavailable", "the broker is not connected".into()));
+            return Err(
+                self.unavailable(Code::BrokerUnavailable.as_str(), "the broker is not connected".into())
+            );
         };
         let span = tracing::info_span!(
             "agent deliver",

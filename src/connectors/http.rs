@@ -7,6 +7,7 @@
 //! the environment and is never logged; `traceparent` carries the trace to the agent.
 
 use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::code::Code;
 use crate::config::AgentConfig;
 use crate::nlip::{self, Encoding, Message};
 use futures_util::future::BoxFuture;
@@ -135,7 +136,11 @@ impl HttpAgent {
             return Ok(answer().map(|a| {
                 a.unwrap_or_else(|why| {
                     let detail = format!("the answer of agent {} cannot be read: {why}", self.name);
-                    nlip::reply::error_message("invalid_envelope", &detail, &nlip::reply::Location::None)
+                    nlip::reply::error_message(
+                        Code::InvalidEnvelope.as_str(),
+                        &detail,
+                        &nlip::reply::Location::None,
+                    )
                 })
             }));
         }
@@ -145,7 +150,7 @@ impl HttpAgent {
         if transient {
             return Err(DeliveryError::Unavailable {
                 agent: self.name.clone(),
-                code: "agent_unavailable",
+                code: Code::AgentUnavailable.as_str(),
                 detail: format!("HTTP {status}"),
             });
         }
@@ -233,7 +238,7 @@ pub fn redirect_of(response: &reqwest::Response) -> Option<String> {
 pub fn redirected(agent: &str, status: StatusCode, location: &str) -> DeliveryError {
     DeliveryError::Refused {
         agent: agent.to_owned(),
-        code: "agent_redirected".into(),
+        code: Code::AgentRedirected.as_str().into(),
         detail: format!(
             "HTTP {status} to {location}: silpgate follows no redirects (set the agent's url to where it points)"
         ),
@@ -251,7 +256,7 @@ pub async fn read_bounded(
 ) -> Result<Vec<u8>, DeliveryError> {
     let too_large = || DeliveryError::Refused {
         agent: agent.to_owned(),
-        code: "answer_too_large".into(),
+        code: Code::AnswerTooLarge.as_str().into(),
         detail: format!("its answer is larger than {limit} bytes; the rest was not read"),
         answer: None,
     };

@@ -20,6 +20,7 @@
 //! (`mcp_refused`).
 
 use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::code::Code;
 use crate::config::AgentConfig;
 use crate::gateway::session::is_renewal_notice;
 use crate::nlip::reply::{Location, error_message};
@@ -92,9 +93,12 @@ impl McpAgent {
         let opened = tokio::time::timeout(self.timeout, info.serve(transport))
             .await
             .map_err(|_| {
-                self.unavailable("timeout", "MCP initialize did not finish within timeout_ms".into())
+                self.unavailable(
+                    Code::Timeout.as_str(),
+                    "MCP initialize did not finish within timeout_ms".into(),
+                )
             })?
-            .map_err(|e| self.unavailable("agent_unavailable", format!("MCP initialize: {e}")))?;
+            .map_err(|e| self.unavailable(Code::AgentUnavailable.as_str(), format!("MCP initialize: {e}")))?;
         let peer = opened.peer().clone();
         *session = Some(opened);
         Ok(peer)
@@ -113,8 +117,10 @@ impl McpAgent {
         let peer = self.peer().await?;
         let listed = tokio::time::timeout(self.timeout, peer.list_all_tools())
             .await
-            .map_err(|_| self.unavailable("timeout", "tools/list did not finish within timeout_ms".into()))?
-            .map_err(|e| self.unavailable("agent_unavailable", format!("tools/list: {e}")))?;
+            .map_err(|_| {
+                self.unavailable(Code::Timeout.as_str(), "tools/list did not finish within timeout_ms".into())
+            })?
+            .map_err(|e| self.unavailable(Code::AgentUnavailable.as_str(), format!("tools/list: {e}")))?;
         Ok(listed.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
     }
 
@@ -148,26 +154,33 @@ impl McpAgent {
             tokio::time::timeout(self.timeout, tracing::Instrument::instrument(peer.call_tool(params), span))
                 .await
                 .map_err(|_| {
-                    self.unavailable("timeout", "tools/call did not finish within timeout_ms".into())
+                    self.unavailable(
+                        Code::Timeout.as_str(),
+                        "tools/call did not finish within timeout_ms".into(),
+                    )
                 });
         let result = match called? {
             Ok(result) => result,
             Err(ServiceError::McpError(error)) if error.code.0 != INTERNAL_ERROR => {
                 let detail =
                     format!("tools/call {}: JSON-RPC error {}: {}", self.tool, error.code.0, error.message);
-                let mut answer =
-                    error_message("mcp_refused", &format!("agent {}: {detail}", self.name), &Location::None);
+                let mut answer = error_message(
+                    Code::McpRefused.as_str(),
+                    &format!("agent {}: {detail}", self.name),
+                    &Location::None,
+                );
                 echo_tokens(&mut answer, &parcel.envelope);
                 return Err(DeliveryError::Refused {
                     agent: self.name.clone(),
-                    code: "mcp_refused".into(),
+                    code: Code::McpRefused.as_str().into(),
                     detail,
                     answer: Some(Box::new(answer)),
                 });
             }
             Err(e) => {
                 self.drop_session().await;
-                return Err(self.unavailable("agent_unavailable", format!("tools/call {}: {e}", self.tool)));
+                return Err(self
+                    .unavailable(Code::AgentUnavailable.as_str(), format!("tools/call {}: {e}", self.tool)));
             }
         };
         let result = serde_json::to_value(&result).unwrap_or(Value::Null);

@@ -20,6 +20,7 @@ pub mod http;
 pub mod mcp;
 pub mod ws;
 
+use crate::code::Code;
 use crate::config::{AgentProtocol, Config};
 use crate::gateway::{Disposition, GatewayError, Origin};
 use crate::nlip::{Encoding, Message};
@@ -147,11 +148,11 @@ impl AnswerError {
     /// The code an answer that goes nowhere is dead-lettered with.
     pub fn code(&self) -> &str {
         match self {
-            AnswerError::Orphan => "timeout",
-            AnswerError::Gone => "requester_gone",
-            AnswerError::Forged { .. } => "forged_answer",
+            AnswerError::Orphan => Code::Timeout.as_str(),
+            AnswerError::Gone => Code::RequesterGone.as_str(),
+            AnswerError::Forged { .. } => Code::ForgedAnswer.as_str(),
             AnswerError::Invalid(e) => e.code(),
-            AnswerError::Retry(_) => "unavailable",
+            AnswerError::Retry(_) => Code::Unavailable.as_str(),
         }
     }
 

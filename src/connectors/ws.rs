@@ -27,6 +27,7 @@
 
 use super::AnswerError;
 use super::{AnswerSink, Connector, Delivered, DeliveryError, Parcel, SetupError};
+use crate::code::Code;
 use crate::config::AgentConfig;
 use crate::gateway::{Origin, Transport};
 use crate::nlip::{self, Encoding, Message};
@@ -216,7 +217,9 @@ impl Inner {
         {
             let mut state = self.lock();
             let Some(link) = state.link.clone() else {
-                return Err(self.unavailable("agent_unavailable", "the connection just closed".into()));
+                return Err(
+                    self.unavailable(Code::AgentUnavailable.as_str(), "the connection just closed".into())
+                );
             };
             for (parcel, slot) in parcels.into_iter().zip(slots) {
                 state.seq += 1;
@@ -248,8 +251,10 @@ impl Inner {
         // What was not written is forgotten (the door retries the message); what was written
         // stays, so that the agent's answer to it still finds its place.
         self.lock().outstanding.retain(|p| !seqs.contains(&p.seq) || p.written.load(Ordering::SeqCst));
-        Err(self
-            .unavailable("agent_unavailable", "the connection closed before the message was written".into()))
+        Err(self.unavailable(
+            Code::AgentUnavailable.as_str(),
+            "the connection closed before the message was written".into(),
+        ))
     }
 
     /// Connects, serves the connection until it ends, and connects again, forever.
@@ -344,7 +349,11 @@ impl Inner {
                 let Some(decoded) = message_of(&frame, &self.limits) else { continue };
                 let answer = decoded.unwrap_or_else(|why| {
                     let detail = format!("the answer of agent {} cannot be read: {why}", self.name);
-                    nlip::reply::error_message("invalid_envelope", &detail, &nlip::reply::Location::None)
+                    nlip::reply::error_message(
+                        Code::InvalidEnvelope.as_str(),
+                        &detail,
+                        &nlip::reply::Location::None,
+                    )
                 });
                 let matched = correlate(&mut self.lock().outstanding, answer.conversation_token());
                 match matched {

@@ -139,27 +139,9 @@ async fn not_found(request: Request) -> Response {
     error_response(StatusCode::NOT_FOUND, "not_found", &message, Encoding::Json)
 }
 
-/// The HTTP status for an error code sent back in an NLIP error message.
+/// The HTTP status for an error code sent back in an NLIP error message ([`crate::code`]).
 pub fn status_for(code: &str) -> StatusCode {
-    match code {
-        "too_large" => StatusCode::PAYLOAD_TOO_LARGE,
-        "rate_limited" | "too_many_conversations" => StatusCode::TOO_MANY_REQUESTS,
-        "no_route" => StatusCode::NOT_FOUND,
-        "session_expired" => StatusCode::GONE,
-        "unavailable" | "agent_unavailable" | "broker_unavailable" | "publish_refused" => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        "timeout" => StatusCode::GATEWAY_TIMEOUT,
-        // The agent, not the request, is at fault.
-        "answer_too_large" | "invalid_answer" | "agent_redirected" | "a2a_card_invalid" => {
-            StatusCode::BAD_GATEWAY
-        }
-        "unauthorized" => StatusCode::UNAUTHORIZED,
-        "forbidden" => StatusCode::FORBIDDEN,
-        "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "internal" => StatusCode::INTERNAL_SERVER_ERROR,
-        _ => StatusCode::BAD_REQUEST,
-    }
+    StatusCode::from_u16(crate::code::http_status(code)).unwrap_or(StatusCode::BAD_REQUEST)
 }
 
 async fn post_nlip(

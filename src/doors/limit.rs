@@ -2,6 +2,7 @@
 //! or its address when no tokens are configured) and per WebSocket connection. A message over
 //! the limit is answered `rate_limited`, not dropped silently.
 
+use crate::code::Code;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -128,7 +129,11 @@ pub fn too_many_conversations(limit: usize) -> crate::nlip::Message {
     let detail = format!(
         "this client has {limit} live conversations, its limit; continue one of them, or start a new one once one has been idle long enough to expire"
     );
-    crate::nlip::reply::error_message("too_many_conversations", &detail, &crate::nlip::reply::Location::None)
+    crate::nlip::reply::error_message(
+        Code::TooManyConversations.as_str(),
+        &detail,
+        &crate::nlip::reply::Location::None,
+    )
 }
 
 #[cfg(test)]

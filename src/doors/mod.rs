@@ -19,6 +19,7 @@ pub mod stream;
 pub mod tls;
 pub mod ws;
 
+use crate::code::Code;
 use crate::gateway::{Gateway, Origin, Transport};
 use crate::intake::{Arrival, InPlace, Intake, Refused, Taken};
 use crate::nlip::reply::{self, Location};
@@ -59,7 +60,7 @@ pub struct Front {
 /// The error message for a message over a rate limit.
 pub fn rate_limited(what: &str, retry_after: u64) -> Message {
     let message = format!("{what} is over its rate limit; retry in {retry_after} s");
-    reply::error_message("rate_limited", &message, &Location::None)
+    reply::error_message(Code::RateLimited.as_str(), &message, &Location::None)
 }
 
 /// Who a request comes from, for the per-client limits: the accepted token's identity when
@@ -203,8 +204,9 @@ fn refused_answer(refused: Refused, label: &str, source: &str) -> Answer {
 }
 
 fn no_reply() -> Answer {
-    let message = reply::error_message("internal", "the message produced no reply", &Location::None);
-    Answer::Refused { message, code: "internal".into(), transient: false }
+    let message =
+        reply::error_message(Code::Internal.as_str(), "the message produced no reply", &Location::None);
+    Answer::Refused { message, code: Code::Internal.as_str().into(), transient: false }
 }
 
 /// A request taken through the intake.
@@ -244,9 +246,12 @@ impl Awaiting {
         match tokio::time::timeout(self.limit, answered).instrument(wait).await {
             Ok(Some(answer)) => answer,
             _ => {
-                let message =
-                    reply::error_message("timeout", "the agent did not answer in time", &Location::None);
-                Answer::Refused { message, code: "timeout".into(), transient: true }
+                let message = reply::error_message(
+                    Code::Timeout.as_str(),
+                    "the agent did not answer in time",
+                    &Location::None,
+                );
+                Answer::Refused { message, code: Code::Timeout.as_str().into(), transient: true }
             }
         }
     }
@@ -282,7 +287,7 @@ impl Drop for Measure {
 fn answer_of(message: Message) -> Answer {
     match reply::error_code(&message) {
         Some(code) => {
-            let transient = matches!(code.as_str(), "timeout" | "unavailable");
+            let transient = crate::code::is_transient(&code);
             Answer::Refused { message, code, transient }
         }
         None => Answer::Reply { notices: Vec::new(), reply: message },

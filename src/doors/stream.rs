@@ -22,6 +22,7 @@
 //! turn comes.
 
 use super::{Answer, Front};
+use crate::code::Code;
 use crate::config::StreamConfig;
 use crate::gateway::Transport;
 use crate::nlip::Message;
@@ -167,8 +168,8 @@ impl Stream {
                             }
                             Err(why) => {
                                 let detail = format!("the message cannot be read: {why}");
-                                let message = reply::error_message("invalid_envelope", &detail, &Location::None);
-                                Answer::Refused { message, code: "invalid_envelope".into(), transient: false }
+                                let message = reply::error_message(Code::InvalidEnvelope.as_str(), &detail, &Location::None);
+                                Answer::Refused { message, code: Code::InvalidEnvelope.as_str().into(), transient: false }
                             }
                         }
                     }));
@@ -270,6 +271,8 @@ fn reply_of(done: Result<Answer, tokio::task::JoinError>) -> Message {
         // before a reply (a session renewal) is not sent on a stream.
         Ok(Answer::Reply { reply: message, .. }) | Ok(Answer::Refused { message, .. }) => message,
         Ok(Answer::Accepted(ids)) => crate::nlip::reply::accepted(&ids),
-        Err(_) => reply::error_message("internal", "the message could not be handled", &Location::None),
+        Err(_) => {
+            reply::error_message(Code::Internal.as_str(), "the message could not be handled", &Location::None)
+        }
     }
 }

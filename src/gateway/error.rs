@@ -1,6 +1,7 @@
 //! Why the gateway core could not deliver a message, and what the transport must do about it.
 
 use super::store::StoreError;
+use crate::code::Code;
 use crate::nlip::NlipError;
 use crate::silp::SilpError;
 
@@ -78,11 +79,11 @@ impl GatewayError {
         match self {
             GatewayError::Envelope(e) => e.kind.code(),
             GatewayError::Silp { error, .. } => error.code.as_str(),
-            GatewayError::Invalid { .. } => "decode_failed",
-            GatewayError::NoRoute => "no_route",
-            GatewayError::SessionExpired { .. } => "session_expired",
-            GatewayError::Store(_) => "unavailable",
-            GatewayError::Ping(_) => "invalid_ping",
+            GatewayError::Invalid { .. } => Code::DecodeFailed.as_str(),
+            GatewayError::NoRoute => Code::NoRoute.as_str(),
+            GatewayError::SessionExpired { .. } => Code::SessionExpired.as_str(),
+            GatewayError::Store(_) => Code::Unavailable.as_str(),
+            GatewayError::Ping(_) => Code::InvalidPing.as_str(),
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod waiting;
 use crate::broker::link::BrokerLink;
 use crate::broker::publish::PublishError;
 use crate::cluster::{Cluster, ClusterError};
+use crate::code::Code;
 use crate::config::{AwaitMode, RepliesMode};
 pub use crate::connectors::AnswerError;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
@@ -134,7 +135,7 @@ impl Failure {
             Failure::Gateway(e) => e.code(),
             Failure::Delivery(e) => e.code(),
             Failure::Answer(e) => e.code(),
-            Failure::Shared(_) | Failure::Forward(_) => "broker_unavailable",
+            Failure::Shared(_) | Failure::Forward(_) => Code::BrokerUnavailable.as_str(),
         }
     }
 }
@@ -475,7 +476,7 @@ impl Intake {
             let Some(connector) = self.agents.get(&agent) else {
                 let detail = "no connector is configured for it".to_owned();
                 return Err(refusal(
-                    DeliveryError::Unavailable { agent, code: "unavailable", detail }.into(),
+                    DeliveryError::Unavailable { agent, code: Code::Unavailable.as_str(), detail }.into(),
                 ));
             };
             let request = parcels.last_mut().expect("a group holds a parcel");
@@ -496,7 +497,7 @@ impl Intake {
                         timed_out = true;
                         Err(DeliveryError::Unavailable {
                             agent: agent.clone(),
-                            code: "timeout",
+                            code: Code::Timeout.as_str(),
                             detail: format!("no answer within {} ms", self.waiting.timeout().as_millis()),
                         })
                     })
@@ -713,7 +714,7 @@ impl Intake {
     async fn tell_timeout(&self, agent: &str, path: &Arc<dyn ReturnPath>) {
         let detail = format!("agent {agent} did not answer within {} ms", self.waiting.timeout().as_millis());
         crate::metrics::get().failures.with_label_values(&["agent", "transient", "timeout"]).inc();
-        let _ = path.send(reply::error_message("timeout", &detail, &Location::None)).await;
+        let _ = path.send(reply::error_message(Code::Timeout.as_str(), &detail, &Location::None)).await;
     }
 
     /// Expires waits every 50 ms, until the process ends.
