@@ -10,7 +10,7 @@ use super::admission::{authenticate, error_response, message_response, rate_limi
 use super::{Answer, Front};
 use crate::broker::health::Readiness;
 use crate::gateway::Transport;
-use crate::intake::Refused;
+use crate::intake::NotTaken;
 use crate::nlip::{self, Encoding};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -182,7 +182,7 @@ async fn post_nlip(
     let envelope = match nlip::decode(&bytes, encoding, &front.limits) {
         Ok(m) => m,
         Err(e) => {
-            let Refused { failure, replies } = front.intake.unreadable(e, encoding);
+            let NotTaken { failure, replies } = front.intake.unreadable(e, encoding);
             let reply = replies.into_iter().next().expect("an unreadable message is answered");
             return message_response(status_for(failure.code()), &reply, encoding);
         }

@@ -21,7 +21,7 @@ pub mod ws;
 
 use crate::code::Code;
 use crate::gateway::{Gateway, Origin, Transport};
-use crate::intake::{Arrival, InPlace, Intake, Refused, Taken};
+use crate::intake::{Arrival, InPlace, Intake, NotTaken, Taken};
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{Limits, Message};
 use std::sync::Arc;
@@ -192,8 +192,8 @@ impl Front {
 }
 
 /// What a refused message's sender is told.
-fn refused_answer(refused: Refused, label: &str, source: &str) -> Answer {
-    let Refused { failure, replies } = refused;
+fn refused_answer(refused: NotTaken, label: &str, source: &str) -> Answer {
+    let NotTaken { failure, replies } = refused;
     tracing::warn!(transport = label, source, code = failure.code(), error = %failure, "Message not delivered.");
     let message = replies
         .into_iter()

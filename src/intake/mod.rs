@@ -95,7 +95,7 @@ pub struct Taken {
 
 /// Why a message was not taken, and what the sender is told.
 #[derive(Debug)]
-pub struct Refused {
+pub struct NotTaken {
     pub failure: Failure,
     /// Envelopes for the sender (the error message), in order.
     pub replies: Vec<Message>,
@@ -224,7 +224,7 @@ impl Intake {
         envelope: &Message,
         (transport, source): (Transport, &str),
         span: &tracing::Span,
-    ) -> Result<tokio::sync::oneshot::Receiver<Vec<Message>>, Refused> {
+    ) -> Result<tokio::sync::oneshot::Receiver<Vec<Message>>, NotTaken> {
         let unforwarded = |e: ClusterError| failed(span, transport, refusal(Failure::Forward(e)));
         let (Some((cluster, broker)), Some(key)) = (&self.cluster, envelope.conversation_token()) else {
             return Err(unforwarded(ClusterError::Stream("not a clustered conversation".into())));
@@ -255,7 +255,7 @@ impl Intake {
     /// produced to its agents. The door settles the message by the result: a door that takes
     /// a message this way does not try it again, so a message that fails here leaves no turn
     /// counted ([`take_back`](Self::take_back)) and its sender may send it again.
-    pub async fn take(&self, arrival: Arrival) -> Result<Taken, Refused> {
+    pub async fn take(&self, arrival: Arrival) -> Result<Taken, NotTaken> {
         let planned = self.plan(arrival)?;
         if let Err(e) = self.make_durable(&[&planned]).await {
             return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
@@ -303,7 +303,7 @@ impl Intake {
     pub async fn plan_window(
         &self,
         arrivals: Vec<Option<Arrival>>,
-    ) -> Vec<Result<Planned<'_>, Option<Refused>>> {
+    ) -> Vec<Result<Planned<'_>, Option<NotTaken>>> {
         let mut planned: Vec<_> = arrivals
             .into_iter()
             .map(|arrival| {
@@ -345,7 +345,7 @@ impl Intake {
     /// through every door. CBOR that does not decode gets the failure message of ECMA-432
     /// §11, with its hint to fall back to text; anything else gets the core's error for the
     /// envelope, saying where it broke.
-    pub fn unreadable(&self, error: NlipError, encoding: Encoding) -> Refused {
+    pub fn unreadable(&self, error: NlipError, encoding: Encoding) -> NotTaken {
         let reply = if encoding == Encoding::Cbor && error.kind == NlipErrorKind::InvalidEncoding {
             let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", error.message);
             reply::error_message(error.kind.code(), &message, &Location::None)
@@ -356,14 +356,14 @@ impl Intake {
                 |o| o.envelope,
             )
         };
-        Refused { failure: GatewayError::Envelope(error).into(), replies: vec![reply] }
+        NotTaken { failure: GatewayError::Envelope(error).into(), replies: vec![reply] }
     }
 
     /// The first half of [`take`](Self::take): the core decides and commits the message's
     /// state, which is not yet durable. A door that plans several messages makes them durable
     /// with one [`Store::flush_async`](crate::gateway::store::Store::flush_async) for all,
     /// then delivers each with [`deliver_planned`](Self::deliver_planned).
-    pub fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, Refused> {
+    pub fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, NotTaken> {
         let Arrival { envelope, origin, span, answers, content_id } = arrival;
         crate::telemetry::record_format(&span, &envelope);
         let form = payload::answer_form(&envelope);
@@ -381,7 +381,7 @@ impl Intake {
             Status::Duplicate => (Vec::new(), Vec::new(), SessionChange::default(), true),
             Status::Failed(error) => {
                 let replies = outcome.outbound.into_iter().map(|o| o.envelope).collect();
-                return Err(failed(&span, origin.transport, Refused { failure: error.into(), replies }));
+                return Err(failed(&span, origin.transport, NotTaken { failure: error.into(), replies }));
             }
             Status::Delivered => (outcome.outbound, outcome.frozen, outcome.change, false),
         };
@@ -403,7 +403,7 @@ impl Intake {
 
     /// The second half of [`take`](Self::take), once the plan's state is durable: delivers
     /// what the core produced to its agents.
-    pub async fn deliver_planned(&self, planned: Planned<'_>) -> Result<Taken, Refused> {
+    pub async fn deliver_planned(&self, planned: Planned<'_>) -> Result<Taken, NotTaken> {
         if planned.duplicate {
             return Ok(Taken { duplicate: true, ..Taken::default() });
         }
@@ -451,7 +451,7 @@ impl Intake {
         outbound: Vec<crate::gateway::Outbound>,
         delivery: Delivery<'_>,
         taken: &mut Taken,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), NotTaken> {
         let mut by_agent: Vec<(String, Vec<Parcel>)> = Vec::new();
         for (index, out) in outbound.into_iter().enumerate() {
             let agent = match out.destination {
@@ -762,7 +762,7 @@ impl Planned<'_> {
     }
 
     /// The plan failed after all (its state could not be made durable).
-    pub fn refuse(self, refused: Refused) -> Refused {
+    pub fn refuse(self, refused: NotTaken) -> NotTaken {
         failed(&self.span, self.origin.transport, refused)
     }
 }
@@ -787,7 +787,7 @@ fn counted(notes: &[Note]) -> Option<Turn> {
 }
 
 /// Records a refusal on the message's span and in the failure metrics.
-fn failed(span: &tracing::Span, transport: crate::gateway::Transport, refused: Refused) -> Refused {
+fn failed(span: &tracing::Span, transport: crate::gateway::Transport, refused: NotTaken) -> NotTaken {
     let (disposition, code) = (refused.failure.disposition(), refused.failure.code());
     span.record("error.type", code);
     span.record("silpgate.disposition", disposition.as_str());
@@ -818,10 +818,10 @@ fn outbound_id(inbound_id: &str, index: usize) -> String {
 }
 
 /// A refusal whose sender hears the error.
-fn refusal(failure: Failure) -> Refused {
+fn refusal(failure: Failure) -> NotTaken {
     let detail = failure.to_string();
     let message = reply::error_message(failure.code(), &detail, &Location::None);
-    Refused { failure, replies: vec![message] }
+    NotTaken { failure, replies: vec![message] }
 }
 
 /// Ids for messages that came without one (HTTP, WebSocket): unique across restarts of this

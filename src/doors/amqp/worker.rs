@@ -20,7 +20,7 @@ use crate::cluster::Cluster;
 use crate::config::AmqpConfig;
 use crate::gateway::session::Partition;
 use crate::gateway::{Disposition, GatewayError, Origin, Transport};
-use crate::intake::{self, Arrival, Intake, Planned, Refused, ReturnPath, Returned};
+use crate::intake::{self, Arrival, Intake, NotTaken, Planned, ReturnPath, Returned};
 use crate::nlip::{self, Encoding, Message, NlipError};
 use crate::telemetry;
 use crate::util::backoff::Backoff;
@@ -169,32 +169,32 @@ impl Drop for Gauged<'_> {
 
 /// Why an attempt at a message failed.
 #[derive(Debug, thiserror::Error)]
-enum Failure {
+enum AttemptFailure {
     #[error(transparent)]
     Intake(#[from] intake::Failure),
     #[error("publishing to {destination}: {error}")]
     Publish { destination: String, error: PublishError },
 }
 
-impl Failure {
+impl AttemptFailure {
     fn disposition(&self) -> Disposition {
         match self {
-            Failure::Intake(e) => e.disposition(),
-            Failure::Publish { .. } => Disposition::Transient,
+            AttemptFailure::Intake(e) => e.disposition(),
+            AttemptFailure::Publish { .. } => Disposition::Transient,
         }
     }
 
     fn code(&self) -> &str {
         match self {
-            Failure::Intake(e) => e.code(),
-            Failure::Publish { error, .. } => error.code(),
+            AttemptFailure::Intake(e) => e.code(),
+            AttemptFailure::Publish { error, .. } => error.code(),
         }
     }
 }
 
-impl From<GatewayError> for Failure {
+impl From<GatewayError> for AttemptFailure {
     fn from(error: GatewayError) -> Self {
-        Failure::Intake(error.into())
+        AttemptFailure::Intake(error.into())
     }
 }
 
@@ -284,7 +284,7 @@ impl Pipeline {
     /// The core's decision for each message of a window, made durable with one flush
     /// ([`Intake::plan_window`]); one that could not be decoded is left to the one-at-a-time
     /// path (`Err(None)`).
-    async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<Refused>>> {
+    async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<NotTaken>>> {
         let arrivals = jobs
             .iter()
             .map(|job| job.decoded.as_ref().ok().map(|message| self.arrival(job, message.clone())))
@@ -294,7 +294,7 @@ impl Pipeline {
 
     /// One conversation's messages of a window, in order: each planned one is delivered; from
     /// the first that is not, every message takes the one-at-a-time path.
-    async fn run_chain(&self, steps: Vec<(&Job, Result<Planned<'_>, Option<Refused>>)>) {
+    async fn run_chain(&self, steps: Vec<(&Job, Result<Planned<'_>, Option<NotTaken>>)>) {
         let mut fast = true;
         for (job, planned) in steps {
             if self.follows_a_left_message(job) {
@@ -321,7 +321,7 @@ impl Pipeline {
 
     /// Retries a message until it is acknowledged or dead-lettered, or left to the broker;
     /// `failed` is how its attempt in the window went, if it made one.
-    async fn settle(&self, job: &Job, mut failed: Option<Failure>) {
+    async fn settle(&self, job: &Job, mut failed: Option<AttemptFailure>) {
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.retry_initial_ms),
             Duration::from_millis(self.amqp.retry_max_ms),
@@ -460,13 +460,13 @@ impl Pipeline {
     }
 
     /// One attempt: everything up to, but not including, the acknowledgement.
-    async fn attempt(&self, job: &Job) -> Result<(), Failure> {
+    async fn attempt(&self, job: &Job) -> Result<(), AttemptFailure> {
         let base_id = base_id(job);
         let message = match &job.decoded {
             Ok(message) => message.clone(),
             Err(e) => {
                 let encoding = job.envelope.encoding.as_ref().map_or(Encoding::Json, |e| *e);
-                let Refused { failure, replies } = self.intake.unreadable(e.clone(), encoding);
+                let NotTaken { failure, replies } = self.intake.unreadable(e.clone(), encoding);
                 self.tell_sender(job, &base_id, replies).await;
                 return Err(failure.into());
             }
@@ -510,8 +510,8 @@ impl Pipeline {
     }
 
     /// A message the intake refused; a sender of poison hears why.
-    async fn refused(&self, job: &Job, base_id: &str, refused: Refused) -> Failure {
-        let Refused { failure, replies } = refused;
+    async fn refused(&self, job: &Job, base_id: &str, refused: NotTaken) -> AttemptFailure {
+        let NotTaken { failure, replies } = refused;
         if failure.disposition() == Disposition::Poison {
             // The sender hears why; if that fails, the dead-letter copy still says it.
             self.tell_sender(job, base_id, replies).await;
@@ -521,7 +521,7 @@ impl Pipeline {
 
     /// A planned message, its state durable: delivered to its agents, its replies published
     /// (with a cluster's stream entries) and confirmed, its ledger entry marked.
-    async fn finish(&self, job: &Job, base_id: &str, planned: Planned<'_>) -> Result<(), Failure> {
+    async fn finish(&self, job: &Job, base_id: &str, planned: Planned<'_>) -> Result<(), AttemptFailure> {
         let envelope = &job.envelope;
         let taken = match self.intake.deliver_planned(planned).await {
             Ok(taken) => taken,
@@ -581,7 +581,7 @@ impl Pipeline {
         base_id: &str,
         replies: Vec<Message>,
         entries: Vec<Publication<'a>>,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), AttemptFailure> {
         let mut publications = Vec::with_capacity(replies.len() * job.envelope.replies.len() + entries.len());
         if !replies.is_empty() && job.envelope.replies.is_empty() {
             debug!(message_id = base_id, "No reply address; the reply is dropped.");
@@ -638,7 +638,7 @@ impl Pipeline {
             if matches!(error, PublishError::Channel(_)) {
                 self.endings.broken(&error);
             }
-            Failure::Publish { destination, error }
+            AttemptFailure::Publish { destination, error }
         })
     }
 
