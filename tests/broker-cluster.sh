@@ -83,9 +83,20 @@ up() {
   # A running stream coordinator takes the new nodes in on its next tick. Streams declared
   # before that would be placed by a coordinator that does not know them yet.
   if rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' 2>/dev/null | grep -q '^{ok'; then
-    for _ in $(seq 60); do
-      coordinator_complete && break
-      sleep 0.5
+    for round in 1 2 3; do
+      for _ in $(seq 60); do
+        coordinator_complete && break 2
+        sleep 0.5
+      done
+      [ "$round" -lt 3 ] || break
+      # Still not taken in after 30 s: a node's application starting again makes the
+      # coordinator look at its members again.
+      for n in 2 3; do
+        coordinator_has "$n" && continue
+        echo "broker-cluster: the stream coordinator has not taken in rabbit$n; restarting its application" >&2
+        rabbitmqctl -q -n "$(node_name "$n")" stop_app
+        rabbitmqctl -q -n "$(node_name "$n")" start_app
+      done
     done
     coordinator_complete || {
       echo "broker-cluster: the stream coordinator did not take in the extra nodes:" >&2
@@ -97,10 +108,13 @@ up() {
 }
 
 # The stream coordinator's members are all three nodes.
-coordinator_complete() {
+coordinator_complete() { coordinator_has 2 && coordinator_has 3; }
+
+# Node N is a member of the stream coordinator.
+coordinator_has() {
   local members
   members=$(rabbitmqctl -q eval 'ra:members({rabbit_stream_coordinator, node()}).' 2>/dev/null) || return 1
-  grep -q 'rabbit2@localhost' <<<"$members" && grep -q 'rabbit3@localhost' <<<"$members"
+  grep -q "$(node_name "$1")" <<<"$members"
 }
 
 # Deletes what tests left on the broker (a failed test does not clean up after itself), while
