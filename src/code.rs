@@ -5,7 +5,7 @@
 
 /// One error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Code {
+pub(crate) enum Code {
     // The envelope or its payload.
     InvalidEncoding,
     InvalidEnvelope,
@@ -56,7 +56,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, for the tests that hold the table to the docs.
-    pub const ALL: [Code; 41] = [
+    pub(crate) const ALL: [Code; 41] = [
         Code::InvalidEncoding,
         Code::InvalidEnvelope,
         Code::TooLarge,
@@ -101,22 +101,22 @@ impl Code {
     ];
 
     /// The code as it is written.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.row().0
     }
 
     /// The HTTP status a door answers it with.
-    pub fn http_status(self) -> u16 {
+    pub(crate) fn http_status(self) -> u16 {
         self.row().1
     }
 
     /// Whether the same message may succeed if sent again later.
-    pub fn is_transient(self) -> bool {
+    pub(crate) fn is_transient(self) -> bool {
         self.row().2
     }
 
     /// The known code written `code`.
-    pub fn parse(code: &str) -> Option<Code> {
+    pub(crate) fn parse(code: &str) -> Option<Code> {
         Code::ALL.into_iter().find(|c| c.as_str() == code)
     }
 
@@ -171,12 +171,12 @@ impl Code {
 }
 
 /// The HTTP status of `code`, known or not.
-pub fn http_status(code: &str) -> u16 {
+pub(crate) fn http_status(code: &str) -> u16 {
     Code::parse(code).map_or(400, Code::http_status)
 }
 
 /// Whether `code`, known or not, is worth trying again.
-pub fn is_transient(code: &str) -> bool {
+pub(crate) fn is_transient(code: &str) -> bool {
     Code::parse(code).is_some_and(Code::is_transient)
 }
 

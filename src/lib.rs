@@ -22,21 +22,23 @@
 //! [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
 //! (`silpgate run`), [`telemetry`] and [`metrics`], and [`util`], the ground floor.
 
-pub mod a2a;
+#![warn(unreachable_pub)]
+
+pub(crate) mod a2a;
 pub mod broker;
 pub mod cli;
 pub mod cluster;
-pub mod code;
+pub(crate) mod code;
 pub mod config;
-pub mod connectors;
+pub(crate) mod connectors;
 pub mod daemon;
 pub mod doors;
 pub mod gateway;
-pub mod intake;
+pub(crate) mod intake;
 pub mod metrics;
 pub mod nlip;
 pub mod silp;
 pub mod store;
-pub mod telemetry;
+pub(crate) mod telemetry;
 pub mod util;
-pub mod websocket;
+pub(crate) mod websocket;

@@ -18,7 +18,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// The exporters, kept to flush what is buffered at shutdown.
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     provider: Option<SdkTracerProvider>,
     meters: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
 }
@@ -27,7 +27,7 @@ pub struct Telemetry {
 ///
 /// # Errors
 /// An OTLP endpoint the exporter cannot use.
-pub fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
+pub(crate) fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
     let provider = match &config.otlp_endpoint {
         Some(endpoint) => {
             use opentelemetry_otlp::WithExportConfig;
@@ -124,7 +124,7 @@ fn subscriber(
 
 impl Telemetry {
     /// Exports what is buffered and stops the exporter. Blocks: call it off the runtime.
-    pub fn shutdown(self) {
+    pub(crate) fn shutdown(self) {
         if let Some(provider) = self.provider {
             let _ = provider.force_flush();
             let _ = provider.shutdown();
@@ -138,7 +138,7 @@ impl Telemetry {
 
 /// The trace context an inbound message carries in its headers; empty when it carries none,
 /// and then the message starts a new trace.
-pub fn extract(headers: Option<&FieldTable>) -> opentelemetry::Context {
+pub(crate) fn extract(headers: Option<&FieldTable>) -> opentelemetry::Context {
     match headers {
         Some(headers) => TraceContextPropagator::new().extract(&HeaderExtractor(headers)),
         None => opentelemetry::Context::new(),
@@ -146,12 +146,12 @@ pub fn extract(headers: Option<&FieldTable>) -> opentelemetry::Context {
 }
 
 /// Puts `span`'s trace context into outbound headers.
-pub fn inject(span: &tracing::Span, headers: &mut FieldTable) {
+pub(crate) fn inject(span: &tracing::Span, headers: &mut FieldTable) {
     TraceContextPropagator::new().inject_context(&span.context(), &mut HeaderInjector(headers));
 }
 
 /// Puts `span`'s trace context into the headers of an outbound HTTP request.
-pub fn inject_http(span: &tracing::Span, headers: &mut axum::http::HeaderMap) {
+pub(crate) fn inject_http(span: &tracing::Span, headers: &mut axum::http::HeaderMap) {
     TraceContextPropagator::new().inject_context(&span.context(), &mut HttpInjector(headers));
 }
 
@@ -168,12 +168,12 @@ impl Injector for HttpInjector<'_> {
 }
 
 /// Gives `span` the inbound context as its parent.
-pub fn adopt(span: &tracing::Span, parent: opentelemetry::Context) {
+pub(crate) fn adopt(span: &tracing::Span, parent: opentelemetry::Context) {
     let _ = span.set_parent(parent);
 }
 
 /// The trace context of an HTTP request (or WebSocket upgrade request).
-pub fn extract_http(headers: &axum::http::HeaderMap) -> opentelemetry::Context {
+pub(crate) fn extract_http(headers: &axum::http::HeaderMap) -> opentelemetry::Context {
     TraceContextPropagator::new().extract(&HttpExtractor(headers))
 }
 
@@ -242,14 +242,14 @@ macro_rules! message_span {
 pub(crate) use message_span;
 
 /// Records an envelope's format on its span (made by [`message_span!`]).
-pub fn record_format(span: &tracing::Span, message: &crate::nlip::Message) {
+pub(crate) fn record_format(span: &tracing::Span, message: &crate::nlip::Message) {
     span.record("nlip.format", message.format.as_str());
     span.record("nlip.subformat", message.subformat.as_str());
 }
 
 /// Records on a message's span (made by [`message_span!`]) what the core decided: route,
 /// payload, session, frontend.
-pub fn record_notes(span: &tracing::Span, notes: &[Note]) {
+pub(crate) fn record_notes(span: &tracing::Span, notes: &[Note]) {
     for note in notes {
         match note {
             Note::Route(route) => {

@@ -18,14 +18,14 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 /// Time between pings on a connection; a connection silent for three of them is dead.
-pub const PING_EVERY: Duration = Duration::from_secs(15);
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(15);
 
 /// Anything a WebSocket runs over: TCP, or TLS over TCP.
-pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// A client WebSocket.
-pub type Socket = WebSocketStream<Box<dyn Io>>;
+pub(crate) type Socket = WebSocketStream<Box<dyn Io>>;
 
 /// Why a client connection cannot be set up. Never carries a secret.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +38,7 @@ pub enum DialError {
 
 /// How to open a client WebSocket to one URL: TLS, the bearer token, the limits.
 #[derive(Clone)]
-pub struct Dialer {
+pub(crate) struct Dialer {
     /// Without credentials: it is shown in spans and logs, and requested.
     url: String,
     host: String,
@@ -51,7 +51,7 @@ pub struct Dialer {
 
 impl Dialer {
     /// `timeout` bounds the TCP connect, TLS handshake and upgrade together.
-    pub fn new(
+    pub(crate) fn new(
         url: &str,
         token_env: Option<&str>,
         ca_file: Option<&Path>,
@@ -90,20 +90,20 @@ impl Dialer {
     }
 
     /// The URL without credentials, for spans and logs.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
-    pub fn host(&self) -> &str {
+    pub(crate) fn host(&self) -> &str {
         &self.host
     }
 
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// Opens a connection; `span`'s context travels as `traceparent` on the upgrade request.
-    pub async fn connect(&self, span: &tracing::Span) -> Result<Socket, String> {
+    pub(crate) async fn connect(&self, span: &tracing::Span) -> Result<Socket, String> {
         let mut request = self.url.as_str().into_client_request().map_err(|e| format!("url: {e}"))?;
         if let Some(value) = &self.authorization {
             request.headers_mut().insert(AUTHORIZATION, value.clone());
@@ -158,7 +158,7 @@ fn tls_connector(ca_file: Option<&Path>) -> Result<tokio_rustls::TlsConnector, D
 }
 
 /// One NLIP message as a frame.
-pub fn frame_of(message: &Message, encoding: Encoding) -> Frame {
+pub(crate) fn frame_of(message: &Message, encoding: Encoding) -> Frame {
     match encoding {
         Encoding::Cbor => Frame::Binary(nlip::encode(message, Encoding::Cbor).into()),
         Encoding::Json => Frame::Text(nlip::to_json(message).into()),
@@ -167,7 +167,7 @@ pub fn frame_of(message: &Message, encoding: Encoding) -> Frame {
 
 /// The NLIP message in a data frame (binary: CBOR, text: JSON, whatever was configured);
 /// `None` for control frames.
-pub fn message_of(frame: &Frame, limits: &nlip::Limits) -> Option<Result<Message, String>> {
+pub(crate) fn message_of(frame: &Frame, limits: &nlip::Limits) -> Option<Result<Message, String>> {
     let decoded = match frame {
         Frame::Binary(bytes) => nlip::decode(bytes, Encoding::Cbor, limits),
         Frame::Text(text) => nlip::decode(text.as_bytes(), Encoding::Json, limits),

@@ -22,19 +22,19 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 /// The role of a message silpgate sends.
-pub const ROLE_USER: &str = "ROLE_USER";
+pub(crate) const ROLE_USER: &str = "ROLE_USER";
 /// The role of a message silpgate answers with (its front door).
-pub const ROLE_AGENT: &str = "ROLE_AGENT";
+pub(crate) const ROLE_AGENT: &str = "ROLE_AGENT";
 
 /// Why an A2A answer cannot be read as NLIP.
 #[derive(Debug, thiserror::Error)]
-pub enum MapError {
+pub(crate) enum MapError {
     #[error("{path}: {why}")]
     Part { path: String, why: String },
 }
 
 /// The SILP encoding a subformat carries, in draft -02's words.
-pub fn silp_encoding(subformat: &str) -> Option<&'static str> {
+pub(crate) fn silp_encoding(subformat: &str) -> Option<&'static str> {
     match subformat.to_ascii_lowercase().as_str() {
         "silp-code" => Some("code"),
         "silp-json" => Some("json"),
@@ -44,7 +44,7 @@ pub fn silp_encoding(subformat: &str) -> Option<&'static str> {
 }
 
 /// The A2A message for `envelope`.
-pub fn message(envelope: &Message, message_id: &str, role: &str) -> Value {
+pub(crate) fn message(envelope: &Message, message_id: &str, role: &str) -> Value {
     let mut parts = Vec::new();
     let own_is_empty = matches!(&envelope.content, Content::Json(Value::String(s)) if s.is_empty());
     let others = envelope.submessages().iter().filter(|s| !s.is_token() && !is_renewal_notice(s));
@@ -105,7 +105,7 @@ fn part(format: Format, subformat: &str, content: &Content, label: Option<&str>)
 
 /// The NLIP envelope for an answer's parts (`path` names them in errors). No parts: an empty
 /// English text.
-pub fn envelope(parts: &[Value], path: &str) -> Result<Message, MapError> {
+pub(crate) fn envelope(parts: &[Value], path: &str) -> Result<Message, MapError> {
     let mut read = parts.iter().enumerate().map(|(i, p)| submessage(p, &format!("{path}[{i}]")));
     let Some(first) = read.next().transpose()? else {
         return Ok(Message::text(""));
@@ -170,7 +170,7 @@ fn submessage(part: &Value, path: &str) -> Result<Submessage, MapError> {
 
 /// Where a task is in its lifecycle, as silpgate waits for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskState {
+pub(crate) enum TaskState {
     /// Submitted, working, or a state this version does not know: wait.
     Pending,
     Completed,
@@ -183,7 +183,7 @@ pub enum TaskState {
 
 impl TaskState {
     /// The state of a task (`status.state`; the 0.3 lower-case names are read too).
-    pub fn of(task: &Value) -> TaskState {
+    pub(crate) fn of(task: &Value) -> TaskState {
         let state = task.pointer("/status/state").and_then(Value::as_str).unwrap_or_default();
         let state = state.strip_prefix("TASK_STATE_").unwrap_or(state).to_ascii_lowercase().replace('_', "-");
         match state.as_str() {
@@ -198,7 +198,7 @@ impl TaskState {
     }
 
     /// The NLIP error code of a task that ended without a result, or `None`.
-    pub fn error_code(self) -> Option<&'static str> {
+    pub(crate) fn error_code(self) -> Option<&'static str> {
         match self {
             TaskState::Pending | TaskState::Completed => None,
             TaskState::Failed => Some(Code::A2aTaskFailed.as_str()),
@@ -211,7 +211,7 @@ impl TaskState {
 }
 
 /// The parts of a task's result: its artifacts' parts in order, else its status message's.
-pub fn task_parts(task: &Value) -> Vec<Value> {
+pub(crate) fn task_parts(task: &Value) -> Vec<Value> {
     let from_artifacts: Vec<Value> = task
         .get("artifacts")
         .and_then(Value::as_array)
@@ -228,7 +228,7 @@ pub fn task_parts(task: &Value) -> Vec<Value> {
 }
 
 /// The text of a task's status message (why it failed), joined by spaces.
-pub fn status_text(task: &Value) -> String {
+pub(crate) fn status_text(task: &Value) -> String {
     let parts = task.pointer("/status/message/parts").and_then(Value::as_array);
     parts
         .into_iter()

@@ -2,7 +2,7 @@
 //! A2A agents ([`crate::connectors::a2a`]) and as an A2A agent itself ([`crate::doors::a2a`]).
 //! Both send the same version and map NLIP messages the same way ([`map`]).
 
-pub mod map;
+pub(crate) mod map;
 
 /// The protocol version silpgate speaks, sent in the `A2A-Version` header.
-pub const VERSION: &str = "1.0";
+pub(crate) const VERSION: &str = "1.0";

@@ -13,7 +13,7 @@
 
 use crate::config::AmqpConfig;
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::uri::AMQPUri;
 use lapin::{Connection, ConnectionProperties, DefaultConnectionBuilder};
 use std::fmt;
 use std::path::Path;
@@ -34,7 +34,7 @@ impl fmt::Display for Node {
 
 /// One address of the list: where to connect, and how to name it.
 #[derive(Debug, Clone)]
-pub struct Address {
+pub(crate) struct Address {
     pub uri: AMQPUri,
     pub node: Node,
     /// The certificates an `amqps://` connection verifies and presents.
@@ -42,16 +42,11 @@ pub struct Address {
 }
 
 impl Address {
-    /// Whether the connection is TLS.
-    pub fn is_tls(&self) -> bool {
-        self.uri.scheme == AMQPScheme::AMQPS
-    }
-
     /// Opens a connection to the node: TLS for `amqps://`, verified.
     ///
     /// # Errors
     /// What lapin says (the node refused, the certificate did not verify, the login failed).
-    pub async fn connect(&self, properties: ConnectionProperties) -> lapin::Result<Connection> {
+    pub(crate) async fn connect(&self, properties: ConnectionProperties) -> lapin::Result<Connection> {
         DefaultConnectionBuilder::new()?
             .with_uri(self.uri.clone())
             .with_properties(properties)
@@ -66,7 +61,7 @@ impl Address {
 /// # Errors
 /// A file that cannot be read or holds no PEM certificate, named by its key; a client
 /// certificate without its key, or a key without its certificate.
-pub fn tls(
+pub(crate) fn tls(
     ca_file: Option<&Path>,
     cert_file: Option<&Path>,
     key_file: Option<&Path>,
@@ -100,7 +95,7 @@ pub fn tls(
 ///
 /// # Errors
 /// A message naming `key` (the configuration key the URI came from), never the URI.
-pub fn parse(uri: &str, key: &str) -> Result<Address, String> {
+pub(crate) fn parse(uri: &str, key: &str) -> Result<Address, String> {
     let uri = uri.trim().parse::<AMQPUri>().map_err(|_| {
         format!("{key} is not an AMQP URI of the form amqp://user:password@host:port/vhost (the value is not shown)")
     })?;
@@ -110,7 +105,7 @@ pub fn parse(uri: &str, key: &str) -> Result<Address, String> {
 
 /// The address list and where the next round of connection attempts starts.
 #[derive(Debug, Clone)]
-pub struct Addresses {
+pub(crate) struct Addresses {
     list: Vec<Address>,
     next: usize,
 }
@@ -122,7 +117,7 @@ impl Addresses {
     /// # Errors
     /// An address that is not an AMQP URI (named by its key, never shown), or a certificate
     /// file that cannot be read.
-    pub fn of(amqp: &AmqpConfig) -> Result<Addresses, String> {
+    pub(crate) fn of(amqp: &AmqpConfig) -> Result<Addresses, String> {
         let (uris, key) = amqp.addresses();
         let mut addresses = Addresses::parse(&uris, &key)?;
         addresses.set_tls(tls(amqp.ca_file.as_deref(), amqp.cert_file.as_deref(), amqp.key_file.as_deref())?);
@@ -136,7 +131,7 @@ impl Addresses {
     ///
     /// # Errors
     /// The first URI that does not parse, named by its position; or an empty list.
-    pub fn parse(uris: &[String], key: &str) -> Result<Addresses, String> {
+    pub(crate) fn parse(uris: &[String], key: &str) -> Result<Addresses, String> {
         if uris.is_empty() {
             return Err(format!("{key} holds no broker address"));
         }
@@ -150,7 +145,7 @@ impl Addresses {
     }
 
     /// The addresses of one round, each once, starting where the last round should go on.
-    pub fn round(&self) -> impl Iterator<Item = (usize, &Address)> {
+    pub(crate) fn round(&self) -> impl Iterator<Item = (usize, &Address)> {
         let len = self.list.len();
         (0..len).map(move |step| {
             let index = (self.next + step) % len;
@@ -159,14 +154,14 @@ impl Addresses {
     }
 
     /// Every address authenticates with `password` (kept out of the configured URIs).
-    pub fn set_password(&mut self, password: &str) {
+    pub(crate) fn set_password(&mut self, password: &str) {
         for address in &mut self.list {
             address.uri.authority.userinfo.password = password.to_owned();
         }
     }
 
     /// Every `amqps://` address verifies and presents these certificates.
-    pub fn set_tls(&mut self, tls: OwnedTLSConfig) {
+    pub(crate) fn set_tls(&mut self, tls: OwnedTLSConfig) {
         let tls = Arc::new(tls);
         for address in &mut self.list {
             address.tls = tls.clone();
@@ -174,20 +169,16 @@ impl Addresses {
     }
 
     /// A connection to `index` was made: when it is lost, the next round starts after it.
-    pub fn connected(&mut self, index: usize) {
+    pub(crate) fn connected(&mut self, index: usize) {
         self.next = (index + 1) % self.list.len();
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
     /// Every node of the list, for a log line.
-    pub fn nodes(&self) -> Vec<String> {
+    pub(crate) fn nodes(&self) -> Vec<String> {
         self.list.iter().map(|a| a.node.to_string()).collect()
     }
 }

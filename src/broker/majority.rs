@@ -23,14 +23,14 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 /// How often the probe asks.
-pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// A probe not confirmed within this long means the majority is lost. Well above a healthy
 /// quorum commit (milliseconds) and below a leader election after a node crash (seconds), so
 /// that a crash that elects a new leader does not look like a lost majority.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(6);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// The probe queue of the instance whose reply queue is `reply_queue`.
-pub fn probe_queue(reply_queue: &str) -> String {
+pub(crate) fn probe_queue(reply_queue: &str) -> String {
     format!("{reply_queue}.quorum-probe")
 }
 
@@ -40,7 +40,7 @@ pub fn probe_queue(reply_queue: &str) -> String {
 ///
 /// # Errors
 /// The probe queue could not be declared, or its channel not opened.
-pub async fn watch(
+pub(crate) async fn watch(
     connection: &Connection,
     probe_queue: String,
     group_size: Option<u32>,

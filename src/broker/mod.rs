@@ -4,11 +4,11 @@
 //! silpgate declares ([`topology`]), what the connection can do right now ([`health`],
 //! [`majority`]), and which connection is up, as the rest of silpgate sees it ([`link`]).
 
-pub mod addresses;
-pub mod ending;
-pub mod health;
-pub mod link;
-pub mod majority;
+pub(crate) mod addresses;
+pub(crate) mod ending;
+pub(crate) mod health;
+pub(crate) mod link;
+pub(crate) mod majority;
 pub mod properties;
 pub mod publish;
 pub mod topology;

@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
-pub enum AgentsCommand {
+pub(super) enum AgentsCommand {
     /// Check that every configured agent is reachable and show the frontends it negotiates;
     /// exit 1 when one is not.
     Check {
@@ -50,7 +50,7 @@ struct Reach {
     detail: String,
 }
 
-pub fn run(command: AgentsCommand) -> ExitCode {
+pub(super) fn run(command: AgentsCommand) -> ExitCode {
     let AgentsCommand::Check { config } = command;
     let config = match Config::load(&config) {
         Ok(config) => config,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
-pub enum ClusterCommand {
+pub(super) enum ClusterCommand {
     /// Show the members, which partitions the instance owns and stands by for, its channels,
     /// its replays and its changelog and lock lag.
     Status {
@@ -28,7 +28,7 @@ pub enum ClusterCommand {
     },
 }
 
-pub fn run(command: ClusterCommand) -> ExitCode {
+pub(super) fn run(command: ClusterCommand) -> ExitCode {
     let ClusterCommand::Status { config, url, json } = command;
     let base = match (url, config) {
         (Some(url), _) => url,

@@ -8,7 +8,7 @@ use std::path::Path;
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Opens FILE, or stdin for `None` and `-`.
-pub fn open(path: Option<&Path>) -> io::Result<Box<dyn BufRead>> {
+pub(super) fn open(path: Option<&Path>) -> io::Result<Box<dyn BufRead>> {
     match path {
         None => Ok(Box::new(BufReader::with_capacity(READ_CHUNK, io::stdin()))),
         Some(p) if p.as_os_str() == "-" => Ok(Box::new(BufReader::with_capacity(READ_CHUNK, io::stdin()))),
@@ -18,7 +18,7 @@ pub fn open(path: Option<&Path>) -> io::Result<Box<dyn BufRead>> {
 
 /// Why an input could not be read as text.
 #[derive(Debug)]
-pub enum InputError {
+pub(super) enum InputError {
     Io(io::Error),
     TooLarge { limit: usize },
     NotUtf8 { at: usize },
@@ -35,7 +35,7 @@ impl std::fmt::Display for InputError {
 }
 
 /// Reads the whole input, refusing more than `limit` bytes.
-pub fn read_all(reader: &mut dyn BufRead, limit: usize) -> Result<String, InputError> {
+pub(super) fn read_all(reader: &mut dyn BufRead, limit: usize) -> Result<String, InputError> {
     let mut bytes = Vec::new();
     reader.take(limit as u64 + 1).read_to_end(&mut bytes).map_err(InputError::Io)?;
     if bytes.len() > limit {
@@ -46,20 +46,20 @@ pub fn read_all(reader: &mut dyn BufRead, limit: usize) -> Result<String, InputE
 
 /// Reads input one bounded line at a time into a buffer it reuses: no allocation per line,
 /// and line ends found with `memchr`.
-pub struct Lines {
+pub(super) struct Lines {
     reader: Box<dyn BufRead>,
     line: Vec<u8>,
     limit: usize,
 }
 
 impl Lines {
-    pub fn new(reader: Box<dyn BufRead>, limit: usize) -> Self {
+    pub(super) fn new(reader: Box<dyn BufRead>, limit: usize) -> Self {
         Lines { reader, line: Vec::with_capacity(4096), limit }
     }
 
     /// The next line without its line ending; `None` at end of input. A line longer than the
     /// limit is consumed whole (never held in memory past the limit) and reported as too large.
-    pub fn next_line(&mut self) -> Option<Result<&str, InputError>> {
+    pub(super) fn next_line(&mut self) -> Option<Result<&str, InputError>> {
         self.line.clear();
         let mut overflow = false;
         let mut seen_any = false;

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
-pub struct Common {
+pub(super) struct Common {
     /// Frontend: code, json, natural or nl_json.
     #[arg(long, short)]
     pub(super) frontend: String,

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Debug, Subcommand)]
-pub enum NlipCommand {
+pub(super) enum NlipCommand {
     /// One envelope in, the canonical envelope out (or the NLIP error message, exit 1).
     Normalize {
         #[arg(long, value_enum, default_value_t = Wire::Json)]
@@ -26,7 +26,7 @@ pub enum NlipCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum GatewayCommand {
+pub(super) enum GatewayCommand {
     /// Run the core on one envelope; print each outbound envelope as one JSON line
     /// {"destination": .., "envelope": ..}.
     Handle {
@@ -61,7 +61,7 @@ impl From<Wire> for Encoding {
     }
 }
 
-pub fn run_nlip(command: NlipCommand) -> ExitCode {
+pub(super) fn run_nlip(command: NlipCommand) -> ExitCode {
     let NlipCommand::Normalize { from, to, file } = command;
     let limits = Limits::default();
     let Some(bytes) = read_bytes(file, limits.max_bytes) else { return ExitCode::from(EXIT_INVALID) };
@@ -80,7 +80,7 @@ pub fn run_nlip(command: NlipCommand) -> ExitCode {
     }
 }
 
-pub fn run_gateway(command: GatewayCommand) -> ExitCode {
+pub(super) fn run_gateway(command: GatewayCommand) -> ExitCode {
     let GatewayCommand::Handle { config, source, from, store, file } = command;
     let config = match Config::load(&config) {
         Ok(c) => c,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
-pub enum SilpCommand {
+pub(super) enum SilpCommand {
     /// IR JSON in, surface text out.
     Compile {
         #[command(flatten)]
@@ -59,12 +59,12 @@ pub enum SilpCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Compat {
+pub(super) enum Compat {
     /// The SILP reference implementation: 4-hex req_id over the text it hashes.
     Reference,
 }
 
-pub fn run(command: SilpCommand) -> ExitCode {
+pub(super) fn run(command: SilpCommand) -> ExitCode {
     match command {
         SilpCommand::Compile { common, no_whitelist, lock, key_env } => {
             let rules = ValidateOptions { enforce_whitelist: !no_whitelist };

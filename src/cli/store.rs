@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
-pub enum LockCommand {
+pub(super) enum LockCommand {
     /// Check the compile.lock chain: exit 0 when intact, else name the first bad record.
     Verify {
         /// The store directory.
@@ -43,13 +43,13 @@ pub enum LockCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ExportFormat {
+pub(super) enum ExportFormat {
     Chain,
     Reference,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SessionsCommand {
+pub(super) enum SessionsCommand {
     /// One JSON line per session.
     List {
         #[arg(long)]
@@ -71,7 +71,7 @@ fn report(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(EXIT_INVALID)
 }
 
-pub fn run_lock(command: LockCommand) -> ExitCode {
+pub(super) fn run_lock(command: LockCommand) -> ExitCode {
     match command {
         LockCommand::Verify { store, file, key_env } => {
             let key = match chain::key_from_env(key_env.as_deref()) {
@@ -199,7 +199,7 @@ pub fn run_lock(command: LockCommand) -> ExitCode {
     }
 }
 
-pub fn run_sessions(command: SessionsCommand) -> ExitCode {
+pub(super) fn run_sessions(command: SessionsCommand) -> ExitCode {
     let SessionsCommand::List { store } = command;
     let store = match open_to_read(&store) {
         Ok(s) => s,

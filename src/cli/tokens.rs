@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
-pub struct TokensArgs {
+pub(super) struct TokensArgs {
     /// Tokenizer: o200k_base (GPT-4o family) or cl100k_base (GPT-3.5/4).
     #[arg(long)]
     tokenizer: String,
@@ -45,7 +45,7 @@ enum Input {
     Text,
 }
 
-pub fn run(args: TokensArgs) -> ExitCode {
+pub(super) fn run(args: TokensArgs) -> ExitCode {
     let tokenizer = match args.tokenizer.parse::<Tokenizer>() {
         Ok(t) => t,
         Err(e) => {

@@ -46,7 +46,7 @@ const ACK_EVERY: u64 = 200;
 /// One changelog entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Entry {
+pub(crate) enum Entry {
     Change(PartitionChange),
     /// An instance taking the partition over: the end of its replay.
     Claim(Marker),
@@ -73,7 +73,7 @@ impl Marker {
     }
 }
 
-pub fn encode(entry: &Entry) -> Vec<u8> {
+pub(crate) fn encode(entry: &Entry) -> Vec<u8> {
     serde_json::to_vec(entry).expect("changelog entries serialise")
 }
 
@@ -140,7 +140,7 @@ const PROBE_EVERY: Duration = Duration::from_millis(200);
 ///
 /// # Errors
 /// The broker failed, the replay stalled, or the store failed.
-pub async fn replay(
+pub(crate) async fn replay(
     channel: lapin::Channel,
     publisher: &Publisher,
     stream: &str,
@@ -294,7 +294,7 @@ impl<'a> Applier<'a> {
 ///
 /// # Errors
 /// The broker or the store failed.
-pub async fn follow(
+pub(crate) async fn follow(
     channel: lapin::Channel,
     stream: &str,
     store: &SledStore,
@@ -340,7 +340,7 @@ pub async fn follow(
 }
 
 /// `entry` as a message for `stream`.
-pub fn publication<'a>(stream: &'a str, entry: &Entry) -> Publication<'a> {
+pub(crate) fn publication<'a>(stream: &'a str, entry: &Entry) -> Publication<'a> {
     Publication {
         exchange: "",
         routing_key: stream,
@@ -353,13 +353,13 @@ pub fn publication<'a>(stream: &'a str, entry: &Entry) -> Publication<'a> {
 ///
 /// # Errors
 /// Not confirmed.
-pub async fn append(publisher: &Publisher, stream: &str, entry: &Entry) -> Result<(), ClusterError> {
+pub(crate) async fn append(publisher: &Publisher, stream: &str, entry: &Entry) -> Result<(), ClusterError> {
     let publication = publication(stream, entry);
     Ok(publisher.publish_all(vec![publication]).await?)
 }
 
 /// The offset of a stream delivery.
-pub fn stream_offset(delivery: &lapin::message::Delivery) -> Option<u64> {
+pub(crate) fn stream_offset(delivery: &lapin::message::Delivery) -> Option<u64> {
     delivery
         .properties
         .headers()
@@ -370,7 +370,7 @@ pub fn stream_offset(delivery: &lapin::message::Delivery) -> Option<u64> {
 }
 
 /// `x-stream-offset`: just after the last applied entry, or the stream's start.
-pub fn offset_argument(applied: Option<u64>) -> AMQPValue {
+pub(crate) fn offset_argument(applied: Option<u64>) -> AMQPValue {
     match applied {
         Some(offset) => AMQPValue::LongLongInt(i64::try_from(offset + 1).unwrap_or(i64::MAX)),
         None => AMQPValue::LongString(LongString::from(b"first".to_vec())),

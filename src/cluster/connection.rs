@@ -26,13 +26,13 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 /// How often hand-overs are moved on and the share compared with the members.
-pub const REBALANCE_TICK: Duration = Duration::from_millis(250);
+pub(crate) const REBALANCE_TICK: Duration = Duration::from_millis(250);
 
 /// A finished takeover: its partition, and how it went.
-pub type TakenOver = (Partition, Result<(), ClusterError>);
+pub(crate) type TakenOver = (Partition, Result<(), ClusterError>);
 
 /// The cluster side of a connection.
-pub struct ClusterSide {
+pub(crate) struct ClusterSide {
     cluster: Arc<Cluster>,
     /// What the cluster uses of the AMQP side's connection.
     wire: Wire,
@@ -64,7 +64,7 @@ impl ClusterSide {
     ///
     /// # Errors
     /// The broker refused a channel.
-    pub async fn start(
+    pub(crate) async fn start(
         connection: &Connection,
         cluster: &Arc<Cluster>,
         wire: Wire,
@@ -127,7 +127,7 @@ impl ClusterSide {
     ///
     /// # Errors
     /// No channel for the replay.
-    pub async fn admit(
+    pub(crate) async fn admit(
         &mut self,
         connection: &Connection,
         partition: Partition,
@@ -194,7 +194,7 @@ impl ClusterSide {
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn taken_over(&mut self, partition: Partition) -> Result<Vec<Parked>, ClusterError> {
+    pub(crate) async fn taken_over(&mut self, partition: Partition) -> Result<Vec<Parked>, ClusterError> {
         let Some(handover) = self.waiting.get_mut(&partition.index) else { return Ok(Vec::new()) };
         let now = handover.requeue().await?;
         let settled = handover.settled();
@@ -215,7 +215,7 @@ impl ClusterSide {
     /// # Errors
     /// The broker failed, or did not answer in time
     /// ([`ClusterError::lets_go_of_the_connection`]).
-    pub async fn tick(
+    pub(crate) async fn tick(
         &mut self,
         connection: &Connection,
         deliveries: &mut Deliveries,
@@ -376,7 +376,7 @@ impl ClusterSide {
 
     /// Whether a consumer that ended was cancelled on purpose (a partition handed on, or any
     /// consumer of an instance that is leaving).
-    pub fn expected_end(&mut self, queue: &str) -> bool {
+    pub(crate) fn expected_end(&mut self, queue: &str) -> bool {
         self.ownership.expected_end(&self.cluster, queue) || self.leaving
     }
 
@@ -384,7 +384,7 @@ impl ClusterSide {
     /// once), stops forwarding and hands every partition it serves on, the way a change of
     /// members does, so that the standbys take over in order. [`ClusterSide::left`] says
     /// when it is done.
-    pub fn leave(&mut self) {
+    pub(crate) fn leave(&mut self) {
         self.leaving = true;
         self.members.lock().expect("members").leave();
         self.leaving_now.notify_one();
@@ -393,7 +393,7 @@ impl ClusterSide {
     }
 
     /// Whether leaving is complete: nothing forwarded, no partition served or being taken over.
-    pub fn left(&self) -> bool {
+    pub(crate) fn left(&self) -> bool {
         self.leaving
             && self.ingress.left()
             && self.waiting.is_empty()
@@ -402,7 +402,7 @@ impl ClusterSide {
     }
 
     /// Stops the heartbeats, following the lock stream and any takeover still running.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.ingress.stop().await;
         let followers = self.followers.into_values().map(|f| f.task);
         for task in self.takeovers.into_iter().chain(followers).chain([self.follower, self.heartbeats]) {

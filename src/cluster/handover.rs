@@ -44,13 +44,13 @@ pub struct Parked {
 }
 
 /// How long a previous owner's messages may take to return to the queue after it let go.
-pub const STRAY_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const STRAY_GRACE: Duration = Duration::from_millis(500);
 /// How long settling waits for what it put back (one may have been dead-lettered by the
 /// broker's delivery limit meanwhile) before it serves anyway.
 const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A partition being taken over by this instance.
-pub enum Handover {
+pub(crate) enum Handover {
     /// Replaying; the deliveries wait.
     Parking(Vec<Parked>),
     /// Put back; waiting for them to come again.
@@ -58,7 +58,7 @@ pub enum Handover {
 }
 
 /// Deliveries put back, and what has come since.
-pub struct Settling {
+pub(crate) struct Settling {
     since: Instant,
     /// Where each put-back delivery stood, by identity (a message may come twice).
     positions: HashMap<String, Vec<usize>>,
@@ -71,7 +71,7 @@ pub struct Settling {
 
 impl Handover {
     /// Takes one delivery; returns the deliveries to handle now, in order.
-    pub fn receive(&mut self, parked: Parked) -> Vec<Parked> {
+    pub(crate) fn receive(&mut self, parked: Parked) -> Vec<Parked> {
         match self {
             Handover::Parking(held) => {
                 held.push(parked);
@@ -86,7 +86,7 @@ impl Handover {
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn requeue(&mut self) -> Result<Vec<Parked>, ClusterError> {
+    pub(crate) async fn requeue(&mut self) -> Result<Vec<Parked>, ClusterError> {
         let Handover::Parking(held) = self else { return Ok(Vec::new()) };
         let (now, put_back): (Vec<Parked>, Vec<Parked>) =
             std::mem::take(held).into_iter().partition(|parked| parked.delivery.redelivered);
@@ -113,7 +113,7 @@ impl Handover {
 
     /// `Some` with the deliveries still to handle once everything put back has come again (or
     /// it has waited too long): ours in the order they were put back, then the fresh ones.
-    pub fn settled(&mut self) -> Option<Vec<Parked>> {
+    pub(crate) fn settled(&mut self) -> Option<Vec<Parked>> {
         let Handover::Settling(settling) = self else { return None };
         let overdue = settling.since.elapsed() >= SETTLE_LIMIT;
         if settling.missing > 0 && !overdue {

@@ -39,7 +39,11 @@ const QUIET: Duration = Duration::from_millis(200);
 
 /// The partition key of a message: its conversation token; without one, its message id (or
 /// body hash), which spreads such messages over the partitions.
-pub fn partition_key(decoded: &Result<Message, NlipError>, envelope: &Envelope, body: &[u8]) -> String {
+pub(crate) fn partition_key(
+    decoded: &Result<Message, NlipError>,
+    envelope: &Envelope,
+    body: &[u8],
+) -> String {
     match (decoded.as_ref().ok().and_then(Message::conversation_token), &envelope.message_id) {
         (Some(token), _) => token.to_owned(),
         (None, Some(id)) => id.clone(),
@@ -48,7 +52,7 @@ pub fn partition_key(decoded: &Result<Message, NlipError>, envelope: &Envelope, 
 }
 
 /// The forwarding task of one connection.
-pub struct Ingress {
+pub(crate) struct Ingress {
     task: JoinHandle<()>,
     leave: watch::Sender<bool>,
     left: watch::Receiver<bool>,
@@ -59,7 +63,7 @@ impl Ingress {
     ///
     /// # Errors
     /// The broker refused the subscription.
-    pub async fn start(
+    pub(crate) async fn start(
         channel: Channel,
         queues: &[String],
         exchange: String,
@@ -89,16 +93,16 @@ impl Ingress {
     }
 
     /// Stops forwarding, without breaking the order (see the module's notes).
-    pub fn leave(&self) {
+    pub(crate) fn leave(&self) {
         let _ = self.leave.send(true);
     }
 
     /// Whether forwarding has stopped after [`Ingress::leave`].
-    pub fn left(&self) -> bool {
+    pub(crate) fn left(&self) -> bool {
         *self.left.borrow()
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.task.abort();
         let _ = self.task.await;
     }

@@ -27,16 +27,16 @@ const ACK_EVERY: u64 = 100;
 /// it); a profile under the key `profile`, which no proposal has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Entry {
+pub(crate) enum Entry {
     Profile { profile: ProfileShare },
     Proposal(LockProposal),
 }
 
-pub fn encode(proposal: &LockProposal) -> Vec<u8> {
+pub(crate) fn encode(proposal: &LockProposal) -> Vec<u8> {
     serde_json::to_vec(proposal).expect("lock proposals serialise")
 }
 
-pub fn encode_profile(share: &ProfileShare) -> Vec<u8> {
+pub(crate) fn encode_profile(share: &ProfileShare) -> Vec<u8> {
     serde_json::to_vec(&Entry::Profile { profile: share.clone() }).expect("profiles serialise")
 }
 
@@ -45,7 +45,7 @@ pub fn encode_profile(share: &ProfileShare) -> Vec<u8> {
 ///
 /// # Errors
 /// Always, when it ends: the broker went away or the store failed.
-pub async fn follow(channel: lapin::Channel, cluster: &Cluster) -> Result<(), ClusterError> {
+pub(crate) async fn follow(channel: lapin::Channel, cluster: &Cluster) -> Result<(), ClusterError> {
     let stream = cluster.config.lock_stream.as_str();
     channel.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
     let start = changelog::offset_argument(cluster.store.lock_offset()?);

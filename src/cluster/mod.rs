@@ -18,16 +18,16 @@
 //! [`Cluster`] is what outlives connections: the names, the store, and what this instance
 //! owns now (for `silpgate cluster status` and the metrics).
 
-pub mod changelog;
-pub mod connection;
-pub mod handover;
-pub mod ingress;
-pub mod lock;
+pub(crate) mod changelog;
+pub(crate) mod connection;
+pub(crate) mod handover;
+pub(crate) mod ingress;
+pub(crate) mod lock;
 pub mod membership;
 pub mod ownership;
 pub mod rendezvous;
-pub mod streams;
-pub mod wire;
+pub(crate) mod streams;
+pub(crate) mod wire;
 
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError, Publisher};

@@ -33,14 +33,14 @@ use tokio::sync::{OnceCell, Semaphore};
 use tracing::Instrument;
 
 /// Where an agent card is, relative to the agent's base URL.
-pub const CARD_PATH: &str = ".well-known/agent-card.json";
+pub(crate) const CARD_PATH: &str = ".well-known/agent-card.json";
 /// The JSON-RPC internal error: the agent failed, not the message.
 const INTERNAL_ERROR: i64 = -32603;
 const FIRST_POLL: Duration = Duration::from_millis(20);
 const LONGEST_POLL: Duration = Duration::from_millis(500);
 
 /// One agent reached over A2A.
-pub struct A2aAgent {
+pub(crate) struct A2aAgent {
     name: String,
     base: String,
     client: reqwest::Client,
@@ -63,7 +63,7 @@ struct Fault {
 
 impl A2aAgent {
     /// Tasks are waited for at most `reply_timeout`.
-    pub fn new(
+    pub(crate) fn new(
         agent: &AgentConfig,
         reply_timeout: Duration,
         limits: crate::nlip::Limits,
@@ -93,7 +93,7 @@ impl A2aAgent {
     }
 
     /// The agent card, as the agent serves it.
-    pub async fn card(&self) -> Result<Value, DeliveryError> {
+    pub(crate) async fn card(&self) -> Result<Value, DeliveryError> {
         let url = format!("{}/{CARD_PATH}", self.base);
         let response = self
             .client
@@ -122,7 +122,7 @@ impl A2aAgent {
     }
 
     /// The JSON-RPC URL of an agent card: its first A2A 1.x JSON-RPC interface.
-    pub fn jsonrpc_url(card: &Value) -> Result<reqwest::Url, String> {
+    pub(crate) fn jsonrpc_url(card: &Value) -> Result<reqwest::Url, String> {
         let interfaces = card.get("supportedInterfaces").and_then(Value::as_array);
         let jsonrpc = interfaces.into_iter().flatten().find(|i| {
             let binding = i.get("protocolBinding").and_then(Value::as_str).unwrap_or_default();

@@ -17,7 +17,7 @@ use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
 /// One agent reached over AMQP.
-pub struct AmqpAgent {
+pub(crate) struct AmqpAgent {
     name: String,
     routing_key: String,
     encoding: Encoding,
@@ -25,7 +25,7 @@ pub struct AmqpAgent {
 }
 
 impl AmqpAgent {
-    pub fn new(agent: &AgentConfig, broker: Option<BrokerLink>) -> Self {
+    pub(crate) fn new(agent: &AgentConfig, broker: Option<BrokerLink>) -> Self {
         AmqpAgent {
             name: agent.name.clone(),
             routing_key: agent.routing_key().to_owned(),

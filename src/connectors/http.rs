@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 /// One agent reached over HTTP.
-pub struct HttpAgent {
+pub(crate) struct HttpAgent {
     name: String,
     url: reqwest::Url,
     encoding: Encoding,
@@ -29,7 +29,7 @@ pub struct HttpAgent {
 
 impl HttpAgent {
     /// `limits` bound the agent's answers as they bound any inbound message.
-    pub fn new(agent: &AgentConfig, limits: nlip::Limits) -> Result<Self, SetupError> {
+    pub(crate) fn new(agent: &AgentConfig, limits: nlip::Limits) -> Result<Self, SetupError> {
         let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
         let raw_url = agent.url.as_deref().unwrap_or_default();
         let url = reqwest::Url::parse(raw_url).map_err(|e| client_error(format!("url: {e}")))?;
@@ -104,7 +104,7 @@ impl HttpAgent {
 
     /// POSTs one message outside any conversation (`silpgate agents check`): the agent's
     /// answer, if it gave one.
-    pub async fn probe(&self, message: Message) -> Result<Option<Message>, DeliveryError> {
+    pub(crate) async fn probe(&self, message: Message) -> Result<Option<Message>, DeliveryError> {
         let parcel = Parcel {
             envelope: message,
             message_id: "probe".into(),
@@ -182,14 +182,14 @@ impl Connector for HttpAgent {
 
 /// The HTTP client of an agent reached over HTTP (NLIP, A2A or MCP): its bearer token from
 /// `token_env`, its timeouts, TLS verified against the system's roots plus `ca_file`.
-pub fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
+pub(crate) fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
     build(agent, Some(Duration::from_millis(agent.timeout_ms.max(1))))
 }
 
 /// [`client`] without a bound on a whole request, for a transport that keeps a stream open
 /// between calls (MCP's event stream, which the bound would cut every `timeout_ms`, each cut
 /// logged): its caller bounds each call instead.
-pub fn streaming_client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
+pub(crate) fn streaming_client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
     build(agent, None)
 }
 
@@ -227,7 +227,7 @@ fn build(agent: &AgentConfig, whole_request: Option<Duration>) -> Result<reqwest
 }
 
 /// The `Location` of a redirect answer (3xx), which silpgate never follows.
-pub fn redirect_of(response: &reqwest::Response) -> Option<String> {
+pub(crate) fn redirect_of(response: &reqwest::Response) -> Option<String> {
     response.status().is_redirection().then(|| {
         let location = response.headers().get(reqwest::header::LOCATION);
         location.and_then(|v| v.to_str().ok()).unwrap_or("(none)").to_owned()
@@ -235,7 +235,7 @@ pub fn redirect_of(response: &reqwest::Response) -> Option<String> {
 }
 
 /// An agent that answered with a redirect: it refused the message, naming where it pointed.
-pub fn redirected(agent: &str, status: StatusCode, location: &str) -> DeliveryError {
+pub(crate) fn redirected(agent: &str, status: StatusCode, location: &str) -> DeliveryError {
     DeliveryError::Refused {
         agent: agent.to_owned(),
         code: Code::AgentRedirected.as_str().into(),
@@ -249,7 +249,7 @@ pub fn redirected(agent: &str, status: StatusCode, location: &str) -> DeliveryEr
 /// Reads an answer's body, at most `limit` bytes: a larger answer (by its `Content-Length`,
 /// or by what arrives) is not read further, and is the agent refusing the message with
 /// `answer_too_large`, so that the asker hears it.
-pub async fn read_bounded(
+pub(crate) async fn read_bounded(
     mut response: reqwest::Response,
     limit: usize,
     agent: &str,
@@ -276,7 +276,7 @@ pub async fn read_bounded(
 /// A reqwest failure as a transient delivery failure of `agent`. reqwest's text names the
 /// URL, which may carry credentials: it is left out. Its causes (connect, TLS, I/O) name none,
 /// and say what went wrong.
-pub fn unreachable(agent: &str, error: reqwest::Error) -> DeliveryError {
+pub(crate) fn unreachable(agent: &str, error: reqwest::Error) -> DeliveryError {
     let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
     let error = error.without_url();
     let mut detail = error.to_string();
@@ -290,7 +290,7 @@ pub fn unreachable(agent: &str, error: reqwest::Error) -> DeliveryError {
 }
 
 /// The URL without user name or password, for spans and logs.
-pub fn redacted(url: &reqwest::Url) -> String {
+pub(crate) fn redacted(url: &reqwest::Url) -> String {
     let mut url = url.clone();
     let _ = url.set_username("");
     let _ = url.set_password(None);

@@ -42,7 +42,7 @@ const RENEWAL_META: &str = "silp/renewal";
 const INTERNAL_ERROR: i32 = -32603;
 
 /// One MCP tool server, and the tool each envelope calls.
-pub struct McpAgent {
+pub(crate) struct McpAgent {
     name: String,
     url: String,
     tool: String,
@@ -56,7 +56,7 @@ pub struct McpAgent {
 }
 
 impl McpAgent {
-    pub fn new(agent: &AgentConfig, limits: crate::nlip::Limits) -> Result<Self, SetupError> {
+    pub(crate) fn new(agent: &AgentConfig, limits: crate::nlip::Limits) -> Result<Self, SetupError> {
         let url = agent.url.clone().unwrap_or_default();
         reqwest::Url::parse(&url)
             .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
@@ -113,7 +113,7 @@ impl McpAgent {
     }
 
     /// The tools the server lists (`silpgate agents check`).
-    pub async fn tools(&self) -> Result<Vec<Value>, DeliveryError> {
+    pub(crate) async fn tools(&self) -> Result<Vec<Value>, DeliveryError> {
         let peer = self.peer().await?;
         let listed = tokio::time::timeout(self.timeout, peer.list_all_tools())
             .await
@@ -215,7 +215,7 @@ impl Connector for McpAgent {
 }
 
 /// The SILP wrapper of an envelope: its encoding and its payload text.
-pub fn wrapper(envelope: &Message) -> (&'static str, String) {
+pub(crate) fn wrapper(envelope: &Message) -> (&'static str, String) {
     let own = std::iter::once((envelope.subformat.as_str(), &envelope.content));
     let subs = envelope
         .submessages()
@@ -244,7 +244,7 @@ fn as_text(content: &Content) -> String {
 }
 
 /// A `tools/call` result (its JSON) as the NLIP answer.
-pub fn answer_of(result: &Value, agent: &str, tool: &str) -> Message {
+pub(crate) fn answer_of(result: &Value, agent: &str, tool: &str) -> Message {
     let blocks = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let texts: Vec<&str> = blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect();
     if result.get("isError").and_then(Value::as_bool) == Some(true) {

@@ -14,11 +14,11 @@
 //! Failures carry one disposition: an agent that is down, slow or overloaded is transient
 //! (retried, nothing acknowledged); an agent that refuses the message (4xx) is poison.
 
-pub mod a2a;
-pub mod amqp;
-pub mod http;
-pub mod mcp;
-pub mod ws;
+pub(crate) mod a2a;
+pub(crate) mod amqp;
+pub(crate) mod http;
+pub(crate) mod mcp;
+pub(crate) mod ws;
 
 use crate::code::Code;
 use crate::config::{AgentProtocol, Config};
@@ -167,7 +167,7 @@ impl AnswerError {
 /// An answer that came in another protocol (A2A, MCP), held to the limits every inbound NLIP
 /// message meets (bytes, depth, values, submessages): the answer, or an NLIP error that says
 /// which limit it broke.
-pub fn held_to_limits(answer: Message, limits: &crate::nlip::Limits, agent: &str) -> Message {
+pub(crate) fn held_to_limits(answer: Message, limits: &crate::nlip::Limits, agent: &str) -> Message {
     let encoding = crate::nlip::Encoding::Json;
     match crate::nlip::decode(&crate::nlip::encode(&answer, encoding), encoding, limits) {
         Ok(_) => answer,

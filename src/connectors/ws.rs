@@ -92,7 +92,7 @@ struct Inner {
 }
 
 /// One agent reached over WebSocket.
-pub struct WsAgent {
+pub(crate) struct WsAgent {
     inner: Arc<Inner>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -108,7 +108,7 @@ impl Drop for WsAgent {
 impl WsAgent {
     /// Starts connecting at once (inside a runtime); `limits` bound the agent's answers,
     /// `reply_timeout` is the gateway's.
-    pub fn new(
+    pub(crate) fn new(
         agent: &AgentConfig,
         limits: nlip::Limits,
         reply_timeout: Duration,

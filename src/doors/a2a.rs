@@ -35,7 +35,7 @@ const VERSION_NOT_SUPPORTED: i64 = -32009;
 static IDS: AtomicU64 = AtomicU64::new(1);
 
 /// The card and the JSON-RPC route.
-pub fn router() -> Router<Arc<Front>> {
+pub(crate) fn router() -> Router<Arc<Front>> {
     Router::new().route("/.well-known/agent-card.json", get(card)).route("/a2a", post(post_a2a))
 }
 

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 
 /// An NLIP message as an HTTP response.
-pub fn message_response(status: StatusCode, message: &Message, encoding: Encoding) -> Response {
+pub(crate) fn message_response(status: StatusCode, message: &Message, encoding: Encoding) -> Response {
     let mut response = Response::new(Body::from(nlip::encode(message, encoding)));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(encoding.content_type()));
@@ -20,13 +20,13 @@ pub fn message_response(status: StatusCode, message: &Message, encoding: Encodin
 }
 
 /// An NLIP error message as an HTTP response.
-pub fn error_response(status: StatusCode, code: &str, message: &str, encoding: Encoding) -> Response {
+pub(crate) fn error_response(status: StatusCode, code: &str, message: &str, encoding: Encoding) -> Response {
     message_response(status, &reply::error_message(code, message, &Location::None), encoding)
 }
 
 /// Why a request goes no further than authentication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     Unauthenticated(Refusal),
     /// Over the per-client limit; retry after this many seconds.
     RateLimited(u64),
@@ -58,7 +58,7 @@ impl IntoResponse for Denied {
 
 /// Who sent a request. A refused token is charged to the caller's address under the
 /// per-client rate limit, so that guessing tokens is throttled too.
-pub fn authenticate(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Result<Identity, Denied> {
+pub(crate) fn authenticate(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Result<Identity, Denied> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     front.auth.check(authorization).map_err(|refusal| {
         match front
@@ -72,7 +72,7 @@ pub fn authenticate(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Res
 }
 
 /// The refusal of a client over its rate: NLIP `rate_limited`, with `Retry-After`.
-pub fn rate_limited_response(retry_after: u64) -> Response {
+pub(crate) fn rate_limited_response(retry_after: u64) -> Response {
     let mut response = message_response(
         StatusCode::TOO_MANY_REQUESTS,
         &super::rate_limited("this client", retry_after),

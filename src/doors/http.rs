@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The router of the front door.
-pub fn router(front: Arc<Front>) -> Router {
+pub(crate) fn router(front: Arc<Front>) -> Router {
     Router::new()
         .route("/nlip", post(post_nlip))
         .route("/nlip/", post(post_nlip))
@@ -111,7 +111,7 @@ async fn metrics() -> Response {
 
 /// The answer to a body that did not arrive within `http.body_timeout_secs`; hyper closes the
 /// connection after it, the rest of the body unread.
-pub fn body_too_slow(timeout: std::time::Duration, encoding: Encoding) -> Response {
+pub(crate) fn body_too_slow(timeout: std::time::Duration, encoding: Encoding) -> Response {
     let message = format!("the body did not arrive within {} s (http.body_timeout_secs)", timeout.as_secs());
     error_response(StatusCode::REQUEST_TIMEOUT, "timeout", &message, encoding)
 }
@@ -119,7 +119,7 @@ pub fn body_too_slow(timeout: std::time::Duration, encoding: Encoding) -> Respon
 /// The router of connections over `http.max_connections`, on the few slots kept for them:
 /// the probes answer, so that an orchestrator still sees the gateway alive and ready; anything
 /// else is refused as the cap refuses it.
-pub fn probes(front: Arc<Front>) -> Router {
+pub(crate) fn probes(front: Arc<Front>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(readyz))
@@ -140,7 +140,7 @@ async fn not_found(request: Request) -> Response {
 }
 
 /// The HTTP status for an error code sent back in an NLIP error message ([`crate::code`]).
-pub fn status_for(code: &str) -> StatusCode {
+pub(crate) fn status_for(code: &str) -> StatusCode {
     StatusCode::from_u16(crate::code::http_status(code)).unwrap_or(StatusCode::BAD_REQUEST)
 }
 

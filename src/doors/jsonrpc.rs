@@ -14,14 +14,14 @@ use std::net::SocketAddr;
 const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page may not drive this endpoint";
 
 /// A request that passed every check: its body, and the client it counts against.
-pub struct Admitted {
+pub(crate) struct Admitted {
     pub body: Bytes,
     /// The key of the client's rate limit and conversation quota.
     pub client: String,
 }
 
 /// The body of a request that passed every check, or the response that refuses it.
-pub async fn admit(
+pub(crate) async fn admit(
     front: &Front,
     peer: SocketAddr,
     headers: &HeaderMap,
@@ -63,7 +63,7 @@ fn foreign_origin(front: &Front, headers: &HeaderMap) -> bool {
 }
 
 /// A JSON response.
-pub fn reply(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn reply(status: StatusCode, body: &Value) -> Response {
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -71,6 +71,6 @@ pub fn reply(status: StatusCode, body: &Value) -> Response {
 }
 
 /// A JSON-RPC error object answering the request `id`.
-pub fn error(id: Value, code: i64, message: &str) -> Value {
+pub(crate) fn error(id: Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 /// A token bucket: `rate` messages per second on average, bursts of up to `burst`.
 #[derive(Debug, Clone)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -17,12 +17,12 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    pub fn new(rate: f64, burst: f64) -> Self {
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
         Bucket { rate, burst, tokens: burst, last: Instant::now() }
     }
 
     /// Takes one token; `false` when the bucket is empty. A rate of 0 means no limit.
-    pub fn take(&mut self, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
         if self.rate <= 0.0 {
             return true;
         }
@@ -38,7 +38,7 @@ impl Bucket {
     }
 
     /// Seconds until a token is available again.
-    pub fn retry_after(&self) -> u64 {
+    pub(crate) fn retry_after(&self) -> u64 {
         if self.rate <= 0.0 { 0 } else { ((1.0 - self.tokens).max(0.0) / self.rate).ceil() as u64 }
     }
 }
@@ -125,7 +125,7 @@ impl Conversations {
 }
 
 /// The error message for a message that would open a conversation past its client's limit.
-pub fn too_many_conversations(limit: usize) -> crate::nlip::Message {
+pub(crate) fn too_many_conversations(limit: usize) -> crate::nlip::Message {
     let detail = format!(
         "this client has {limit} live conversations, its limit; continue one of them, or start a new one once one has been idle long enough to expire"
     );

@@ -33,7 +33,7 @@ use tokio_rustls::TlsAcceptor;
 
 /// How long connections may take and how many may be open.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Open connections at most; one more is refused.
     pub max_connections: usize,
     /// Time to send a request's headers, and the longest idle time between two requests.
@@ -46,7 +46,7 @@ pub struct Bounds {
 
 /// Serves `app` until `shutdown` completes, then lets open connections finish their current
 /// request (up to `bounds.drain`).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     (app, probes): (Router, Router),

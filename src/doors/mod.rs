@@ -5,19 +5,19 @@
 //! connects to an upstream WebSocket server and takes the messages it sends. [`a2a`] lets A2A
 //! clients in the same way; [`mcp`] serves the SILP codec to MCP clients.
 
-pub mod a2a;
-pub mod admission;
-pub mod amqp;
-pub mod auth;
-pub mod http;
-pub mod jsonrpc;
-pub mod limit;
-pub mod listener;
-pub mod mcp;
+pub(crate) mod a2a;
+pub(crate) mod admission;
+pub(crate) mod amqp;
+pub(crate) mod auth;
+pub(crate) mod http;
+pub(crate) mod jsonrpc;
+pub(crate) mod limit;
+pub(crate) mod listener;
+pub(crate) mod mcp;
 pub mod repoll;
-pub mod stream;
-pub mod tls;
-pub mod ws;
+pub(crate) mod stream;
+pub(crate) mod tls;
+pub(crate) mod ws;
 
 use crate::code::Code;
 use crate::gateway::{Gateway, Origin, Transport};

@@ -48,14 +48,14 @@ pub struct StreamError {
 }
 
 /// One configured stream, ready to connect.
-pub struct Stream {
+pub(crate) struct Stream {
     config: StreamConfig,
     dialer: Dialer,
 }
 
 impl Stream {
     /// Checks the stream's token and TLS setup; `max_bytes` bounds its messages.
-    pub fn new(config: &StreamConfig, max_bytes: usize) -> Result<Stream, StreamError> {
+    pub(crate) fn new(config: &StreamConfig, max_bytes: usize) -> Result<Stream, StreamError> {
         let dialer = Dialer::new(
             &config.url,
             config.token_env.as_deref(),
@@ -69,7 +69,7 @@ impl Stream {
 
     /// Connects, takes messages, and connects again, until `stop` says stop; in cluster mode,
     /// only while this instance holds the stream.
-    pub async fn run(self, front: Arc<Front>, stop: Shutdown) {
+    pub(crate) async fn run(self, front: Arc<Front>, stop: Shutdown) {
         let name = self.config.name.clone();
         let initial = Duration::from_millis(self.config.reconnect_initial_ms.max(1));
         let mut backoff = Backoff::new(initial, Duration::from_millis(self.config.reconnect_max_ms.max(1)));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
 
 /// Builds the acceptor from PEM files; the error names the file and what is wrong.
-pub fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
+pub(crate) fn acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| format!("cannot read the certificate {}: {e}", cert.display()))?
         .collect::<Result<_, _>>()

@@ -30,7 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message as Frame};
 
-pub async fn upgrade_cbor(
+pub(crate) async fn upgrade_cbor(
     State(front): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
@@ -38,7 +38,7 @@ pub async fn upgrade_cbor(
     upgrade(front, request, Encoding::Cbor, peer)
 }
 
-pub async fn upgrade_text(
+pub(crate) async fn upgrade_text(
     State(front): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,

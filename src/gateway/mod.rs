@@ -9,9 +9,9 @@
 pub mod choose;
 pub mod envelope;
 pub mod error;
-pub mod negotiate;
+pub(crate) mod negotiate;
 pub mod payload;
-pub mod route;
+pub(crate) mod route;
 pub mod session;
 pub mod store;
 

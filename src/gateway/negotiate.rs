@@ -13,23 +13,23 @@ use crate::silp::tokens::Tokenizer;
 use crate::silp::{Frontend, ir::SILP_VERSION};
 use serde_json::{Value, json};
 
-pub const PING: &str = "//ping";
+pub(crate) const PING: &str = "//ping";
 
 /// Longest agent name a `//ping` may store a profile under, in bytes.
-pub const MAX_AGENT_NAME_BYTES: usize = 128;
+pub(crate) const MAX_AGENT_NAME_BYTES: usize = 128;
 /// Most agent profiles learnt from `//ping` kept at once; the sweep forgets idle ones.
-pub const MAX_PROFILES: usize = 1024;
+pub(crate) const MAX_PROFILES: usize = 1024;
 /// Characters of an unsupported `silp` version quoted back in the refusal.
 const MAX_QUOTED_VERSION: usize = 16;
 
 /// True for a `//ping` request.
-pub fn is_ping(message: &Message) -> bool {
+pub(crate) fn is_ping(message: &Message) -> bool {
     message.is_control() && message.content.as_str().is_some_and(|c| c.trim() == PING)
 }
 
 /// What a `//ping` announced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Announcement {
+pub(crate) struct Announcement {
     /// The agent the profile belongs to, when the sender named one.
     pub agent: Option<String>,
     /// The announced frontends silpgate knows, in the sender's order.
@@ -39,7 +39,7 @@ pub struct Announcement {
 }
 
 /// Reads the announcement of a `//ping` request.
-pub fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
+pub(crate) fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
     let body = message
         .submessages()
         .iter()
@@ -91,7 +91,7 @@ pub fn announcement(message: &Message) -> Result<Announcement, GatewayError> {
 
 /// Checks the name a profile is stored under: every ping stores one, so its size is bounded
 /// (the name itself is not quoted back: it may be huge).
-pub fn check_agent_name(agent: &str) -> Result<(), GatewayError> {
+pub(crate) fn check_agent_name(agent: &str) -> Result<(), GatewayError> {
     if agent.is_empty() || agent.len() > MAX_AGENT_NAME_BYTES || agent.chars().any(char::is_control) {
         return Err(GatewayError::Ping(format!(
             "the agent name is {} bytes; it must be 1..={MAX_AGENT_NAME_BYTES} bytes without control characters",
@@ -102,7 +102,7 @@ pub fn check_agent_name(agent: &str) -> Result<(), GatewayError> {
 }
 
 /// The answer to a `//ping`.
-pub fn answer(announced: &Announcement) -> Result<Message, GatewayError> {
+pub(crate) fn answer(announced: &Announcement) -> Result<Message, GatewayError> {
     let preferred = announced.frontends.first().ok_or_else(|| {
         GatewayError::Ping(
             "none of the announced frontends is one silpgate speaks (code, json, natural, nl_json)".into(),

@@ -4,7 +4,7 @@
 use crate::config::{RouteConfig, RouteMatch};
 
 /// What a route is matched against.
-pub struct RouteFacts<'a> {
+pub(crate) struct RouteFacts<'a> {
     pub source: &'a str,
     pub messagetype: Option<&'a str>,
     /// Labels of the SILP submessages.
@@ -16,7 +16,7 @@ pub struct RouteFacts<'a> {
 }
 
 /// The first route that matches.
-pub fn select<'r>(routes: &'r [RouteConfig], facts: &RouteFacts<'_>) -> Option<&'r RouteConfig> {
+pub(crate) fn select<'r>(routes: &'r [RouteConfig], facts: &RouteFacts<'_>) -> Option<&'r RouteConfig> {
     routes.iter().find(|r| matches(&r.matcher, facts))
 }
 

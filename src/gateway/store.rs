@@ -328,11 +328,11 @@ mod frontend_names {
     use crate::silp::Frontend;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(frontends: &[Frontend], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(frontends: &[Frontend], s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(frontends.iter().map(|f| f.name()))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D::Error> {
         let names = Vec::<String>::deserialize(d)?;
         names
             .iter()

@@ -28,17 +28,17 @@
 //! A front-door message that belongs to a conversation is not taken here at all in cluster
 //! mode: it goes to its partition's owner ([`Intake::forward`], [`forward`]).
 
-pub mod forward;
+pub(crate) mod forward;
 #[cfg(test)]
 mod tests;
-pub mod waiting;
+pub(crate) mod waiting;
 
 use crate::broker::link::BrokerLink;
 use crate::broker::publish::PublishError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::code::Code;
 use crate::config::{AwaitMode, RepliesMode};
-pub use crate::connectors::AnswerError;
+pub(crate) use crate::connectors::AnswerError;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
 use crate::gateway::store::StoreError;
@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tracing::{Instrument, info_span};
-pub use waiting::{InPlace, ReturnPath, Returned, Waiter, Waiting};
+pub(crate) use waiting::{InPlace, ReturnPath, Returned, Waiter, Waiting};
 
 /// A message a door hands in.
 pub struct Arrival {

@@ -34,10 +34,10 @@ pub trait ReturnPath: Send + Sync {
 
 /// The return path of a door that waits in place (an HTTP request, a WebSocket): the answer
 /// goes to a channel its handler reads.
-pub struct InPlace(Mutex<Option<tokio::sync::oneshot::Sender<Message>>>);
+pub(crate) struct InPlace(Mutex<Option<tokio::sync::oneshot::Sender<Message>>>);
 
 impl InPlace {
-    pub fn new() -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
+    pub(crate) fn new() -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
         let (tx, rx) = tokio::sync::oneshot::channel();
         (Arc::new(InPlace(Mutex::new(Some(tx)))), rx)
     }

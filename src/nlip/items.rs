@@ -7,7 +7,7 @@
 //! malformed input to the real decoder (which refuses it).
 
 /// Values in the JSON text `bytes`, counting no further than `stop_above + 1`.
-pub fn json(bytes: &[u8], stop_above: usize) -> usize {
+pub(super) fn json(bytes: &[u8], stop_above: usize) -> usize {
     let mut items = 0;
     let mut i = 0;
     while i < bytes.len() && items <= stop_above {
@@ -50,7 +50,7 @@ fn skip_json_string(bytes: &[u8], mut i: usize) -> usize {
 /// Data items in the CBOR bytes, counting no further than `stop_above + 1`. Tags and the
 /// break code are not values; chunks of an indefinite-length string each count (a bound, not
 /// an exact figure).
-pub fn cbor(bytes: &[u8], stop_above: usize) -> usize {
+pub(super) fn cbor(bytes: &[u8], stop_above: usize) -> usize {
     let mut items = 0;
     let mut i = 0;
     while i < bytes.len() && items <= stop_above {

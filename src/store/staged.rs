@@ -19,25 +19,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// One commit's writes, shaped like `sled::Batch`: a value, or `None` for a removal. The last
 /// write of a key wins.
 #[derive(Default)]
-pub struct Writes(BTreeMap<IVec, Option<IVec>>);
+pub(super) struct Writes(BTreeMap<IVec, Option<IVec>>);
 
 impl Writes {
-    pub fn insert(&mut self, key: impl Into<IVec>, value: impl Into<IVec>) {
+    pub(super) fn insert(&mut self, key: impl Into<IVec>, value: impl Into<IVec>) {
         self.0.insert(key.into(), Some(value.into()));
     }
 
-    pub fn remove(&mut self, key: impl Into<IVec>) {
+    pub(super) fn remove(&mut self, key: impl Into<IVec>) {
         self.0.insert(key.into(), None);
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
 
 /// Staged keys beyond which a commit hands them to sled at once, so that a writer that never
 /// flushes (the marks writer between windows) cannot grow them without bound.
-pub const LIMIT: usize = 8192;
+pub(super) const LIMIT: usize = 8192;
 
 #[derive(Default)]
 struct Maps {
@@ -48,14 +48,14 @@ struct Maps {
 
 /// Writes committed but not yet in sled.
 #[derive(Default)]
-pub struct Staged {
+pub(super) struct Staged {
     maps: Mutex<Maps>,
     /// One settle at a time, so that sled receives the staged batches in commit order.
     settling: Mutex<()>,
 }
 
 /// What a read found among the staged writes.
-pub enum Found {
+pub(super) enum Found {
     /// Staged: this value, or `None` if the key was removed.
     Staged(Option<IVec>),
     /// Not staged: sled holds the answer.
@@ -70,7 +70,7 @@ impl Staged {
     }
 
     /// The staged value of `key`, newest first.
-    pub fn get(&self, key: &[u8]) -> Found {
+    pub(super) fn get(&self, key: &[u8]) -> Found {
         let maps = self.maps();
         if let Some(value) = maps.staged.get(key) {
             return Found::Staged(value.clone());
@@ -82,7 +82,7 @@ impl Staged {
     }
 
     /// Stages one commit's writes; returns the number of keys now staged.
-    pub fn stage(&self, writes: Writes) -> usize {
+    pub(super) fn stage(&self, writes: Writes) -> usize {
         let mut maps = self.maps();
         maps.staged.extend(writes.0);
         maps.staged.len()
@@ -90,7 +90,7 @@ impl Staged {
 
     /// Hands every staged write to `apply` (sled) as one batch. Reads keep finding the writes
     /// until `apply` has returned; if it fails they are staged again, under newer ones.
-    pub fn settle<E>(&self, apply: impl FnOnce(sled::Batch) -> Result<(), E>) -> Result<(), E> {
+    pub(super) fn settle<E>(&self, apply: impl FnOnce(sled::Batch) -> Result<(), E>) -> Result<(), E> {
         let _turn = self.settling.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let taken = {
             let mut maps = self.maps();

@@ -8,19 +8,19 @@ use std::time::Duration;
 
 /// Delays that double from `initial` up to `max`, each drawn from the upper half of its step.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     step: u32,
 }
 
 impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff { initial: initial.max(Duration::from_millis(1)), max: max.max(initial), step: 0 }
     }
 
     /// The wait before the next attempt.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let ceiling = self.initial.saturating_mul(1u32 << self.step.min(20)).min(self.max);
         self.step = self.step.saturating_add(1);
         // Uniform in [ceiling / 2, ceiling].
@@ -30,14 +30,14 @@ impl Backoff {
     }
 
     /// Starts over after a success.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.step = 0;
     }
 
     /// After a connection that lived `lived` ended: starts over only if it lived long enough
     /// to count as working ([`STEADY`]). One that dies young (a server that accepts and
     /// closes) is a failure, and the waits keep growing.
-    pub fn connection_ended(&mut self, lived: Duration) {
+    pub(crate) fn connection_ended(&mut self, lived: Duration) {
         if lived >= STEADY {
             self.reset();
         }
@@ -45,7 +45,7 @@ impl Backoff {
 }
 
 /// How long a connection must live to count as a working one.
-pub const STEADY: Duration = Duration::from_secs(5);
+pub(crate) const STEADY: Duration = Duration::from_secs(5);
 
 /// A random number from the standard library's randomly keyed hasher: jitter needs no more.
 pub(crate) fn random() -> u64 {

@@ -2,10 +2,10 @@
 //! the clock, JSON text writing, retry backoff, unguessable tokens, the stop signal and which
 //! characters are invisible.
 
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod hash;
 pub mod json_text;
-pub mod shutdown;
-pub mod time;
-pub mod token;
-pub mod unicode;
+pub(crate) mod shutdown;
+pub(crate) mod time;
+pub(crate) mod token;
+pub(crate) mod unicode;

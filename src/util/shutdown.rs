@@ -6,33 +6,33 @@ use tokio::sync::watch;
 
 /// Turns the signal on, for every [`Shutdown`] made with it.
 #[derive(Debug, Clone)]
-pub struct Stop(watch::Sender<bool>);
+pub(crate) struct Stop(watch::Sender<bool>);
 
 impl Stop {
     /// Turns the signal on; the ones already on stay on.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.0.send_replace(true);
     }
 }
 
 /// A task's view of the stop signal.
 #[derive(Debug, Clone)]
-pub struct Shutdown(watch::Receiver<bool>);
+pub(crate) struct Shutdown(watch::Receiver<bool>);
 
 impl Shutdown {
     /// A signal, off, and the switch that turns it on.
-    pub fn new() -> (Stop, Shutdown) {
+    pub(crate) fn new() -> (Stop, Shutdown) {
         let (stop, shutdown) = watch::channel(false);
         (Stop(stop), Shutdown(shutdown))
     }
 
     /// Whether the signal is on.
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         *self.0.borrow()
     }
 
     /// Completes once the signal is on, or once its [`Stop`] is gone.
-    pub async fn stopped(&mut self) {
+    pub(crate) async fn stopped(&mut self) {
         // The guard `wait_for` returns is dropped here, before any caller's next await.
         let _ = self.0.wait_for(|stop| *stop).await;
     }

@@ -2,7 +2,7 @@
 
 /// `2026-11-29T20:40:46.072000+00:00`, the form Python's `datetime.isoformat()` writes for UTC
 /// (the reference's compile.lock lines use it).
-pub fn iso8601(millis: u64) -> String {
+pub(crate) fn iso8601(millis: u64) -> String {
     let secs = millis / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (year, month, day) = civil_from_days(days as i64);
@@ -31,7 +31,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// Milliseconds since the Unix epoch, now.
-pub fn now_millis() -> u64 {
+pub(crate) fn now_millis() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 /// 128 random bits as 32 lower-case hex digits.
-pub fn unguessable() -> String {
+pub(crate) fn unguessable() -> String {
     let mut bytes = [0u8; 16];
     // The OS random source failing is the machine failing: nothing silpgate can go on without.
     getrandom::fill(&mut bytes).expect("the operating system's random source is readable");

@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 
 /// How long a settled delivery may wait for the deliveries below it before it is acknowledged
 /// on its own.
-pub const LINGER: Duration = Duration::from_millis(50);
+pub(crate) const LINGER: Duration = Duration::from_millis(50);
 
 /// The acknowledgements of one channel.
 #[derive(Default)]
-pub struct AckBook {
+pub(crate) struct AckBook {
     book: Mutex<Book>,
     /// Held while acknowledgements are computed and sent, so that they reach the broker in
     /// the order they were computed.
@@ -62,18 +62,18 @@ struct Frames {
 }
 
 impl AckBook {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AckBook { book: Mutex::new(Book { next: 1, settled: BTreeMap::new() }), sending: Default::default() }
     }
 
     /// The delivery is safe to forget: it is to be acknowledged. `span` (the message's `amqp
     /// ack`) ends when the acknowledgement is sent.
-    pub fn settled(&self, delivery: &Delivery, span: tracing::Span) {
+    pub(crate) fn settled(&self, delivery: &Delivery, span: tracing::Span) {
         self.record(delivery.delivery_tag, Some(delivery.acker.clone()), Some(span));
     }
 
     /// The delivery was given back to the broker on its own (a nack): nothing to send for it.
-    pub fn returned(&self, delivery: &Delivery) {
+    pub(crate) fn returned(&self, delivery: &Delivery) {
         self.record(delivery.delivery_tag, None, None);
     }
 
@@ -88,7 +88,7 @@ impl AckBook {
     ///
     /// # Errors
     /// The channel failed; the broker redelivers what was not acknowledged.
-    pub async fn send(&self) -> lapin::Result<()> {
+    pub(crate) async fn send(&self) -> lapin::Result<()> {
         self.send_with(|book| book.run()).await
     }
 
@@ -97,7 +97,7 @@ impl AckBook {
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn send_lingering(&self) -> lapin::Result<()> {
+    pub(crate) async fn send_lingering(&self) -> lapin::Result<()> {
         self.send_with(|book| {
             let mut frames = book.run();
             book.older_than(LINGER, &mut frames);
@@ -111,7 +111,7 @@ impl AckBook {
     ///
     /// # Errors
     /// The channel failed.
-    pub async fn send_all(&self) -> lapin::Result<()> {
+    pub(crate) async fn send_all(&self) -> lapin::Result<()> {
         self.send_with(|book| {
             let mut frames = book.run();
             book.older_than(Duration::ZERO, &mut frames);
@@ -134,12 +134,6 @@ impl AckBook {
         }
         drop(spans);
         Ok(())
-    }
-
-    /// Deliveries settled and not yet acknowledged, for the metrics and tests.
-    pub fn waiting(&self) -> usize {
-        let book = self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        book.settled.values().filter(|s| s.acker.is_some()).count()
     }
 }
 

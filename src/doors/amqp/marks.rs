@@ -15,13 +15,13 @@ const BATCH: usize = 1024;
 
 /// Where workers send the ids of messages whose publishes were all confirmed.
 #[derive(Clone)]
-pub struct Marks {
+pub(crate) struct Marks {
     tx: mpsc::UnboundedSender<String>,
 }
 
 impl Marks {
     /// Starts the writer; it ends, after writing what it was sent, once every `Marks` is dropped.
-    pub fn start(store: Arc<dyn Store>) -> (Marks, tokio::task::JoinHandle<()>) {
+    pub(crate) fn start(store: Arc<dyn Store>) -> (Marks, tokio::task::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let writer = tokio::spawn(async move {
             let mut ids = Vec::with_capacity(BATCH);
@@ -38,7 +38,7 @@ impl Marks {
         (Marks { tx }, writer)
     }
 
-    pub fn published(&self, message_id: String) {
+    pub(crate) fn published(&self, message_id: String) {
         // The writer outlives every sender, so this only fails during a crash.
         let _ = self.tx.send(message_id);
     }

@@ -18,9 +18,9 @@
 //! waits until its changelog is replayed, and on SIGTERM the instance hands its partitions on
 //! before it closes.
 
-pub mod acks;
-pub mod marks;
-pub mod worker;
+pub(crate) mod acks;
+pub(crate) mod marks;
+pub(crate) mod worker;
 
 use crate::broker::addresses::{Addresses, Node};
 use crate::broker::ending::{Ending, Endings};
@@ -78,7 +78,7 @@ pub enum AmqpError {
 }
 
 /// The AMQP service: what it needs, and whether it is connected.
-pub struct Amqp {
+pub(crate) struct Amqp {
     config: Arc<Config>,
     amqp: Arc<AmqpConfig>,
     store: Arc<dyn Store>,
@@ -120,7 +120,7 @@ enum Ended {
 
 impl Amqp {
     /// `link` is the pair [`BrokerLink::new`] made; the agents' connectors hold its receiver.
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         amqp: AmqpConfig,
         store: Arc<dyn Store>,
@@ -134,12 +134,12 @@ impl Amqp {
     }
 
     /// The queue agents answer this instance on: one per instance.
-    pub fn reply_queue(&self) -> String {
+    pub(crate) fn reply_queue(&self) -> String {
         reply_queue(&self.amqp, self.cluster.as_ref().map(|c| &c.config))
     }
 
     /// The broker side's health, for `/readyz` and `/cluster`.
-    pub fn health(&self) -> Arc<BrokerHealth> {
+    pub(crate) fn health(&self) -> Arc<BrokerHealth> {
         self.health.clone()
     }
 
@@ -150,7 +150,7 @@ impl Amqp {
     /// # Errors
     /// [`AmqpError::StoreDamaged`] when a message hit a damaged store;
     /// [`AmqpError::BadAddress`] when a broker address (from the environment) is not a URI.
-    pub async fn run(self, mut shutdown: Shutdown) -> Result<(), AmqpError> {
+    pub(crate) async fn run(self, mut shutdown: Shutdown) -> Result<(), AmqpError> {
         let mut addresses = Addresses::of(&self.amqp).map_err(AmqpError::BadAddress)?;
         let mut backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
@@ -657,7 +657,7 @@ impl Amqp {
 
 /// The queue agents answer an instance on: `amqp.reply_queue`, with the instance's name in a
 /// cluster (each instance waits for its own requests' answers).
-pub fn reply_queue(amqp: &AmqpConfig, cluster: Option<&crate::config::ClusterConfig>) -> String {
+pub(crate) fn reply_queue(amqp: &AmqpConfig, cluster: Option<&crate::config::ClusterConfig>) -> String {
     match cluster {
         Some(cluster) => format!("{}.{}", amqp.reply_queue, cluster.instance_name()),
         None => amqp.reply_queue.clone(),

@@ -34,7 +34,12 @@ use tracing::{Instrument, debug, error, info_span, warn};
 
 /// The span of one inbound delivery, named and attributed after the OpenTelemetry messaging
 /// conventions, with silpgate's own fields left to fill in as the message goes.
-pub fn delivery_span(queue: &str, envelope: &Envelope, delivery: &Delivery, broker: &Node) -> tracing::Span {
+pub(crate) fn delivery_span(
+    queue: &str,
+    envelope: &Envelope,
+    delivery: &Delivery,
+    broker: &Node,
+) -> tracing::Span {
     let span = telemetry::message_span!(
         "amqp process",
         otel.name = %format!("process {queue}"),
@@ -108,7 +113,7 @@ fn chains_of(jobs: &[Job]) -> Vec<Vec<usize>> {
 
 /// What keeps a delivery in order with others: its conversation; else its message id (a
 /// message with neither is in order with nothing).
-pub fn conversation_key(decoded: &Result<Message, NlipError>, envelope: &Envelope, tag: u64) -> u64 {
+pub(crate) fn conversation_key(decoded: &Result<Message, NlipError>, envelope: &Envelope, tag: u64) -> u64 {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let mut hasher = DefaultHasher::new();
     match (decoded.as_ref().ok().and_then(|m| m.conversation_token()), &envelope.message_id) {
@@ -135,7 +140,7 @@ fn publish_span_name(destinations: &[&str]) -> String {
 
 /// A delivery on its way to a worker, decoded by the dispatcher (which needed its conversation
 /// to pick the worker).
-pub struct Job {
+pub(crate) struct Job {
     /// The message's span: its parent is the trace context the message came with.
     pub span: tracing::Span,
     /// When the delivery arrived, for the end-to-end latency.
@@ -148,6 +153,7 @@ pub struct Job {
     pub partition: Option<Partition>,
     /// Counts it in flight for its partition until the job is dropped (settled, or abandoned
     /// with a lost connection).
+    #[expect(dead_code, reason = "held for its Drop, which ends the count")]
     pub in_flight: Option<crate::cluster::InFlight>,
 }
 
@@ -199,7 +205,7 @@ impl From<GatewayError> for AttemptFailure {
 }
 
 /// What the workers of one connection share.
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     pub intake: Arc<Intake>,
     /// The connection as agents' connectors and answers' return paths see it.
     pub link: BrokerLink,
@@ -227,12 +233,12 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Decodes a delivery's body by its content type.
-    pub fn decode(&self, body: &[u8], envelope: &Envelope) -> Result<Message, NlipError> {
+    pub(crate) fn decode(&self, body: &[u8], envelope: &Envelope) -> Result<Message, NlipError> {
         envelope.decode(body, &self.limits)
     }
 
     /// What cluster mode uses of this connection.
-    pub fn cluster_wire(&self) -> crate::cluster::Wire {
+    pub(crate) fn cluster_wire(&self) -> crate::cluster::Wire {
         crate::cluster::Wire {
             link: self.link.clone(),
             publisher: self.publisher.clone(),
@@ -250,7 +256,7 @@ impl Pipeline {
     /// confirms overlap. A message that fails goes on alone (retries, dead-lettering), and the
     /// rest of its conversation in this window waits behind it, so order holds as it does for
     /// one message at a time. Acknowledgements go out together once the window is settled.
-    pub async fn process_window(&self, jobs: Vec<Job>) {
+    pub(crate) async fn process_window(&self, jobs: Vec<Job>) {
         let metrics = crate::metrics::get();
         // Counted down on drop: a lost connection's worker may be aborted mid-window.
         let _gauged = Gauged::add(&metrics.in_flight, jobs.len() as i64);
@@ -712,7 +718,7 @@ impl Pipeline {
     /// RabbitMQ's direct reply-to on the publishing channel (see [`crate::intake::forward`]),
     /// each to its waiting door as it is. Nothing is acknowledged: the broker keeps no copy,
     /// and a reply whose door has given up is dropped here. Returns when the consumer ends.
-    pub async fn forwarded_replies(&self, mut replies: lapin::Consumer) {
+    pub(crate) async fn forwarded_replies(&self, mut replies: lapin::Consumer) {
         use futures_util::StreamExt;
         while let Some(Ok(delivery)) = replies.next().await {
             let envelope = Envelope::read(&delivery.properties, false);
@@ -735,7 +741,7 @@ impl Pipeline {
 
     /// An agent's answer from this instance's reply queue, taken to its asker; acknowledged
     /// once the asker's door has it, dead-lettered with the reason when nobody waits for it.
-    pub async fn answer(&self, delivery: Delivery, queue: Arc<str>) {
+    pub(crate) async fn answer(&self, delivery: Delivery, queue: Arc<str>) {
         let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
         let from = Origin {
             message_id: envelope.message_id.clone(),

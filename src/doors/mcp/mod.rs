@@ -14,7 +14,7 @@
 //! its own session manager and tower service, while this endpoint must sit in the door's router
 //! behind its token, rate-limit and origin checks, and four stateless tools need no session.
 
-pub mod tools;
+pub(crate) mod tools;
 
 use super::Front;
 use super::jsonrpc::{error, reply};
@@ -33,7 +33,7 @@ use std::sync::Arc;
 const VERSIONS: [&str; 4] = ["2025-06-18", "2025-11-25", "2025-03-26", "2024-11-05"];
 
 /// The `/mcp` route.
-pub fn router() -> Router<Arc<Front>> {
+pub(crate) fn router() -> Router<Arc<Front>> {
     Router::new().route(
         "/mcp",
         post(post_mcp).get(|| async { StatusCode::METHOD_NOT_ALLOWED }).delete(|| async { StatusCode::OK }),
@@ -58,7 +58,7 @@ async fn post_mcp(
 }
 
 /// The JSON-RPC answer to one body, or `None` when it asks for none.
-pub fn answer(body: &[u8]) -> Option<Value> {
+pub(crate) fn answer(body: &[u8]) -> Option<Value> {
     let request: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(e) => return Some(error(Value::Null, -32700, &format!("the body is not JSON: {e}"))),

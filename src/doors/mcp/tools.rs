@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 /// Why a tool call failed, as its caller reads it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ToolError {
+pub(crate) enum ToolError {
     #[error("{0}")]
     Silp(SilpError),
     #[error("invalid_arguments: {0}")]
@@ -19,7 +19,7 @@ pub enum ToolError {
 
 impl ToolError {
     /// The structured content of the tool error.
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         match self {
             ToolError::Silp(e) => json!({
                 "code": e.code.as_str(),
@@ -36,7 +36,7 @@ const IR_SCHEMA: &str =
     r#"{"description": "The SILP IR: a JSON object, or its JSON text", "type": ["object", "string"]}"#;
 
 /// Every tool, as `tools/list` lists them.
-pub fn list() -> Value {
+pub(crate) fn list() -> Value {
     let ir: Value = serde_json::from_str(IR_SCHEMA).expect("the IR schema is JSON");
     let whitelist = json!({"type": "boolean", "default": true, "description": "refuse verbs outside the draft's whitelist"});
     let report = json!({"type": "object", "properties": {
@@ -83,7 +83,7 @@ pub fn list() -> Value {
 }
 
 /// Calls tool `name`: its structured result, or why it failed. `None`: no such tool.
-pub fn call(name: &str, arguments: &Map<String, Value>) -> Option<Result<Value, ToolError>> {
+pub(crate) fn call(name: &str, arguments: &Map<String, Value>) -> Option<Result<Value, ToolError>> {
     Some(match name {
         "silp_compile" => compile(arguments),
         "silp_decode" => decode(arguments),
