@@ -109,7 +109,7 @@ impl Default for NlipConfig {
 
 impl NlipConfig {
     /// The decoder's limits.
-    pub fn limits(&self) -> crate::nlip::Limits {
+    pub(crate) fn limits(&self) -> crate::nlip::Limits {
         crate::nlip::Limits {
             max_bytes: self.max_message_bytes,
             max_depth: self.max_depth,
@@ -260,7 +260,7 @@ impl Default for HttpConfig {
 }
 
 /// The broker silpgate connects to when none is configured.
-pub const DEFAULT_BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+pub(crate) const DEFAULT_BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// Where silpgate meets RabbitMQ, and how it delivers. docs/protocol.md describes the
 /// topology these names build.
@@ -361,7 +361,7 @@ pub enum ReplyQueueType {
 }
 
 impl ReplyQueueType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReplyQueueType::Quorum => "quorum",
             ReplyQueueType::Classic => "classic",
@@ -408,7 +408,7 @@ impl AmqpConfig {
     /// The broker URIs, and the key they come from (for errors that must not show them):
     /// the variable `url_env` names when it is set, else `urls`, else `url`, else the local
     /// broker.
-    pub fn addresses(&self) -> (Vec<String>, String) {
+    pub(crate) fn addresses(&self) -> (Vec<String>, String) {
         if let Some(name) = &self.url_env
             && let Ok(value) = std::env::var(name)
         {
@@ -486,22 +486,22 @@ impl ClusterConfig {
     }
 
     /// The queue of partition `index`.
-    pub fn partition_queue(&self, index: u16) -> String {
+    pub(crate) fn partition_queue(&self, index: u16) -> String {
         format!("{}.{}", self.queue_prefix, self.suffix(index))
     }
 
     /// The fanout exchange the instances' heartbeats go through: `<queue_prefix>.members`.
-    pub fn members_exchange(&self) -> String {
+    pub(crate) fn members_exchange(&self) -> String {
         format!("{}.members", self.queue_prefix)
     }
 
     /// The changelog stream of partition `index`.
-    pub fn changelog_stream(&self, index: u16) -> String {
+    pub(crate) fn changelog_stream(&self, index: u16) -> String {
         format!("{}.{}", self.changelog_prefix, self.suffix(index))
     }
 
     /// This instance's name.
-    pub fn instance_name(&self) -> String {
+    pub(crate) fn instance_name(&self) -> String {
         self.instance
             .clone()
             .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
@@ -557,7 +557,7 @@ impl Default for TelemetryConfig {
 }
 
 /// The heartbeat values of draft §5.2.
-pub const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
+pub(crate) const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -650,7 +650,7 @@ pub enum AgentProtocol {
 
 impl AgentConfig {
     /// The agent's routing key on the agents exchange.
-    pub fn routing_key(&self) -> &str {
+    pub(crate) fn routing_key(&self) -> &str {
         self.routing_key.as_deref().unwrap_or(&self.name)
     }
 
@@ -663,13 +663,13 @@ impl AgentConfig {
     }
 
     /// True for an agent reached over WebSocket (`ws://`, `wss://`).
-    pub fn is_websocket(&self) -> bool {
+    pub(crate) fn is_websocket(&self) -> bool {
         self.url.as_deref().is_some_and(is_websocket_url)
     }
 }
 
 /// True for a `ws://` or `wss://` URL.
-pub fn is_websocket_url(url: &str) -> bool {
+pub(crate) fn is_websocket_url(url: &str) -> bool {
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss")
 }
@@ -686,7 +686,7 @@ pub enum FrameEncoding {
 }
 
 impl FrameEncoding {
-    pub fn nlip(self) -> crate::nlip::Encoding {
+    pub(crate) fn nlip(self) -> crate::nlip::Encoding {
         match self {
             FrameEncoding::Cbor => crate::nlip::Encoding::Cbor,
             FrameEncoding::Json => crate::nlip::Encoding::Json,
@@ -888,7 +888,7 @@ impl Config {
     /// `["a", "b"]`), else as a string. Variables that name no section (`SILPGATE_LOG`) are
     /// not overrides; an override of an unknown key is an error naming the variable. Values
     /// are never echoed: they may be secrets.
-    pub fn parse_with_env(
+    pub(crate) fn parse_with_env(
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {

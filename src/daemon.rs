@@ -151,7 +151,7 @@ impl Daemon {
     }
 
     /// The base URL clients use: https when TLS is configured.
-    pub fn base_url(&self) -> std::io::Result<String> {
+    pub(crate) fn base_url(&self) -> std::io::Result<String> {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         Ok(format!("{scheme}://{}", self.local_addr()?))
     }
@@ -250,7 +250,7 @@ async fn sweep_forever(store: Arc<SledStore>, retention: Retention) {
 /// at the future's first poll: a signal that arrives once the daemon has said it is listening,
 /// but before the task awaiting the future has run, must stop it cleanly (store flushed,
 /// exit 0) instead of killing it with the signal's default action.
-pub fn signals() -> Result<impl Future<Output = ()> + Send + 'static, RunError> {
+pub(crate) fn signals() -> Result<impl Future<Output = ()> + Send + 'static, RunError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;

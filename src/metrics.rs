@@ -340,7 +340,7 @@ impl Metrics {
 impl Metrics {
     /// Registers an observable OpenTelemetry instrument for every family on `meter`: counters
     /// as counters, gauges as gauges, histograms as their `_count` and `_sum` counters.
-    pub fn observe_with(&'static self, meter: &opentelemetry::metrics::Meter) {
+    pub(crate) fn observe_with(&'static self, meter: &opentelemetry::metrics::Meter) {
         // Families are told apart by their names (`_total` counters, `_seconds` histograms,
         // gauges otherwise): a family without samples yet is not in `gather()`.
         for name in &self.names {

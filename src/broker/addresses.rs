@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 /// A broker node as logs, spans, metrics and `/readyz` name it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Node {
+pub(crate) struct Node {
     pub host: String,
     pub port: u16,
 }

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 /// Why a connection ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// A channel of the connection failed: reconnect.
     Broken(String),
     /// The store refused to read or write state it holds: stop.
@@ -16,22 +16,22 @@ pub enum Ending {
 
 /// The sending side, cloned into everything that uses the connection.
 #[derive(Debug, Clone)]
-pub struct Endings(mpsc::UnboundedSender<Ending>);
+pub(crate) struct Endings(mpsc::UnboundedSender<Ending>);
 
 impl Endings {
     /// A sender, and the receiver the supervisor listens on.
-    pub fn new() -> (Endings, mpsc::UnboundedReceiver<Ending>) {
+    pub(crate) fn new() -> (Endings, mpsc::UnboundedReceiver<Ending>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (Endings(tx), rx)
     }
 
     /// The connection is unusable: the supervisor reconnects.
-    pub fn broken(&self, why: impl std::fmt::Display) {
+    pub(crate) fn broken(&self, why: impl std::fmt::Display) {
         let _ = self.0.send(Ending::Broken(why.to_string()));
     }
 
     /// The store is damaged: the supervisor stops the AMQP side, and the daemon with it.
-    pub fn store_damaged(&self, why: impl std::fmt::Display) {
+    pub(crate) fn store_damaged(&self, why: impl std::fmt::Display) {
         let _ = self.0.send(Ending::StoreDamaged(why.to_string()));
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 /// The broker side's state, shared by the connection supervisor (which writes it) and its
 /// readers.
 #[derive(Debug)]
-pub struct BrokerHealth {
+pub(crate) struct BrokerHealth {
     node: Mutex<Option<Node>>,
     /// Why silpgate is holding, while it is.
     holding: watch::Sender<Option<String>>,
@@ -17,7 +17,7 @@ pub struct BrokerHealth {
 
 /// What `/readyz` says about the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
+pub(crate) enum Readiness {
     Ready(Node),
     NotConnected,
     Holding(String),
@@ -31,7 +31,7 @@ impl Default for BrokerHealth {
 
 impl BrokerHealth {
     /// Connected to `node` and consuming.
-    pub fn connected(&self, node: &Node) {
+    pub(crate) fn connected(&self, node: &Node) {
         let metrics = crate::metrics::get();
         metrics.broker_connected.set(1);
         metrics.broker_node.reset();
@@ -40,7 +40,7 @@ impl BrokerHealth {
     }
 
     /// The connection is gone. A hold ends with it: the next connection probes afresh.
-    pub fn disconnected(&self) {
+    pub(crate) fn disconnected(&self) {
         let metrics = crate::metrics::get();
         metrics.broker_connected.set(0);
         metrics.broker_node.reset();
@@ -50,32 +50,32 @@ impl BrokerHealth {
 
     /// The broker does not commit writes to quorum queues (their majority is lost): nothing
     /// can be made safe, so nothing is attempted until [`resume`](Self::resume).
-    pub fn hold(&self, why: String) {
+    pub(crate) fn hold(&self, why: String) {
         crate::metrics::get().broker_holding.set(1);
         self.holding.send_replace(Some(why));
     }
 
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         crate::metrics::get().broker_holding.set(0);
         self.holding.send_replace(None);
     }
 
-    pub fn is_holding(&self) -> bool {
+    pub(crate) fn is_holding(&self) -> bool {
         self.holding.borrow().is_some()
     }
 
     /// Returns once silpgate is not holding.
-    pub async fn released(&self) {
+    pub(crate) async fn released(&self) {
         let mut holding = self.holding.subscribe();
         let _ = holding.wait_for(Option::is_none).await;
     }
 
     /// The node connected to, if any.
-    pub fn node(&self) -> Option<Node> {
+    pub(crate) fn node(&self) -> Option<Node> {
         self.node.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    pub fn readiness(&self) -> Readiness {
+    pub(crate) fn readiness(&self) -> Readiness {
         if let Some(why) = self.holding.borrow().clone() {
             return Readiness::Holding(why);
         }

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 /// The AMQP side's current connection, as agents' connectors see it.
 #[derive(Clone)]
-pub struct Link {
+pub(crate) struct Link {
     /// A confirm-mode channel.
     pub publisher: Publisher,
     /// The agents exchange parcels are published to.
@@ -25,17 +25,17 @@ pub struct Link {
 
 /// Follows the AMQP side's connection: `None` while it is down.
 #[derive(Clone)]
-pub struct BrokerLink(watch::Receiver<Option<Link>>);
+pub(crate) struct BrokerLink(watch::Receiver<Option<Link>>);
 
 impl BrokerLink {
     /// A link and the sender the AMQP side updates it through.
-    pub fn new() -> (watch::Sender<Option<Link>>, BrokerLink) {
+    pub(crate) fn new() -> (watch::Sender<Option<Link>>, BrokerLink) {
         let (tx, rx) = watch::channel(None);
         (tx, BrokerLink(rx))
     }
 
     /// The connection now, if there is one.
-    pub fn current(&self) -> Option<Link> {
+    pub(crate) fn current(&self) -> Option<Link> {
         self.0.borrow().clone()
     }
 }

@@ -18,20 +18,20 @@ const REPLY_HEADER_PREFIX: &str = "nlip-reply-";
 /// `user_id` is not the publishing connection's user, so the property itself cannot travel.
 pub const USER_ID_HEADER: &str = "nlip-user-id";
 /// Dead-letter headers: the error code and the human-readable reason.
-pub const ERROR_CODE_HEADER: &str = "x-silpgate-error-code";
-pub const ERROR_HEADER: &str = "x-silpgate-error";
+pub(crate) const ERROR_CODE_HEADER: &str = "x-silpgate-error-code";
+pub(crate) const ERROR_HEADER: &str = "x-silpgate-error";
 /// Dead-letter header: the queue the message was consumed from.
-pub const SOURCE_QUEUE_HEADER: &str = "x-silpgate-source-queue";
+pub(crate) const SOURCE_QUEUE_HEADER: &str = "x-silpgate-source-queue";
 /// In a cluster: the inbound queue a message first arrived at, kept when silpgate forwards it
 /// to its partition, so that routes still match on it.
 pub const SOURCE_HEADER: &str = "x-silpgate-source";
 /// In a cluster: the instance that forwarded a front-door message to its partition's owner.
 /// Believed only on a message whose broker-checked `user_id` is silpgate's own broker user.
-pub const FORWARDED_HEADER: &str = "x-silpgate-forwarded-by";
+pub(crate) const FORWARDED_HEADER: &str = "x-silpgate-forwarded-by";
 /// On every reply silpgate publishes for a message: its place among that message's replies,
 /// `<index>/<count>`, so that an instance waiting for a forwarded message's replies puts them
 /// in order (they may be taken side by side) and knows when it has them all.
-pub const REPLY_HEADER: &str = "x-silpgate-reply";
+pub(crate) const REPLY_HEADER: &str = "x-silpgate-reply";
 /// Longest error text put in a header.
 const MAX_ERROR_HEADER: usize = 4096;
 
@@ -43,7 +43,7 @@ const PERSISTENT: u8 = 2;
 
 /// What an inbound delivery's properties say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// The encoding the body is in; `Err` holds an unsupported content type.
     pub encoding: Result<Encoding, String>,
     pub message_id: Option<String>,
@@ -71,7 +71,7 @@ impl Envelope {
     ///
     /// # Errors
     /// The body does not decode, or its content type is neither JSON nor CBOR.
-    pub fn decode(
+    pub(crate) fn decode(
         &self,
         body: &[u8],
         limits: &crate::nlip::Limits,
@@ -86,7 +86,7 @@ impl Envelope {
     }
 
     /// Reads the properties of a delivery.
-    pub fn read(properties: &BasicProperties, redelivered: bool) -> Envelope {
+    pub(crate) fn read(properties: &BasicProperties, redelivered: bool) -> Envelope {
         let text =
             |v: &Option<ShortString>| v.as_ref().map(|s| s.as_str().to_owned()).filter(|s| !s.is_empty());
         // A missing content type is read as JSON, the binding's text form; an unknown one is an
@@ -131,13 +131,13 @@ impl Envelope {
     /// and the broker vouches that it was published as `own_user`, silpgate's own broker user
     /// (RabbitMQ refuses a publish whose `user_id` is not the connection's user). A producer
     /// with a broker user of its own cannot pose as a front door.
-    pub fn forwarded_by_silpgate(&self, own_user: &str) -> bool {
+    pub(crate) fn forwarded_by_silpgate(&self, own_user: &str) -> bool {
         self.forwarded_by.is_some() && self.user_id.as_deref() == Some(own_user)
     }
 
     /// Properties of a message silpgate publishes on behalf of this one: persistent, in
     /// `encoding`, with its own stable `message_id` and this message's correlation.
-    pub fn outbound_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
+    pub(crate) fn outbound_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
         published(Published {
             encoding,
             message_id,
@@ -150,7 +150,7 @@ impl Envelope {
 }
 
 /// What a message silpgate publishes says about itself.
-pub struct Published<'a> {
+pub(crate) struct Published<'a> {
     pub encoding: Encoding,
     /// Stable across redeliveries of what caused it, so that receivers drop duplicates.
     pub message_id: &'a str,
@@ -164,7 +164,7 @@ pub struct Published<'a> {
 }
 
 /// The properties of a message silpgate publishes: persistent, always with a message id.
-pub fn published(p: Published<'_>) -> BasicProperties {
+pub(crate) fn published(p: Published<'_>) -> BasicProperties {
     let mut properties = BasicProperties::default()
         .with_delivery_mode(PERSISTENT)
         .with_content_type(p.encoding.content_type().into())
@@ -187,7 +187,7 @@ pub fn published(p: Published<'_>) -> BasicProperties {
 }
 
 /// A front-door message forwarded to its partition's owner (cluster mode).
-pub struct Forwarded<'a> {
+pub(crate) struct Forwarded<'a> {
     /// The partition key: the message's conversation token.
     pub key: &'a str,
     /// The door it came through (`http`, `ws`, ...): the source its routes match on.
@@ -205,7 +205,7 @@ pub struct Forwarded<'a> {
 
 /// The properties of a forwarded front-door message: JSON, persistent, keyed by its
 /// conversation, its source and forwarder in headers.
-pub fn forwarded_properties(f: &Forwarded<'_>, mut headers: FieldTable) -> BasicProperties {
+pub(crate) fn forwarded_properties(f: &Forwarded<'_>, mut headers: FieldTable) -> BasicProperties {
     headers.insert(super::topology::CONVERSATION_HEADER.into(), long_string(f.key));
     headers.insert(SOURCE_HEADER.into(), long_string(f.source));
     headers.insert(FORWARDED_HEADER.into(), long_string(f.instance));
@@ -220,7 +220,7 @@ pub fn forwarded_properties(f: &Forwarded<'_>, mut headers: FieldTable) -> Basic
 }
 
 /// `properties` with [`REPLY_HEADER`] saying the reply is the `index`-th of `count`.
-pub fn with_reply_place(properties: BasicProperties, index: usize, count: usize) -> BasicProperties {
+pub(crate) fn with_reply_place(properties: BasicProperties, index: usize, count: usize) -> BasicProperties {
     let mut headers = properties.headers().clone().unwrap_or_default();
     headers.insert(REPLY_HEADER.into(), long_string(&format!("{index}/{count}")));
     properties.with_headers(headers)
@@ -239,7 +239,7 @@ fn read_place(value: &str) -> Option<(usize, usize)> {
 
 /// The properties of a message being dead-lettered: its own, with why it was given up, and
 /// its `user_id` moved into a header (the broker refuses another user's id from silpgate).
-pub fn dead_letter_properties(
+pub(crate) fn dead_letter_properties(
     original: &BasicProperties,
     code: &str,
     reason: &str,
@@ -286,7 +286,7 @@ fn reply_addresses(headers: &FieldTable) -> Vec<(Encoding, String)> {
 }
 
 /// An id for a message that came without one: its body's hash, the same on every redelivery.
-pub fn content_id(body: &[u8]) -> String {
+pub(crate) fn content_id(body: &[u8]) -> String {
     let hex = crate::util::hash::sha256_hex(body);
     format!("sha256-{}", &hex[..32])
 }
@@ -305,7 +305,7 @@ fn value_number(value: &AMQPValue) -> Option<u32> {
 }
 
 /// Reads a header as an integer of any width.
-pub fn value_integer(value: &AMQPValue) -> Option<i64> {
+pub(crate) fn value_integer(value: &AMQPValue) -> Option<i64> {
     Some(match *value {
         AMQPValue::ShortShortInt(n) => n.into(),
         AMQPValue::ShortShortUInt(n) => n.into(),
@@ -394,7 +394,7 @@ fn without_user_id(p: &BasicProperties) -> BasicProperties {
 }
 
 /// Properties of a changelog or lock stream entry.
-pub fn stream_properties() -> BasicProperties {
+pub(crate) fn stream_properties() -> BasicProperties {
     BasicProperties::default().with_delivery_mode(PERSISTENT).with_content_type("application/json".into())
 }
 

@@ -43,7 +43,7 @@ pub enum PublishError {
 
 impl PublishError {
     /// The error code carried in dead-letter headers and logs.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             PublishError::Unroutable { .. } => Code::Unroutable.as_str(),
             PublishError::Refused { .. } => Code::PublishRefused.as_str(),
@@ -102,7 +102,7 @@ struct Order {
 }
 
 /// A channel's number on its connection.
-pub type ChannelId = u16;
+pub(crate) type ChannelId = u16;
 
 /// How soon after one renewal a refusal may ask for another: a fresh channel opened before the
 /// broker has elected a queue's new leader refuses too, and asking again at once would only

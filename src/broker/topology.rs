@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 /// The header the consistent-hash exchange hashes: a message's NLIP conversation.
-pub const CONVERSATION_HEADER: &str = "nlip-conversation";
+pub(crate) const CONVERSATION_HEADER: &str = "nlip-conversation";
 
 /// What silpgate needs on the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub struct Queue {
 }
 
 /// Declaration arguments, by name.
-pub type Arguments = BTreeMap<&'static str, Argument>;
+pub(crate) type Arguments = BTreeMap<&'static str, Argument>;
 
 /// One argument value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +158,7 @@ impl Topology {
     }
 
     /// The names of the quorum queues, for a warning about their majority.
-    pub fn quorum_queues(&self) -> Vec<String> {
+    pub(crate) fn quorum_queues(&self) -> Vec<String> {
         self.queues
             .iter()
             .filter(|q| matches!(q.arguments.get("x-queue-type"), Some(Argument::Text(t)) if t == "quorum"))
@@ -171,7 +171,7 @@ impl Topology {
     /// # Errors
     /// The broker's refusal, e.g. a queue that exists with other arguments
     /// (`PRECONDITION_FAILED`), or an exchange type whose plugin is not enabled.
-    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+    pub(crate) async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
         let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
         for x in &self.exchanges {
             let kind = match x.kind {

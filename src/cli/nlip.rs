@@ -47,7 +47,7 @@ pub(super) enum GatewayCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Wire {
+pub(crate) enum Wire {
     Json,
     Cbor,
 }

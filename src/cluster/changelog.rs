@@ -58,7 +58,7 @@ pub(crate) enum Entry {
 
 /// Who wrote an ownership entry, with a nonce that tells this entry from every other.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Marker {
+pub(crate) struct Marker {
     pub owner: String,
     pub nonce: String,
     /// The writer's presence ([`super::membership`]): gone when its connection is.
@@ -67,7 +67,7 @@ pub struct Marker {
 }
 
 impl Marker {
-    pub fn new(owner: &str, presence: String) -> Marker {
+    pub(crate) fn new(owner: &str, presence: String) -> Marker {
         let nonce = format!("{owner}/{}/{:016x}", std::process::id(), crate::util::backoff::random());
         Marker { owner: owner.to_owned(), nonce, presence }
     }

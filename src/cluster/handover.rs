@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 /// A delivery held back while a queue is handed over to this instance (or to another).
-pub struct Parked {
+pub(crate) struct Parked {
     pub queue: Arc<str>,
     pub envelope: Envelope,
     pub delivery: Delivery,

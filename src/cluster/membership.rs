@@ -30,22 +30,22 @@ use tracing::info;
 use tracing::warn;
 
 /// How often an instance says it is alive.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A member not heard for this long is gone (five heartbeats: a busy broker or a stalled
 /// instance does not move partitions). A crash is taken over by the standby at once anyway;
 /// this decides when a new standby steps in, and when the partitions of an owner that died
 /// with its standby get a new owner.
-pub const GONE_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const GONE_AFTER: Duration = Duration::from_secs(5);
 /// A member not heard for this long (a heartbeat and a half) is asked after: the broker says
 /// at once whether its connection is gone ([`is_gone`]).
-pub const LATE: Duration = Duration::from_millis(1500);
+pub(crate) const LATE: Duration = Duration::from_millis(1500);
 /// How long a starting instance listens before it consumes any partition: long enough to have
 /// heard every member once, so that it does not take partitions that are not its own.
-pub const WARM_UP: Duration = Duration::from_secs(2);
+pub(crate) const WARM_UP: Duration = Duration::from_secs(2);
 
 /// What an instance publishes every [`HEARTBEAT`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     pub instance: String,
     /// Its heartbeat queue, which lives exactly as long as its broker connection.
     #[serde(default)]
@@ -70,7 +70,7 @@ struct Heard {
 
 /// The members as heard on one connection, and what this instance says of itself.
 #[derive(Clone)]
-pub struct Members {
+pub(crate) struct Members {
     instance: String,
     listening_since: Instant,
     heard: HashMap<String, Heard>,
@@ -82,7 +82,7 @@ pub struct Members {
 }
 
 impl Members {
-    pub fn new(instance: &str) -> Members {
+    pub(crate) fn new(instance: &str) -> Members {
         Members {
             instance: instance.to_owned(),
             listening_since: Instant::now(),
@@ -115,7 +115,7 @@ impl Members {
     }
 
     /// Whether this instance has listened long enough to know the members.
-    pub fn warmed_up(&self) -> bool {
+    pub(crate) fn warmed_up(&self) -> bool {
         self.listening_since.elapsed() >= WARM_UP
     }
 
@@ -126,19 +126,19 @@ impl Members {
     }
 
     /// This instance's presence, which its heartbeats name.
-    pub fn set_presence(&mut self, presence: &str) {
+    pub(crate) fn set_presence(&mut self, presence: &str) {
         presence.clone_into(&mut self.own.presence);
     }
 
     /// The presence `instance` last named, if it named one.
-    pub fn presence_of(&self, instance: &str) -> Option<&str> {
+    pub(crate) fn presence_of(&self, instance: &str) -> Option<&str> {
         self.heard.get(instance).map(|h| h.heartbeat.presence.as_str()).filter(|p| !p.is_empty())
     }
 
     /// The broker no longer has `presence`: its member is out from now on, and stays out
     /// (its heartbeats still on their way name the same presence). The same instance started
     /// again has a new one.
-    pub fn gone(&mut self, presence: &str) {
+    pub(crate) fn gone(&mut self, presence: &str) {
         if self.dead.insert(presence.to_owned())
             && let Some(heard) = self.heard.values().find(|h| h.heartbeat.presence == presence)
         {
@@ -147,7 +147,7 @@ impl Members {
     }
 
     /// The live members, this instance among them unless it is leaving, sorted by name.
-    pub fn live(&self) -> Vec<String> {
+    pub(crate) fn live(&self) -> Vec<String> {
         let mut live: Vec<String> = self
             .heard
             .values()
@@ -165,7 +165,7 @@ impl Members {
     /// after it knew the members) that it waits on the partition, and no live member other
     /// than those `allowed` to (this one, the owner, the standbys) still says it does: the
     /// broker makes the first consumer in line active, which must be the owner.
-    pub fn ready_for(&self, partition: u16, owner: &str, allowed: &[&str]) -> bool {
+    pub(crate) fn ready_for(&self, partition: u16, owner: &str, allowed: &[&str]) -> bool {
         let Some(heard) = self.heard.get(owner) else { return false };
         if !self.alive(heard) || heard.last.duration_since(heard.first) < WARM_UP {
             return false;
@@ -181,7 +181,7 @@ impl Members {
     }
 
     /// The presences of the live members other than this one not heard for [`LATE`].
-    pub fn late(&self) -> Vec<String> {
+    pub(crate) fn late(&self) -> Vec<String> {
         self.heard
             .values()
             .filter(|h| h.heartbeat.instance != self.instance && self.alive(h) && h.last.elapsed() >= LATE)
@@ -192,7 +192,7 @@ impl Members {
 
     /// The presences of the live members other than this one whose heartbeats say they hold
     /// `stream`.
-    pub fn holding_elsewhere(&self, stream: &str) -> Vec<String> {
+    pub(crate) fn holding_elsewhere(&self, stream: &str) -> Vec<String> {
         self.heard
             .values()
             .filter(|h| h.heartbeat.instance != self.instance && self.alive(h))
@@ -202,17 +202,17 @@ impl Members {
     }
 
     /// What the next heartbeats say of the streams connected here.
-    pub fn streams(&mut self, streams: Vec<String>) {
+    pub(crate) fn streams(&mut self, streams: Vec<String>) {
         self.own.streams = streams;
     }
 
     /// What the next heartbeat says: the partitions this instance consumes.
-    pub fn subscribed(&mut self, partitions: Vec<u16>) {
+    pub(crate) fn subscribed(&mut self, partitions: Vec<u16>) {
         self.own.subscribed = partitions;
     }
 
     /// The next heartbeats say this instance is leaving.
-    pub fn leave(&mut self) {
+    pub(crate) fn leave(&mut self) {
         self.own.leaving = true;
     }
 
@@ -229,7 +229,7 @@ impl Members {
 ///
 /// # Errors
 /// The broker failed.
-pub async fn run(
+pub(crate) async fn run(
     channel: Channel,
     mut heard: lapin::Consumer,
     cluster: &super::Cluster,
@@ -291,7 +291,7 @@ pub async fn listen(channel: &Channel, exchange: &str) -> lapin::Result<(String,
 /// member does not take it (a member ignores what is not a heartbeat). Any other outcome
 /// (a live member, a broker that does not answer) counts as present: only the broker's word
 /// takes a member out early.
-pub async fn is_gone(publisher: &Publisher, presence: &str, user: &str) -> bool {
+pub(crate) async fn is_gone(publisher: &Publisher, presence: &str, user: &str) -> bool {
     let probe = Publication {
         exchange: "",
         routing_key: presence,

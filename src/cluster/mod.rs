@@ -40,11 +40,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use tracing::{info, warn};
-pub use wire::Wire;
+pub(crate) use wire::Wire;
 
 /// Why a cluster step failed: the broker (reconnect and try again) or the store.
 #[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
+pub(crate) enum ClusterError {
     #[error("broker: {0}")]
     Broker(#[from] lapin::Error),
     #[error("publishing to a stream: {0}")]
@@ -65,12 +65,12 @@ pub enum ClusterError {
 
 impl ClusterError {
     /// A damaged store must stop the instance; anything else is retried after a reconnect.
-    pub fn is_fatal(&self) -> bool {
+    pub(crate) fn is_fatal(&self) -> bool {
         matches!(self, ClusterError::Store(StoreError::Corrupt(_)))
     }
 
     /// The connection must be closed at once, its deliveries given back to the broker.
-    pub fn lets_go_of_the_connection(&self) -> bool {
+    pub(crate) fn lets_go_of_the_connection(&self) -> bool {
         matches!(self, ClusterError::HandOverOverdue { .. } | ClusterError::Unanswered { .. })
     }
 }
@@ -81,7 +81,7 @@ impl ClusterError {
 /// missed them would hold every later hand-over of their partitions for good, waiting for
 /// deliveries nobody handles any more.
 #[derive(Debug)]
-pub struct InFlight(Arc<AtomicUsize>);
+pub(crate) struct InFlight(Arc<AtomicUsize>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -90,7 +90,7 @@ impl Drop for InFlight {
 }
 
 /// What a handled message appends to the streams.
-pub struct Entries<'a> {
+pub(crate) struct Entries<'a> {
     pub publications: Vec<Publication<'a>>,
     /// Changelog entries among them (0 or 1), and lock proposals.
     pub changes: u64,
@@ -131,10 +131,10 @@ struct View {
 
 /// Channels an instance opens besides its partitions' and its standby partitions' changelog
 /// followers' (the connection's own, the heartbeats', the ingress's and the lock follower's).
-pub const FIXED_CHANNELS: usize = 4;
+pub(crate) const FIXED_CHANNELS: usize = 4;
 
 /// The cluster side of one instance.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub config: ClusterConfig,
     pub instance: String,
     pub store: Arc<SledStore>,
@@ -168,7 +168,11 @@ pub struct Cluster {
 impl Cluster {
     /// The store's compile.lock chain now follows the lock stream.
     /// `handover_wait`: how long a takeover waits for a running owner to finish handing over.
-    pub fn new(config: ClusterConfig, store: Arc<SledStore>, handover_wait: std::time::Duration) -> Cluster {
+    pub(crate) fn new(
+        config: ClusterConfig,
+        store: Arc<SledStore>,
+        handover_wait: std::time::Duration,
+    ) -> Cluster {
         store.follow_cluster_lock();
         let queues = (0..config.partitions).map(|i| (config.partition_queue(i), i)).collect();
         let changelogs = (0..config.partitions).map(|i| config.changelog_stream(i)).collect();
@@ -195,7 +199,7 @@ impl Cluster {
     /// The `[[streams]]` sources of this instance's configuration, by name: connected only
     /// while this instance holds them ([`streams`]).
     #[must_use]
-    pub fn with_streams(mut self, names: Vec<String>) -> Cluster {
+    pub(crate) fn with_streams(mut self, names: Vec<String>) -> Cluster {
         self.streams = streams::StreamHolds::new(names);
         self
     }
@@ -203,21 +207,21 @@ impl Cluster {
     /// How long a partition's hand-over to another instance may take from its cancel: half
     /// the time the next owner waits for it before it serves without it, which leaves the
     /// other half for the connection to close once this instance gives up.
-    pub fn finish_limit(&self) -> std::time::Duration {
+    pub(crate) fn finish_limit(&self) -> std::time::Duration {
         self.handover_wait / 2
     }
 
     /// The changelog stream of `partition`.
-    pub fn changelog(&self, partition: Partition) -> &str {
+    pub(crate) fn changelog(&self, partition: Partition) -> &str {
         &self.changelogs[usize::from(partition.index)]
     }
 
     /// The partition a queue is, if it is one.
-    pub fn partition_of(&self, queue: &str) -> Option<Partition> {
+    pub(crate) fn partition_of(&self, queue: &str) -> Option<Partition> {
         self.queues.get(queue).map(|&index| self.partition(index))
     }
 
-    pub fn partition(&self, index: u16) -> Partition {
+    pub(crate) fn partition(&self, index: u16) -> Partition {
         Partition { index, count: self.config.partitions }
     }
 
@@ -226,30 +230,30 @@ impl Cluster {
     }
 
     /// Whether this instance serves `partition` on the current connection.
-    pub fn owns(&self, partition: Partition) -> bool {
+    pub(crate) fn owns(&self, partition: Partition) -> bool {
         self.state(partition).owned.load(Ordering::Acquire)
     }
 
     /// The partitions this instance serves now.
-    pub fn owned(&self) -> Vec<Partition> {
+    pub(crate) fn owned(&self) -> Vec<Partition> {
         (0..self.config.partitions).map(|i| self.partition(i)).filter(|&p| self.owns(p)).collect()
     }
 
     /// A delivery of `partition` is handed to a worker: it counts as in flight until the
     /// returned guard is dropped, with the job that carries it.
-    pub fn dispatched(&self, partition: Partition) -> InFlight {
+    pub(crate) fn dispatched(&self, partition: Partition) -> InFlight {
         let count = &self.state(partition).in_flight;
         count.fetch_add(1, Ordering::AcqRel);
         InFlight(Arc::clone(count))
     }
 
     /// Deliveries of `partition` handed out and not yet settled.
-    pub fn in_flight(&self, partition: Partition) -> usize {
+    pub(crate) fn in_flight(&self, partition: Partition) -> usize {
         self.state(partition).in_flight.load(Ordering::Acquire)
     }
 
     /// This instance no longer serves `partition`.
-    pub fn release(&self, partition: Partition) {
+    pub(crate) fn release(&self, partition: Partition) {
         self.state(partition).taking_over.store(false, Ordering::Release);
         self.state(partition).unappended.lock().expect("unappended").clear();
         self.state(partition).marks.lock().expect("marks").clear();
@@ -266,7 +270,7 @@ impl Cluster {
     ///
     /// # Errors
     /// The broker or the store failed; the partition is not served.
-    pub async fn take_over(
+    pub(crate) async fn take_over(
         &self,
         channel: lapin::Channel,
         publisher: &Publisher,
@@ -300,7 +304,7 @@ impl Cluster {
     /// Serves `partition`: its takeover is complete. Only a partition served can be handed on:
     /// one handed on halfway through its takeover would leave deliveries behind here that the
     /// next owner never sees.
-    pub fn serve(&self, partition: Partition) {
+    pub(crate) fn serve(&self, partition: Partition) {
         self.state(partition).taking_over.store(false, Ordering::Release);
         if !self.state(partition).owned.swap(true, Ordering::AcqRel) {
             crate::metrics::get().partitions_owned.inc();
@@ -310,7 +314,7 @@ impl Cluster {
 
     /// `partition`'s takeover has begun: it shows in the status until it is served (or the
     /// connection is gone).
-    pub fn begin_takeover(&self, partition: Partition) {
+    pub(crate) fn begin_takeover(&self, partition: Partition) {
         self.state(partition).taking_over.store(true, Ordering::Release);
     }
 
@@ -323,7 +327,7 @@ impl Cluster {
 
     /// Forgets every partition: the connection that held them is gone, and the broker hands
     /// them to whichever consumer is active next.
-    pub fn release_all(&self) {
+    pub(crate) fn release_all(&self) {
         for index in 0..self.config.partitions {
             self.release(self.partition(index));
         }
@@ -337,7 +341,7 @@ impl Cluster {
     ///
     /// # Errors
     /// What it still lacks.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         let view = self.view.lock().expect("view");
         if !view.members.contains(&self.instance) {
             return Err("the cluster's members are not known yet".into());
@@ -354,7 +358,7 @@ impl Cluster {
     }
 
     /// The live members and the partitions consumed here now, for the status and the metrics.
-    pub fn observe(&self, members: Vec<String>, subscribed: &[u16]) {
+    pub(crate) fn observe(&self, members: Vec<String>, subscribed: &[u16]) {
         let standby = subscribed.iter().filter(|&&index| !self.owns(self.partition(index))).count();
         let metrics = crate::metrics::get();
         metrics.partitions_standby.set(i64::try_from(standby).unwrap_or(i64::MAX));
@@ -376,7 +380,7 @@ impl Cluster {
     ///
     /// # Errors
     /// The store could not be read.
-    pub fn entries(
+    pub(crate) fn entries(
         &self,
         partition: Partition,
         change: &SessionChange,
@@ -400,7 +404,11 @@ impl Cluster {
     ///
     /// # Errors
     /// The store could not be read.
-    pub fn shared(&self, frozen: &[Freeze], learnt: &[String]) -> Result<Vec<Publication<'_>>, StoreError> {
+    pub(crate) fn shared(
+        &self,
+        frozen: &[Freeze],
+        learnt: &[String],
+    ) -> Result<Vec<Publication<'_>>, StoreError> {
         let now = crate::util::time::now_millis();
         let mut entries = Vec::with_capacity(frozen.len() + learnt.len());
         for freeze in frozen {
@@ -425,32 +433,32 @@ impl Cluster {
     }
 
     /// Notes the broker user of a new connection (see `broker_user`).
-    pub fn set_broker_user(&self, user: &str) {
+    pub(crate) fn set_broker_user(&self, user: &str) {
         user.clone_into(&mut self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 
-    pub fn broker_user(&self) -> String {
+    pub(crate) fn broker_user(&self) -> String {
         self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Notes this instance's presence on a new connection.
-    pub fn set_presence(&self, presence: &str) {
+    pub(crate) fn set_presence(&self, presence: &str) {
         presence.clone_into(&mut self.presence.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
 
     /// A marker for an ownership entry this instance writes now.
-    pub fn marker(&self) -> changelog::Marker {
+    pub(crate) fn marker(&self) -> changelog::Marker {
         let presence = self.presence.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         changelog::Marker::new(&self.instance, presence)
     }
 
     /// Whether the member whose presence is `presence` is gone ([`membership::is_gone`]).
-    pub async fn is_gone(&self, publisher: &Publisher, presence: &str) -> bool {
+    pub(crate) async fn is_gone(&self, publisher: &Publisher, presence: &str) -> bool {
         membership::is_gone(publisher, presence, &self.broker_user()).await
     }
 
     /// Whether a heartbeat or lock stream entry was published by silpgate's own broker user.
-    pub fn is_own(&self, properties: &lapin::BasicProperties) -> bool {
+    pub(crate) fn is_own(&self, properties: &lapin::BasicProperties) -> bool {
         let own = self.broker_user.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         properties.user_id().as_ref().is_some_and(|u| u.as_str() == own.as_str())
     }
@@ -460,7 +468,7 @@ impl Cluster {
     /// JSON, persistent, `id` as its message and correlation id, replies to RabbitMQ's direct
     /// reply-to, this instance and its broker `user` (which the broker checks, and which makes
     /// the owner believe `source`), and the trace context of `span`.
-    pub fn forward_publication(
+    pub(crate) fn forward_publication(
         &self,
         envelope: &crate::nlip::Message,
         (key, source): (&str, &str),
@@ -494,7 +502,7 @@ impl Cluster {
     ///
     /// # Errors
     /// The store could not be read or the broker did not confirm.
-    pub async fn propose(
+    pub(crate) async fn propose(
         &self,
         publisher: &Publisher,
         change: &SessionChange,
@@ -538,14 +546,14 @@ impl Cluster {
     }
 
     /// To be held from committing partition messages until they are [noted](Cluster::committed).
-    pub fn committing(&self) -> RwLockReadGuard<'_, ()> {
+    pub(crate) fn committing(&self) -> RwLockReadGuard<'_, ()> {
         self.commits.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Notes a committed change of a partition's conversation until its changelog entry is
     /// confirmed ([`Cluster::appended`]). A change that appends nothing (a redelivery whose
     /// entry came from the changelog) is not noted.
-    pub fn committed(&self, change: &SessionChange) {
+    pub(crate) fn committed(&self, change: &SessionChange) {
         if let (Some(partition), Some((id, state))) = (self.partition_changed(change), &change.message) {
             self.state(partition).unappended.lock().expect("unappended").insert(id.clone(), state.clone());
         }
@@ -569,12 +577,12 @@ impl Cluster {
     /// message, sent again, without publishing it again. A mark lost with its connection, or
     /// with a crash before that tick, costs at most one duplicate publish of a message that
     /// is sent again.
-    pub fn published(&self, partition: Partition, message_id: &str) {
+    pub(crate) fn published(&self, partition: Partition, message_id: &str) {
         self.state(partition).marks.lock().expect("marks").push(message_id.to_owned());
     }
 
     /// The changelog entry of `partition`'s marks not yet appended, taken out, if it has any.
-    pub fn marks_entry(&self, partition: Partition) -> Option<Publication<'_>> {
+    pub(crate) fn marks_entry(&self, partition: Partition) -> Option<Publication<'_>> {
         let ids = std::mem::take(&mut *self.state(partition).marks.lock().expect("marks"));
         (!ids.is_empty()).then(|| {
             self.changelog_entry(partition, &changelog::Entry::Change(PartitionChange::Published { ids }))
@@ -586,7 +594,7 @@ impl Cluster {
     ///
     /// # Errors
     /// The broker did not confirm.
-    pub async fn take_back(
+    pub(crate) async fn take_back(
         &self,
         publisher: &Publisher,
         partition: Partition,
@@ -603,7 +611,7 @@ impl Cluster {
     ///
     /// # Errors
     /// The broker did not confirm; those marks are lost (see [`Cluster::published`]).
-    pub async fn append_marks(&self, publisher: &Publisher) -> Result<(), ClusterError> {
+    pub(crate) async fn append_marks(&self, publisher: &Publisher) -> Result<(), ClusterError> {
         let entries: Vec<Publication<'_>> =
             (0..self.config.partitions).filter_map(|index| self.marks_entry(self.partition(index))).collect();
         if !entries.is_empty() {
@@ -618,7 +626,7 @@ impl Cluster {
     ///
     /// # Errors
     /// The snapshot could not be read or appended (the next change tries again).
-    pub async fn appended(
+    pub(crate) async fn appended(
         &self,
         publisher: &Publisher,
         partition: Partition,
@@ -656,7 +664,7 @@ impl Cluster {
     }
 
     /// Notes that the lock follower applied an entry of the lock stream this instance proposed.
-    pub fn followed_own(&self) {
+    pub(crate) fn followed_own(&self) {
         self.followed.fetch_add(1, Ordering::Relaxed);
         self.observe_lock_lag();
     }
@@ -669,7 +677,7 @@ impl Cluster {
     /// What `silpgate cluster status` shows: the members, which partitions this instance serves
     /// and waits on and how many channels that takes, what each replay took, and how far the
     /// local view has applied the streams.
-    pub fn status(&self) -> serde_json::Value {
+    pub(crate) fn status(&self) -> serde_json::Value {
         let (members, subscribed) = {
             let view = self.view.lock().expect("view");
             (view.members.clone(), view.subscribed.clone())

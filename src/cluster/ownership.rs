@@ -49,17 +49,17 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 /// One consumer's deliveries, tagged with its queue; `None` once the consumer has ended.
-pub type Tagged = (Arc<str>, Option<lapin::Result<Delivery>>);
+pub(crate) type Tagged = (Arc<str>, Option<lapin::Result<Delivery>>);
 
 /// Every consumer of a connection, merged.
-pub type Deliveries = SelectAll<BoxStream<'static, Tagged>>;
+pub(crate) type Deliveries = SelectAll<BoxStream<'static, Tagged>>;
 
 /// Deliveries a partition's consumer may hold unacknowledged. RabbitMQ returns a departed
 /// consumer's messages in delivery order; small windows keep what goes back small. At most 32:
 /// a put-back `nack` with `multiple` keeps its order only up to that ([`super::handover`]).
 const PARTITION_PREFETCH: u16 = 32;
 /// No delivery for this long while quiescing: the broker has nothing on its way here.
-pub const QUIET: std::time::Duration = std::time::Duration::from_millis(300);
+pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_millis(300);
 /// How often a hand-over that waits for its messages in flight says so: a message retried
 /// for long (a broker that refuses its publishes) holds the partition's hand-over with it.
 const WAITING_SAID_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -68,7 +68,7 @@ const WAITING_SAID_EVERY: std::time::Duration = std::time::Duration::from_secs(5
 ///
 /// # Errors
 /// The broker refused the subscription.
-pub async fn subscribe(
+pub(crate) async fn subscribe(
     channel: &Channel,
     queue: &str,
     tag: &str,
@@ -124,7 +124,7 @@ impl Release {
 }
 
 /// The partition consumers of one connection.
-pub struct Ownership {
+pub(crate) struct Ownership {
     /// The partitions consumed here (owned, being taken over or handed on, or waiting), each
     /// on its channel.
     channels: BTreeMap<u16, Channel>,
@@ -144,7 +144,7 @@ pub struct Ownership {
 impl Ownership {
     /// Consumes no partition yet: [`Ownership::reconcile`] subscribes to this instance's share
     /// once it knows the members.
-    pub fn new(prefetch: u16) -> Ownership {
+    pub(crate) fn new(prefetch: u16) -> Ownership {
         Ownership {
             channels: BTreeMap::new(),
             releases: BTreeMap::new(),
@@ -157,12 +157,12 @@ impl Ownership {
     }
 
     /// The partitions consumed here, each on a channel of its own.
-    pub fn subscribed(&self) -> Vec<u16> {
+    pub(crate) fn subscribed(&self) -> Vec<u16> {
         self.channels.keys().copied().collect()
     }
 
     /// Whether `partition` is consumed here.
-    pub fn consumes(&self, partition: Partition) -> bool {
+    pub(crate) fn consumes(&self, partition: Partition) -> bool {
         self.channels.contains_key(&partition.index)
     }
 
@@ -176,7 +176,7 @@ impl Ownership {
     ///
     /// # Errors
     /// The broker refused a channel, a subscription or a cancel.
-    pub async fn reconcile(
+    pub(crate) async fn reconcile(
         &mut self,
         (connection, publisher): (&Connection, &Publisher),
         cluster: &Cluster,
@@ -255,7 +255,7 @@ impl Ownership {
 
     /// Holds a delivery of a partition that is quiescing before its hand-over; gives it back
     /// otherwise.
-    pub fn hold(&mut self, partition: Partition, parked: Parked) -> Option<Parked> {
+    pub(crate) fn hold(&mut self, partition: Partition, parked: Parked) -> Option<Parked> {
         match self.releases.get_mut(&partition.index) {
             Some(release) if matches!(release.step, Step::Quiescing | Step::Cancelled) => {
                 release.held.push(parked);
@@ -267,7 +267,7 @@ impl Ownership {
     }
 
     /// Whether a consumer that ended is a partition this instance is handing on or dropped.
-    pub fn expected_end(&mut self, cluster: &Cluster, queue: &str) -> bool {
+    pub(crate) fn expected_end(&mut self, cluster: &Cluster, queue: &str) -> bool {
         let Some(partition) = cluster.partition_of(queue) else { return false };
         if self.dropped.remove(&partition.index) {
             return true;
@@ -283,14 +283,14 @@ impl Ownership {
     }
 
     /// Whether partitions are being handed on.
-    pub fn releasing(&self) -> bool {
+    pub(crate) fn releasing(&self) -> bool {
         !self.releases.is_empty()
     }
 
     /// Starts handing on every partition this instance serves: the instance is leaving. (Its
     /// waiting consumers stay until the connection closes: one that turns active meanwhile is
     /// taken over and handed on like the others, which cancelling it could not promise.)
-    pub fn release_all(&mut self, cluster: &Cluster) {
+    pub(crate) fn release_all(&mut self, cluster: &Cluster) {
         for partition in cluster.owned() {
             self.releases.entry(partition.index).or_insert_with(|| Release::new(cluster));
         }
@@ -302,7 +302,7 @@ impl Ownership {
     ///
     /// # Errors
     /// The broker failed.
-    pub async fn advance(
+    pub(crate) async fn advance(
         &mut self,
         cluster: &Cluster,
         publisher: &Publisher,

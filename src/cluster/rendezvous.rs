@@ -12,7 +12,7 @@
 
 /// The weight of `instance` for `partition`: FNV-1a over both, then a 64-bit finalizer so that
 /// names differing in one character still spread evenly.
-pub fn weight(partition: u16, instance: &str) -> u64 {
+pub(crate) fn weight(partition: u16, instance: &str) -> u64 {
     weight_for(&partition.to_be_bytes(), instance)
 }
 
@@ -35,13 +35,13 @@ fn weight_for(key: &[u8], instance: &str) -> u64 {
 
 /// `members` (distinct names) ranked for `partition`, first the owner (ties, which need equal
 /// 64-bit weights, go by name).
-pub fn ranking<S: AsRef<str>>(partition: u16, members: &[S]) -> Vec<&str> {
+pub(crate) fn ranking<S: AsRef<str>>(partition: u16, members: &[S]) -> Vec<&str> {
     leaders(partition, members, members.len())
 }
 
 /// The first `count` of `members` (distinct names) ranked for `partition`: its owner and
 /// standbys. Only those are sorted, so that a thousand members cost one pass each.
-pub fn leaders<S: AsRef<str>>(partition: u16, members: &[S], count: usize) -> Vec<&str> {
+pub(crate) fn leaders<S: AsRef<str>>(partition: u16, members: &[S], count: usize) -> Vec<&str> {
     let mut ranked: Vec<(u64, &str)> =
         members.iter().map(|m| (weight(partition, m.as_ref()), m.as_ref())).collect();
     let order = |a: &(u64, &str), b: &(u64, &str)| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1));
@@ -56,7 +56,7 @@ pub fn leaders<S: AsRef<str>>(partition: u16, members: &[S], count: usize) -> Ve
 
 /// The member that holds the `[[streams]]` source `stream` among `members`: the one of highest
 /// weight for the stream's name, as a partition's owner is.
-pub fn stream_holder<'m, S: AsRef<str>>(stream: &str, members: &'m [S]) -> Option<&'m str> {
+pub(crate) fn stream_holder<'m, S: AsRef<str>>(stream: &str, members: &'m [S]) -> Option<&'m str> {
     let key = format!("stream/{stream}");
     members
         .iter()

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// The streams of one instance's configuration, and which of them it may hold now.
-pub struct StreamHolds {
+pub(crate) struct StreamHolds {
     names: Vec<String>,
     /// The streams this instance may hold, as the members were last compared.
     granted: watch::Sender<BTreeSet<String>>,
@@ -28,19 +28,19 @@ pub struct StreamHolds {
 
 /// What [`StreamHolds::decide`] found: members to ask the broker about.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Decided {
+pub(crate) struct Decided {
     /// Presences of members that still say they hold a stream this instance is to hold.
     pub waiting_on: Vec<String>,
 }
 
 impl StreamHolds {
-    pub fn new(names: Vec<String>) -> StreamHolds {
+    pub(crate) fn new(names: Vec<String>) -> StreamHolds {
         StreamHolds { names, granted: watch::Sender::new(BTreeSet::new()), holding: Arc::default() }
     }
 
     /// Compares the streams with the `live` members: grants this `instance` each stream it is
     /// the holder of once no other member holds it, and takes back every other.
-    pub fn decide(&self, instance: &str, live: &[String], members: &Members) -> Decided {
+    pub(crate) fn decide(&self, instance: &str, live: &[String], members: &Members) -> Decided {
         let mut decided = Decided::default();
         let mut granted = BTreeSet::new();
         for name in &self.names {
@@ -63,7 +63,7 @@ impl StreamHolds {
 
     /// Takes every stream back: the broker connection is gone, and with it this instance's
     /// place among the members.
-    pub fn revoke_all(&self) {
+    pub(crate) fn revoke_all(&self) {
         self.granted.send_if_modified(|current| {
             let changed = !current.is_empty();
             current.clear();
@@ -72,24 +72,24 @@ impl StreamHolds {
     }
 
     /// The streams connected here now, for the heartbeats.
-    pub fn holding(&self) -> Vec<String> {
+    pub(crate) fn holding(&self) -> Vec<String> {
         self.holding.lock().expect("holding").iter().cloned().collect()
     }
 
     /// The grants as they change.
-    pub fn grants(&self) -> watch::Receiver<BTreeSet<String>> {
+    pub(crate) fn grants(&self) -> watch::Receiver<BTreeSet<String>> {
         self.granted.subscribe()
     }
 
     /// Notes that `stream`'s connection runs here until the returned guard is dropped.
-    pub fn hold(&self, stream: &str) -> Holding {
+    pub(crate) fn hold(&self, stream: &str) -> Holding {
         self.holding.lock().expect("holding").insert(stream.to_owned());
         Holding { holding: self.holding.clone(), stream: stream.to_owned() }
     }
 }
 
 /// A stream held here: dropped when its connection is closed and what it read is finished.
-pub struct Holding {
+pub(crate) struct Holding {
     holding: Arc<Mutex<BTreeSet<String>>>,
     stream: String,
 }

@@ -8,7 +8,7 @@ use crate::broker::link::BrokerLink;
 use crate::broker::publish::Publisher;
 
 #[derive(Clone)]
-pub struct Wire {
+pub(crate) struct Wire {
     /// The connection now (its broker user is the cluster's own).
     pub link: BrokerLink,
     /// The connection's confirm-mode publisher.

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// One envelope for one agent.
 #[derive(Debug, Clone)]
-pub struct Parcel {
+pub(crate) struct Parcel {
     pub envelope: Message,
     /// Stable across redeliveries of the inbound message: receivers drop duplicates by it.
     /// Answers do not correlate by it (see [`AnswerTo::Gateway`]).
@@ -43,7 +43,7 @@ pub struct Parcel {
 
 /// Who an agent answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AnswerTo {
+pub(crate) enum AnswerTo {
     /// silpgate, which passes the answer on to the asker. The answer correlates by
     /// `correlation_id`, 128 random bits drawn for this wait: a message id can be seen or
     /// guessed, this cannot, so nobody else can answer in the agent's place.
@@ -60,7 +60,7 @@ pub enum AnswerTo {
 
 impl AnswerTo {
     /// What the agent's answer correlates by, when silpgate waits for one.
-    pub fn correlation(&self) -> Option<&str> {
+    pub(crate) fn correlation(&self) -> Option<&str> {
         match self {
             AnswerTo::Gateway { correlation_id } => Some(correlation_id),
             _ => None,
@@ -70,14 +70,14 @@ impl AnswerTo {
 
 /// What an agent's transport confirmed.
 #[derive(Debug, Default)]
-pub struct Delivered {
+pub(crate) struct Delivered {
     /// Answers given with the delivery itself (HTTP, A2A, MCP), by parcel id.
     pub answers: Vec<(String, Message)>,
 }
 
 /// Why a delivery failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DeliveryError {
+pub(crate) enum DeliveryError {
     #[error("agent {agent} is unavailable: {detail}")]
     Unavailable { agent: String, code: &'static str, detail: String },
     #[error("agent {agent} refused the message ({code}): {detail}")]
@@ -86,14 +86,14 @@ pub enum DeliveryError {
 
 impl DeliveryError {
     /// The one place a delivery failure maps to a disposition.
-    pub fn disposition(&self) -> Disposition {
+    pub(crate) fn disposition(&self) -> Disposition {
         match self {
             DeliveryError::Unavailable { .. } => Disposition::Transient,
             DeliveryError::Refused { .. } => Disposition::Poison,
         }
     }
 
-    pub fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         match self {
             DeliveryError::Unavailable { code, .. } => code,
             DeliveryError::Refused { code, .. } => code,
@@ -102,7 +102,7 @@ impl DeliveryError {
 }
 
 /// Delivery to one agent over its transport.
-pub trait Connector: Send + Sync {
+pub(crate) trait Connector: Send + Sync {
     /// The transport, for metric labels and spans: `amqp`, `http`.
     fn transport(&self) -> &'static str;
 
@@ -125,7 +125,7 @@ pub enum SetupError {
 
 /// Why an agent's answer did not reach its asker.
 #[derive(Debug, thiserror::Error)]
-pub enum AnswerError {
+pub(crate) enum AnswerError {
     /// Nobody waits for it: the wait timed out, or was never started here.
     #[error("no request waits for this answer (its wait timed out, or it was never asked here)")]
     Orphan,
@@ -146,7 +146,7 @@ pub enum AnswerError {
 
 impl AnswerError {
     /// The code an answer that goes nowhere is dead-lettered with.
-    pub fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         match self {
             AnswerError::Orphan => Code::Timeout.as_str(),
             AnswerError::Gone => Code::RequesterGone.as_str(),
@@ -156,7 +156,7 @@ impl AnswerError {
         }
     }
 
-    pub fn disposition(&self) -> Disposition {
+    pub(crate) fn disposition(&self) -> Disposition {
         match self {
             AnswerError::Retry(_) => Disposition::Transient,
             _ => Disposition::Poison,
@@ -181,7 +181,7 @@ pub(crate) fn held_to_limits(answer: Message, limits: &crate::nlip::Limits, agen
 
 /// Where answers go that agents send on their own time (WebSocket): the intake's
 /// [`Intake::answer`](crate::intake::Intake::answer).
-pub trait AnswerPath: Send + Sync {
+pub(crate) trait AnswerPath: Send + Sync {
     /// Passes the agent's answer to the request envelope `id` on to its asker.
     fn answer(&self, id: String, answer: Message, from: Origin) -> BoxFuture<'_, Result<(), AnswerError>>;
 }
@@ -189,20 +189,20 @@ pub trait AnswerPath: Send + Sync {
 /// The answer path as connectors hold it: bound once the intake exists (the intake owns the
 /// connectors, so connectors hold it weakly). Unbound or gone: answers have nobody to go to.
 #[derive(Clone, Default)]
-pub struct AnswerSink(Arc<std::sync::OnceLock<std::sync::Weak<dyn AnswerPath>>>);
+pub(crate) struct AnswerSink(Arc<std::sync::OnceLock<std::sync::Weak<dyn AnswerPath>>>);
 
 impl AnswerSink {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         AnswerSink::default()
     }
 
     /// Binds the sink to the answer path; a second bind is ignored.
-    pub fn bind(&self, path: std::sync::Weak<dyn AnswerPath>) {
+    pub(crate) fn bind(&self, path: std::sync::Weak<dyn AnswerPath>) {
         let _ = self.0.set(path);
     }
 
     /// Hands an answer on.
-    pub async fn pass(&self, id: String, answer: Message, from: Origin) -> Result<(), AnswerError> {
+    pub(crate) async fn pass(&self, id: String, answer: Message, from: Origin) -> Result<(), AnswerError> {
         match self.0.get().and_then(std::sync::Weak::upgrade) {
             Some(path) => path.answer(id, answer, from).await,
             None => Err(AnswerError::Gone),
@@ -212,7 +212,7 @@ impl AnswerSink {
 
 /// Every configured agent's connector, by name.
 #[derive(Clone, Default)]
-pub struct Agents {
+pub(crate) struct Agents {
     by_name: HashMap<String, Arc<dyn Connector>>,
 }
 
@@ -221,7 +221,7 @@ impl Agents {
     /// else WebSocket for those with a `ws://` or `wss://` `url`, HTTP for the other `url`s,
     /// AMQP for the rest (through `broker`, the AMQP side's link, when there is one). WebSocket agents hand their answers to `answers`; they start
     /// connecting at once, so this must run inside the runtime.
-    pub fn new(
+    pub(crate) fn new(
         config: &Config,
         broker: Option<crate::broker::link::BrokerLink>,
         answers: AnswerSink,
@@ -250,13 +250,14 @@ impl Agents {
         Ok(Agents { by_name })
     }
 
-    /// Agents reached through connectors of one's own, by name: silpgate's core embedded
-    /// with other transports, or the intake tested without a network.
-    pub fn of(connectors: impl IntoIterator<Item = (String, Arc<dyn Connector>)>) -> Agents {
+    /// Agents reached through connectors of one's own, by name: the intake tested without a
+    /// network.
+    #[cfg(test)]
+    pub(crate) fn of(connectors: impl IntoIterator<Item = (String, Arc<dyn Connector>)>) -> Agents {
         Agents { by_name: connectors.into_iter().collect() }
     }
 
-    pub fn get(&self, agent: &str) -> Option<&Arc<dyn Connector>> {
+    pub(crate) fn get(&self, agent: &str) -> Option<&Arc<dyn Connector>> {
         self.by_name.get(agent)
     }
 }

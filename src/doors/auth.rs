@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 /// The accepted tokens, kept as SHA-256 digests so that comparisons take the same time
 /// whatever the input, and the tokens themselves are not kept in memory in clear.
 #[derive(Clone, Default)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     digests: Vec<[u8; 32]>,
 }
 
@@ -21,7 +21,7 @@ impl std::fmt::Debug for Tokens {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// No bearer token: 401.
     Missing,
     /// A token that is not accepted: 403.
@@ -31,7 +31,7 @@ pub enum Refusal {
 /// Who a request is, once accepted: the limits of a client are kept per identity, so that
 /// spelling one token differently never buys a fresh rate-limit bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Identity {
+pub(crate) enum Identity {
     /// Authentication is off: clients are told apart by address.
     Anonymous,
     /// The accepted token at this position of the configured list.
@@ -58,7 +58,7 @@ fn digest(token: &str) -> [u8; 32] {
 impl Tokens {
     /// Tokens from the configuration plus the comma-separated list in `env_var`. A named
     /// variable must be set and hold at least one token; no token may be blank.
-    pub fn new(configured: &[String], env_var: Option<&str>) -> Result<Tokens, AuthError> {
+    pub(crate) fn new(configured: &[String], env_var: Option<&str>) -> Result<Tokens, AuthError> {
         let mut tokens: Vec<&str> = Vec::new();
         for (i, token) in configured.iter().enumerate() {
             tokens.push(non_blank(token, "[http] tokens", i + 1)?);
@@ -79,13 +79,13 @@ impl Tokens {
     }
 
     /// True when no token is configured: authentication is off.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.digests.is_empty()
     }
 
     /// Checks an `Authorization` header value: the scheme is case-insensitive (RFC 9110
     /// §11.1) and spaces around the token are ignored.
-    pub fn check(&self, authorization: Option<&str>) -> Result<Identity, Refusal> {
+    pub(crate) fn check(&self, authorization: Option<&str>) -> Result<Identity, Refusal> {
         if self.is_open() {
             return Ok(Identity::Anonymous);
         }

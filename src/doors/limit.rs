@@ -45,7 +45,7 @@ impl Bucket {
 
 /// One bucket per client, forgotten when idle.
 #[derive(Debug)]
-pub struct PerClient {
+pub(crate) struct PerClient {
     rate: f64,
     burst: f64,
     buckets: Mutex<HashMap<String, Bucket>>,
@@ -55,12 +55,12 @@ pub struct PerClient {
 const MAX_TRACKED: usize = 100_000;
 
 impl PerClient {
-    pub fn new(rate: f64, burst: f64) -> Self {
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
         PerClient { rate, burst, buckets: Mutex::new(HashMap::new()) }
     }
 
     /// Admits one message from `client`, or says how many seconds to wait.
-    pub fn admit(&self, client: &str) -> Result<(), u64> {
+    pub(crate) fn admit(&self, client: &str) -> Result<(), u64> {
         if self.rate <= 0.0 {
             return Ok(());
         }
@@ -86,7 +86,7 @@ impl PerClient {
 /// seen within `idle`); a message that would open one more is refused, and nothing of it is
 /// handled or stored. It keeps one client from taking every session a gateway can hold.
 #[derive(Debug)]
-pub struct Conversations {
+pub(crate) struct Conversations {
     max: usize,
     idle: std::time::Duration,
     by_client: Mutex<HashMap<String, HashMap<String, Instant>>>,
@@ -94,13 +94,13 @@ pub struct Conversations {
 
 impl Conversations {
     /// `max` 0: no limit.
-    pub fn new(max: usize, idle: std::time::Duration) -> Self {
+    pub(crate) fn new(max: usize, idle: std::time::Duration) -> Self {
         Conversations { max, idle, by_client: Mutex::new(HashMap::new()) }
     }
 
     /// Admits a message of `conversation` (its token, if it has one) from `client`; `Err` with
     /// the limit when it would open a conversation past it.
-    pub fn admit(&self, client: &str, conversation: Option<&str>, now: Instant) -> Result<(), usize> {
+    pub(crate) fn admit(&self, client: &str, conversation: Option<&str>, now: Instant) -> Result<(), usize> {
         let Some(token) = conversation.filter(|_| self.max > 0) else { return Ok(()) };
         let mut by_client = self.by_client.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if by_client.len() >= MAX_TRACKED {

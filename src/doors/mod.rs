@@ -29,7 +29,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 /// Everything a listener needs, shared by all connections.
-pub struct Front {
+pub(crate) struct Front {
     pub intake: Arc<Intake>,
     pub limits: Limits,
     /// The time a request's body may take to arrive (`http.body_timeout_secs`).
@@ -58,14 +58,14 @@ pub struct Front {
 }
 
 /// The error message for a message over a rate limit.
-pub fn rate_limited(what: &str, retry_after: u64) -> Message {
+pub(crate) fn rate_limited(what: &str, retry_after: u64) -> Message {
     let message = format!("{what} is over its rate limit; retry in {retry_after} s");
     reply::error_message(Code::RateLimited.as_str(), &message, &Location::None)
 }
 
 /// Who a request comes from, for the per-client limits: the accepted token's identity when
 /// tokens are configured, else its address.
-pub fn client_key(identity: auth::Identity, address: std::net::IpAddr) -> String {
+pub(crate) fn client_key(identity: auth::Identity, address: std::net::IpAddr) -> String {
     match identity {
         auth::Identity::Token(position) => format!("token:{position}"),
         auth::Identity::Anonymous => format!("addr:{address}"),
@@ -77,7 +77,7 @@ impl Front {
     /// TLS terminator or load balancer in `http.trusted_proxies`), the last address in its
     /// `X-Forwarded-For` that is not itself a trusted proxy. Without that, every client behind
     /// the proxy would share one address and one rate limit.
-    pub fn client_address(
+    pub(crate) fn client_address(
         &self,
         headers: &axum::http::HeaderMap,
         peer: std::net::SocketAddr,
@@ -95,7 +95,7 @@ impl Front {
 
 /// What a door sends back for one request.
 #[derive(Debug)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// The envelope for the sender: a reply route's, or the agent's answer; before it, any
     /// notices for the sender (a session renewal). HTTP answers with the last, a socket sends
     /// them all.
@@ -107,14 +107,14 @@ pub enum Answer {
 }
 
 impl Front {
-    pub fn gateway(&self) -> &Gateway {
+    pub(crate) fn gateway(&self) -> &Gateway {
         self.intake.gateway()
     }
 
     /// Takes one decoded envelope from an HTTP request or a socket through the intake, and
     /// waits for the agent's answer when there is one to wait for. `parent` is the trace
     /// context the request came with (empty: a new trace).
-    pub async fn request(
+    pub(crate) async fn request(
         &self,
         envelope: Message,
         transport: Transport,
@@ -131,7 +131,7 @@ impl Front {
     /// delivered: with its answer when that is known now, else with the wait for the agent's
     /// answer. A socket submits its messages one after another, so that a conversation's
     /// messages are handled in the order they came, and waits for the answers side by side.
-    pub async fn submit(
+    pub(crate) async fn submit(
         &self,
         envelope: Message,
         transport: Transport,
@@ -210,7 +210,7 @@ fn no_reply() -> Answer {
 }
 
 /// A request taken through the intake.
-pub enum Submitted {
+pub(crate) enum Submitted {
     /// Its answer is known now.
     Answered(Answer),
     /// Its agent's answer is awaited.
@@ -226,7 +226,7 @@ enum Answered {
 }
 
 /// The wait for the answer to one request: its agent's, or its partition owner's.
-pub struct Awaiting {
+pub(crate) struct Awaiting {
     answered: Answered,
     limit: Duration,
     span: tracing::Span,
@@ -235,7 +235,7 @@ pub struct Awaiting {
 
 impl Awaiting {
     /// The answer, or a `timeout` error.
-    pub async fn answer(self) -> Answer {
+    pub(crate) async fn answer(self) -> Answer {
         let wait = tracing::info_span!(parent: &self.span, "await answer");
         let answered = async {
             match self.answered {

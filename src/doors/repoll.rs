@@ -63,7 +63,7 @@ impl<F: Future> Repoll<F> {
     }
 
     /// The inner future, for calls it takes itself (a graceful shutdown).
-    pub fn inner(&mut self) -> Pin<&mut F> {
+    pub(crate) fn inner(&mut self) -> Pin<&mut F> {
         self.inner.as_mut()
     }
 }

@@ -19,7 +19,7 @@ pub struct Choice {
 
 /// Chooses the frontend for an agent that accepts `accepted` (most preferred first; `None`:
 /// no profile, accepts anything).
-pub fn choose(
+pub(crate) fn choose(
     route_override: Option<Frontend>,
     accepted: Option<&[Frontend]>,
     meta_out: Option<Frontend>,

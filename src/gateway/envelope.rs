@@ -18,7 +18,7 @@ pub enum Transport {
 
 impl Transport {
     /// The `transport` label of metrics and spans.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Transport::Amqp => "amqp",
             Transport::Http => "http",
@@ -99,7 +99,7 @@ pub enum ChoiceReason {
 }
 
 impl ChoiceReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ChoiceReason::RouteOverride => "route_override",
             ChoiceReason::AgentProfile => "agent_profile",
@@ -166,7 +166,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// An outcome that froze and changed nothing a cluster shares.
-    pub fn new(status: Status, outbound: Vec<Outbound>, notes: Vec<Note>) -> Outcome {
+    pub(crate) fn new(status: Status, outbound: Vec<Outbound>, notes: Vec<Note>) -> Outcome {
         Outcome {
             status,
             outbound,

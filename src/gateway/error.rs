@@ -19,7 +19,7 @@ pub enum Disposition {
 }
 
 impl Disposition {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Disposition::Poison => "poison",
             Disposition::Transient => "transient",

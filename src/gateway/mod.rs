@@ -7,8 +7,8 @@
 //! agent call for (through the compile.lock); pass everything else through untouched.
 
 pub mod choose;
-pub mod envelope;
-pub mod error;
+pub(crate) mod envelope;
+pub(crate) mod error;
 pub(crate) mod negotiate;
 pub mod payload;
 pub(crate) mod route;
@@ -109,7 +109,7 @@ impl Gateway {
         Gateway { config, store, decode_options, tokens: TokenCache::new(TOKEN_CACHE_ENTRIES) }
     }
 
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.config
     }
 
@@ -125,7 +125,7 @@ impl Gateway {
     /// Handles an agent's answer to a request: like any message (ledger, sanitiser,
     /// validator, the conversation's turn), but it goes back to the asker, every SILP payload
     /// written in `form`, the form the asker reads ([`payload::answer_form`]).
-    pub fn handle_answer(&self, answer: Inbound, form: OutputForm) -> Outcome {
+    pub(crate) fn handle_answer(&self, answer: Inbound, form: OutputForm) -> Outcome {
         self.run(answer, Some(form))
     }
 
@@ -188,7 +188,7 @@ impl Gateway {
     ///
     /// # Errors
     /// The store failed.
-    pub fn take_back(
+    pub(crate) fn take_back(
         &self,
         message_id: &str,
         token: &str,
@@ -209,7 +209,7 @@ impl Gateway {
     ///
     /// # Errors
     /// The store failed.
-    pub fn take_back_turn(
+    pub(crate) fn take_back_turn(
         &self,
         token: &str,
         turn: &store::Turn,

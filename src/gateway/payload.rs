@@ -28,7 +28,7 @@ pub enum SilpForm {
 
 /// What a receiver gets: the IR itself or one frontend's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputForm {
+pub(crate) enum OutputForm {
     Ir,
     Surface(Frontend),
 }
@@ -43,7 +43,7 @@ const SILP_PREFIX: &str = "silp-";
 /// # Errors
 /// `unsupported_frontend` for a `silp-*` subformat silpgate cannot read: forwarding it
 /// unchecked would let a payload past the validator under a name nobody reads.
-pub fn silp_form(subformat: &str) -> Result<Option<SilpForm>, SilpError> {
+pub(crate) fn silp_form(subformat: &str) -> Result<Option<SilpForm>, SilpError> {
     // Read as a receiver would read it: `" silp-code"` is SILP code, and is validated as such.
     let subformat = subformat.trim();
     let is_silp = subformat.get(..SILP_PREFIX.len()).is_some_and(|p| p.eq_ignore_ascii_case(SILP_PREFIX));
@@ -67,7 +67,7 @@ pub fn silp_form(subformat: &str) -> Result<Option<SilpForm>, SilpError> {
 
 /// The form an asker reads answers in: the form of its request's first SILP payload, or the
 /// natural-language rendering when it sent none (plain NLIP text).
-pub fn answer_form(request: &crate::nlip::Message) -> OutputForm {
+pub(crate) fn answer_form(request: &crate::nlip::Message) -> OutputForm {
     let top = std::iter::once(request.subformat.as_str());
     let subs = request.submessages().iter().map(|s| s.subformat.as_str());
     match top.chain(subs).find_map(|subformat| silp_form(subformat).ok().flatten()) {
@@ -208,7 +208,7 @@ fn derived_req_id(value: &Value, len: usize) -> String {
 
 /// `(format, subformat, content)` of an IR written in `form`; `text` is the compiled surface
 /// text (through the compile.lock) for surface forms.
-pub fn render(ir: &Ir, form: OutputForm, text: Option<String>) -> (Format, &'static str, Content) {
+pub(crate) fn render(ir: &Ir, form: OutputForm, text: Option<String>) -> (Format, &'static str, Content) {
     match form {
         OutputForm::Ir => (Format::Structured, "silp-ir", Content::Json(ir.to_value())),
         OutputForm::Surface(frontend) => {

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 /// The heartbeat value that means "never renew".
-pub const NO_HEARTBEAT: u32 = 9999;
+pub(crate) const NO_HEARTBEAT: u32 = 9999;
 
 /// One slice of the session id space: the ids at positions `index`, `index + count`, ...
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub struct Partition {
 
 impl Partition {
     /// Whether `id` lies in this slice.
-    pub fn holds(&self, id: &str) -> bool {
+    pub(crate) fn holds(&self, id: &str) -> bool {
         id_position(id).is_some_and(|p| p % usize::from(self.count.max(1)) == usize::from(self.index))
     }
 }
@@ -94,18 +94,18 @@ pub fn count_turn(
 /// The session as it stood before `turn` was counted, if `now` is the session just after it
 /// (no later turn counted, not expired since). Its last activity stays: the message that
 /// counted the turn was activity too.
-pub fn uncount_turn(now: &SessionRecord, turn: &Turn) -> Option<SessionRecord> {
+pub(crate) fn uncount_turn(now: &SessionRecord, turn: &Turn) -> Option<SessionRecord> {
     let counted_last = now.id == turn.id && now.turns == turn.turn && !now.expired;
     let turns = now.turns.checked_sub(1).filter(|_| counted_last)?;
     Some(SessionRecord { turns, renewal_due: turn.renewed, ..now.clone() })
 }
 
 /// The label of the submessage that tells a message's receiver that its session renewed.
-pub const RENEWAL_LABEL: &str = "silp-renewal";
+pub(crate) const RENEWAL_LABEL: &str = "silp-renewal";
 
 /// The renewal notice for a renewed turn: `{"silp":"v1","session":..,"renewed":true,"turn":..}`
 /// as a `structured`/`json` submessage labelled [`RENEWAL_LABEL`].
-pub fn renewal_notice(turn: &Turn) -> Submessage {
+pub(crate) fn renewal_notice(turn: &Turn) -> Submessage {
     Submessage::new(Format::Structured, "json", Content::Json(renewal_content(turn)))
         .with_label(RENEWAL_LABEL)
 }

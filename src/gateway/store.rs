@@ -40,7 +40,7 @@ pub struct SessionRecord {
 
 impl SessionRecord {
     /// A session of conversation `token` that begins `now`, before its first turn.
-    pub fn begin(
+    pub(crate) fn begin(
         id: String,
         token: &str,
         heartbeat: u32,
@@ -129,7 +129,7 @@ pub struct Turn {
 
 impl LedgerState {
     /// The entry as a replica receives it, beside the session it carries.
-    pub fn for_replica(&self) -> LedgerState {
+    pub(crate) fn for_replica(&self) -> LedgerState {
         match self {
             LedgerState::Pending { turn, .. } => LedgerState::Pending { turn: turn.clone(), session: None },
             LedgerState::Published => LedgerState::Published,
@@ -164,7 +164,7 @@ pub struct Changes {
 }
 
 impl Changes {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.sessions.is_empty()
             && self.profiles.is_empty()
             && self.freezes.is_empty()
@@ -217,7 +217,7 @@ pub trait Store: Send + Sync {
 }
 
 /// The future of [`Store::flush_async`].
-pub type FlushFuture<'a> =
+pub(crate) type FlushFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 /// All state in memory, behind one mutex.

@@ -36,7 +36,7 @@ struct Collecting {
 
 /// The forwarded messages whose replies are awaited, by correlation id.
 #[derive(Default)]
-pub struct Forwards {
+pub(crate) struct Forwards {
     pending: Mutex<HashMap<String, Collecting>>,
 }
 
@@ -47,21 +47,21 @@ impl Forwards {
 
     /// Starts waiting for the replies to the message forwarded under `correlation`, before it
     /// is published (a reply may come back before the publish's confirm).
-    pub fn expect(&self, correlation: &str) -> oneshot::Receiver<Vec<Message>> {
+    pub(crate) fn expect(&self, correlation: &str) -> oneshot::Receiver<Vec<Message>> {
         let (to, replies) = oneshot::channel();
         self.lock().insert(correlation.to_owned(), Collecting { replies: Vec::new(), to });
         replies
     }
 
     /// The message was not forwarded after all.
-    pub fn cancel(&self, correlation: &str) {
+    pub(crate) fn cancel(&self, correlation: &str) {
         self.lock().remove(correlation);
     }
 
     /// A reply from a partition's owner to the message forwarded under `correlation`, the
     /// `index`-th of `count`. The reply comes back when no forwarded message waits under that
     /// id (it is some agent's answer, or its asker is gone).
-    pub fn replied(
+    pub(crate) fn replied(
         &self,
         correlation: &str,
         reply: Message,
@@ -82,17 +82,14 @@ impl Forwards {
     }
 
     /// Forgets the waits whose askers are gone (a timeout, a closed socket).
-    pub fn prune(&self) {
+    pub(crate) fn prune(&self) {
         self.lock().retain(|_, collecting| !collecting.to.is_closed());
     }
 
     /// Forwarded messages awaiting replies now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -125,6 +122,6 @@ mod tests {
         assert_eq!(forwards.len(), 1);
         drop(kept);
         forwards.prune();
-        assert!(forwards.is_empty());
+        assert_eq!(forwards.len(), 0);
     }
 }

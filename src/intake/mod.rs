@@ -55,7 +55,7 @@ use tracing::{Instrument, info_span};
 pub(crate) use waiting::{InPlace, ReturnPath, Returned, Waiter, Waiting};
 
 /// A message a door hands in.
-pub struct Arrival {
+pub(crate) struct Arrival {
     pub envelope: Message,
     pub origin: Origin,
     /// The message's span (a [`crate::telemetry::message_span!`]); the intake's stages are its
@@ -71,7 +71,7 @@ pub struct Arrival {
 
 /// What became of a message the core accepted.
 #[derive(Debug, Default)]
-pub struct Taken {
+pub(crate) struct Taken {
     /// Envelopes for the sender now, in order (a reply route, a ping's answer).
     pub replies: Vec<Message>,
     /// Already handled before (a redelivery): nothing was done again.
@@ -95,7 +95,7 @@ pub struct Taken {
 
 /// Why a message was not taken, and what the sender is told.
 #[derive(Debug)]
-pub struct NotTaken {
+pub(crate) struct NotTaken {
     pub failure: Failure,
     /// Envelopes for the sender (the error message), in order.
     pub replies: Vec<Message>,
@@ -103,7 +103,7 @@ pub struct NotTaken {
 
 /// Why a message failed.
 #[derive(Debug, thiserror::Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     #[error(transparent)]
     Gateway(#[from] GatewayError),
     #[error(transparent)]
@@ -121,7 +121,7 @@ pub enum Failure {
 
 impl Failure {
     /// The one place a message's failure maps to a disposition.
-    pub fn disposition(&self) -> Disposition {
+    pub(crate) fn disposition(&self) -> Disposition {
         match self {
             Failure::Gateway(e) => e.disposition(),
             Failure::Delivery(e) => e.disposition(),
@@ -130,7 +130,7 @@ impl Failure {
         }
     }
 
-    pub fn code(&self) -> &str {
+    pub(crate) fn code(&self) -> &str {
         match self {
             Failure::Gateway(e) => e.code(),
             Failure::Delivery(e) => e.code(),
@@ -141,7 +141,7 @@ impl Failure {
 }
 
 /// The intake: the core, the agents, and the requests waiting for answers.
-pub struct Intake {
+pub(crate) struct Intake {
     gateway: Gateway,
     agents: Agents,
     waiting: Waiting,
@@ -153,7 +153,7 @@ pub struct Intake {
 }
 
 impl Intake {
-    pub fn new(gateway: Gateway, agents: Agents) -> Self {
+    pub(crate) fn new(gateway: Gateway, agents: Agents) -> Self {
         let timeout = Duration::from_millis(gateway.config().gateway.reply_timeout_ms.max(1));
         let ids = Ids::new(&gateway.config().gateway.name);
         let waiting = Waiting::new(timeout);
@@ -163,7 +163,7 @@ impl Intake {
     /// In cluster mode: messages taken here share what they froze and learnt on the cluster's
     /// lock stream, through the AMQP side's connection.
     #[must_use]
-    pub fn in_cluster(mut self, cluster: Arc<Cluster>, broker: BrokerLink) -> Self {
+    pub(crate) fn in_cluster(mut self, cluster: Arc<Cluster>, broker: BrokerLink) -> Self {
         self.cluster = Some((cluster, broker));
         self
     }
@@ -197,29 +197,29 @@ impl Intake {
         shared
     }
 
-    pub fn gateway(&self) -> &Gateway {
+    pub(crate) fn gateway(&self) -> &Gateway {
         &self.gateway
     }
 
-    pub fn waiting(&self) -> &Waiting {
+    pub(crate) fn waiting(&self) -> &Waiting {
         &self.waiting
     }
 
-    pub fn forwards(&self) -> &forward::Forwards {
+    pub(crate) fn forwards(&self) -> &forward::Forwards {
         &self.forwards
     }
 
     /// Whether a front-door message goes to its partition's owner instead of being taken here:
     /// in cluster mode, when it belongs to a conversation. A message without a conversation
     /// token has no session to keep in one place, and is taken by whichever instance has it.
-    pub fn forwards_to_owner(&self, envelope: &Message) -> bool {
+    pub(crate) fn forwards_to_owner(&self, envelope: &Message) -> bool {
         self.cluster.is_some() && envelope.conversation_token().is_some()
     }
 
     /// Publishes a front-door message to its partition (see [`forward`]) and returns the wait
     /// for the owner's replies, once the broker has confirmed it. `source` is the door's name,
     /// which the owner's routes match on.
-    pub async fn forward(
+    pub(crate) async fn forward(
         &self,
         envelope: &Message,
         (transport, source): (Transport, &str),
@@ -255,7 +255,7 @@ impl Intake {
     /// produced to its agents. The door settles the message by the result: a door that takes
     /// a message this way does not try it again, so a message that fails here leaves no turn
     /// counted ([`take_back`](Self::take_back)) and its sender may send it again.
-    pub async fn take(&self, arrival: Arrival) -> Result<Taken, NotTaken> {
+    pub(crate) async fn take(&self, arrival: Arrival) -> Result<Taken, NotTaken> {
         let planned = self.plan(arrival)?;
         if let Err(e) = self.make_durable(&[&planned]).await {
             return Err(planned.refuse(refusal(GatewayError::Store(e).into())));
@@ -300,7 +300,7 @@ impl Intake {
     /// core refused it; `Err(None)` for a message not planned here (`None` in: the door could
     /// not read it; or the flush failed), which the door takes on its one-at-a-time path,
     /// where it meets its failure again and knows what to do.
-    pub async fn plan_window(
+    pub(crate) async fn plan_window(
         &self,
         arrivals: Vec<Option<Arrival>>,
     ) -> Vec<Result<Planned<'_>, Option<NotTaken>>> {
@@ -326,7 +326,7 @@ impl Intake {
     ///
     /// # Errors
     /// The store could not flush: none of the plans' state is known to be durable.
-    pub async fn make_durable(&self, plans: &[&Planned<'_>]) -> Result<(), StoreError> {
+    pub(crate) async fn make_durable(&self, plans: &[&Planned<'_>]) -> Result<(), StoreError> {
         let durable: Vec<&&Planned<'_>> = plans.iter().filter(|p| p.needs_flush()).collect();
         if durable.is_empty() {
             return Ok(());
@@ -345,7 +345,7 @@ impl Intake {
     /// through every door. CBOR that does not decode gets the failure message of ECMA-432
     /// §11, with its hint to fall back to text; anything else gets the core's error for the
     /// envelope, saying where it broke.
-    pub fn unreadable(&self, error: NlipError, encoding: Encoding) -> NotTaken {
+    pub(crate) fn unreadable(&self, error: NlipError, encoding: Encoding) -> NotTaken {
         let reply = if encoding == Encoding::Cbor && error.kind == NlipErrorKind::InvalidEncoding {
             let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", error.message);
             reply::error_message(error.kind.code(), &message, &Location::None)
@@ -363,7 +363,7 @@ impl Intake {
     /// state, which is not yet durable. A door that plans several messages makes them durable
     /// with one [`Store::flush_async`](crate::gateway::store::Store::flush_async) for all,
     /// then delivers each with [`deliver_planned`](Self::deliver_planned).
-    pub fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, NotTaken> {
+    pub(crate) fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, NotTaken> {
         let Arrival { envelope, origin, span, answers, content_id } = arrival;
         crate::telemetry::record_format(&span, &envelope);
         let form = payload::answer_form(&envelope);
@@ -403,7 +403,7 @@ impl Intake {
 
     /// The second half of [`take`](Self::take), once the plan's state is durable: delivers
     /// what the core produced to its agents.
-    pub async fn deliver_planned(&self, planned: Planned<'_>) -> Result<Taken, NotTaken> {
+    pub(crate) async fn deliver_planned(&self, planned: Planned<'_>) -> Result<Taken, NotTaken> {
         if planned.duplicate {
             return Ok(Taken { duplicate: true, ..Taken::default() });
         }
@@ -614,7 +614,7 @@ impl Intake {
     /// An agent's answer to the wait `id` (its correlation id): through the core, written for
     /// the asker, then to the asker's door. `from` says which agent and transport it came
     /// from; an AMQP answer whose agent names its broker `user` is believed only from that user.
-    pub async fn answer(&self, id: &str, envelope: Message, from: Origin) -> Result<(), AnswerError> {
+    pub(crate) async fn answer(&self, id: &str, envelope: Message, from: Origin) -> Result<(), AnswerError> {
         let metrics = crate::metrics::get();
         let Some(waiter) = self.waiting.take(id) else {
             metrics.replies_orphaned.with_label_values(&["timeout"]).inc();
@@ -703,7 +703,7 @@ impl Intake {
 
     /// Ends the waits whose time is up, telling each asker with a `timeout` error; forgets the
     /// forwarded messages whose askers stopped waiting.
-    pub async fn expire_due(&self) {
+    pub(crate) async fn expire_due(&self) {
         self.forwards.prune();
         for waiter in self.waiting.expired(Instant::now()) {
             self.tell_timeout(&waiter.agent, &waiter.path).await;
@@ -718,7 +718,7 @@ impl Intake {
     }
 
     /// Expires waits every 50 ms, until the process ends.
-    pub async fn expire_forever(self: Arc<Self>) {
+    pub(crate) async fn expire_forever(self: Arc<Self>) {
         let mut every = tokio::time::interval(Duration::from_millis(50));
         loop {
             every.tick().await;
@@ -739,7 +739,7 @@ impl crate::connectors::AnswerPath for Intake {
 }
 
 /// A message the core has decided and committed, not yet durable nor delivered.
-pub struct Planned<'a> {
+pub(crate) struct Planned<'a> {
     span: tracing::Span,
     base_id: String,
     origin: Origin,
@@ -757,12 +757,12 @@ pub struct Planned<'a> {
 
 impl Planned<'_> {
     /// Whether the plan wrote anything that must be durable before it is delivered.
-    pub fn needs_flush(&self) -> bool {
+    pub(crate) fn needs_flush(&self) -> bool {
         !self.duplicate
     }
 
     /// The plan failed after all (its state could not be made durable).
-    pub fn refuse(self, refused: NotTaken) -> NotTaken {
+    pub(crate) fn refuse(self, refused: NotTaken) -> NotTaken {
         failed(&self.span, self.origin.transport, refused)
     }
 }

@@ -132,7 +132,7 @@ async fn an_answer_given_in_the_call_comes_back_with_the_message_and_starts_no_w
     let answer = taken.answer.expect("the agent's answer, in hand");
     assert_eq!(answer.content.as_str(), Some("cancel(order1)"), "in the form the sender wrote: {answer:?}");
     assert_eq!(taken.awaiting, None);
-    assert!(intake.waiting().is_empty(), "no wait was started for an answer already in hand");
+    assert_eq!(intake.waiting().len(), 0, "no wait was started for an answer already in hand");
     assert_eq!(turns(&store), 2, "the request's turn and the answer's");
 }
 
@@ -181,5 +181,5 @@ async fn an_agent_that_takes_a_request_without_answering_confirms_the_delivery()
     let answer = taken.answer.expect("the delivery's confirmation, not a wait that times out");
     let id = agent.received.lock().unwrap()[0].message_id.clone();
     assert_eq!(reply::accepted_ids(&answer), Some(vec![id]));
-    assert!(intake.waiting().is_empty());
+    assert_eq!(intake.waiting().len(), 0);
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Why an answer could not be handed to its asker's door.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum Returned {
+pub(crate) enum Returned {
     /// The asker is gone (the socket closed, the HTTP request ended): nobody will take it.
     #[error("the requester is gone")]
     Gone,
@@ -28,7 +28,7 @@ pub enum Returned {
 }
 
 /// How an answer reaches the door its request came through.
-pub trait ReturnPath: Send + Sync {
+pub(crate) trait ReturnPath: Send + Sync {
     fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>>;
 }
 
@@ -53,7 +53,7 @@ impl ReturnPath for InPlace {
 
 /// One request waiting for its agent.
 #[derive(Clone)]
-pub struct Waiter {
+pub(crate) struct Waiter {
     pub agent: String,
     /// The form the asker reads SILP in.
     pub form: OutputForm,
@@ -94,17 +94,17 @@ impl Inner {
 }
 
 /// Every request waiting for an answer.
-pub struct Waiting {
+pub(crate) struct Waiting {
     inner: Mutex<Inner>,
     timeout: Duration,
 }
 
 impl Waiting {
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         Waiting { inner: Mutex::default(), timeout }
     }
 
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
@@ -113,7 +113,7 @@ impl Waiting {
     }
 
     /// Starts a wait for the answer to parcel `id`.
-    pub fn wait(&self, id: &str, waiter: Waiter) {
+    pub(crate) fn wait(&self, id: &str, waiter: Waiter) {
         let deadline = waiter.since + self.timeout;
         let mut inner = self.lock();
         inner.by_id.insert(id.to_owned(), waiter);
@@ -121,12 +121,12 @@ impl Waiting {
     }
 
     /// Ends the wait for `id` and returns it, if it is still waiting.
-    pub fn take(&self, id: &str) -> Option<Waiter> {
+    pub(crate) fn take(&self, id: &str) -> Option<Waiter> {
         self.lock().by_id.remove(id)
     }
 
     /// Puts a wait back whose answer could not be passed on yet, if its time is not up.
-    pub fn restore(&self, id: &str, waiter: Waiter) {
+    pub(crate) fn restore(&self, id: &str, waiter: Waiter) {
         if waiter.since + self.timeout > Instant::now() {
             self.lock().by_id.insert(id.to_owned(), waiter);
         }
@@ -134,7 +134,7 @@ impl Waiting {
 
     /// Ends the waits whose time is up, and returns them; their requests are concluded (the
     /// caller tells each sender).
-    pub fn expired(&self, now: Instant) -> Vec<Waiter> {
+    pub(crate) fn expired(&self, now: Instant) -> Vec<Waiter> {
         let mut inner = self.lock();
         let mut expired = Vec::new();
         while inner.deadlines.front().is_some_and(|(deadline, _)| *deadline <= now) {
@@ -148,7 +148,7 @@ impl Waiting {
     }
 
     /// Notes that `request`'s sender heard its outcome. False if it had already.
-    pub fn conclude(&self, request: &str) -> bool {
+    pub(crate) fn conclude(&self, request: &str) -> bool {
         let mut inner = self.lock();
         let first = !inner.concluded.contains_key(request);
         inner.conclude(request.to_owned(), Instant::now());
@@ -156,17 +156,14 @@ impl Waiting {
     }
 
     /// Whether `request`'s sender has heard its outcome.
-    pub fn is_concluded(&self, request: &str) -> bool {
+    pub(crate) fn is_concluded(&self, request: &str) -> bool {
         self.lock().concluded.contains_key(request)
     }
 
     /// Requests waiting now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().by_id.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -192,7 +189,7 @@ mod tests {
         assert!(waiting.expired(start).is_empty(), "nothing is due yet");
         let due = waiting.expired(start + Duration::from_secs(1));
         assert_eq!(due.len(), 1, "only the wait still open expires");
-        assert!(waiting.is_empty());
+        assert_eq!(waiting.len(), 0);
         assert!(waiting.is_concluded("m"), "its sender heard the timeout");
         assert!(!waiting.conclude("m"), "and hears nothing more");
         assert!(waiting.conclude("other"));

@@ -26,7 +26,7 @@ pub enum Encoding {
 }
 
 impl Encoding {
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Encoding::Json => "application/json",
             Encoding::Cbor => "application/cbor",

@@ -17,7 +17,7 @@ pub enum NlipErrorKind {
 }
 
 impl NlipErrorKind {
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             NlipErrorKind::InvalidEncoding => "invalid_encoding",
             NlipErrorKind::InvalidEnvelope => "invalid_envelope",
@@ -36,15 +36,15 @@ pub struct NlipError {
 }
 
 impl NlipError {
-    pub fn new(kind: NlipErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: NlipErrorKind, message: impl Into<String>) -> Self {
         NlipError { kind, path: None, message: message.into() }
     }
 
-    pub fn at(kind: NlipErrorKind, path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn at(kind: NlipErrorKind, path: impl Into<String>, message: impl Into<String>) -> Self {
         NlipError { kind, path: Some(path.into()), message: message.into() }
     }
 
-    pub fn envelope(path: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn envelope(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self::at(NlipErrorKind::InvalidEnvelope, path, message)
     }
 }

@@ -31,7 +31,7 @@ impl Format {
         Format::Error,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Format::Text => "text",
             Format::Token => "token",
@@ -44,7 +44,7 @@ impl Format {
     }
 
     /// Case-insensitive, as ECMA-430 §5 says values are.
-    pub fn parse(s: &str) -> Option<Format> {
+    pub(crate) fn parse(s: &str) -> Option<Format> {
         Format::ALL.into_iter().find(|f| f.as_str().eq_ignore_ascii_case(s))
     }
 }
@@ -80,7 +80,7 @@ impl Content {
     }
 
     /// The content as a JSON value: as held, or parsed from its raw text; `None` for binary.
-    pub fn json(&self) -> Option<Cow<'_, Value>> {
+    pub(crate) fn json(&self) -> Option<Cow<'_, Value>> {
         match self {
             Content::Json(value) => Some(Cow::Borrowed(value)),
             Content::Raw(raw) => Some(Cow::Owned(raw.value())),
@@ -111,7 +111,7 @@ pub struct RawJson {
 
 impl RawJson {
     /// Deepest nesting kept raw, well inside serde_json's recursion limit of 128.
-    pub const MAX_DEPTH: usize = 100;
+    pub(crate) const MAX_DEPTH: usize = 100;
 
     /// `raw` kept, or given back when it nests deeper than [`RawJson::MAX_DEPTH`].
     pub fn new(raw: Box<RawValue>) -> Result<RawJson, Box<RawValue>> {
@@ -124,11 +124,11 @@ impl RawJson {
     }
 
     /// How deep arrays and objects nest in it (a scalar is 0, `{}` is 1).
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.depth
     }
 
-    pub fn value(&self) -> Value {
+    pub(crate) fn value(&self) -> Value {
         serde_json::from_str(self.raw.get()).expect("valid JSON within the recursion limit reads back")
     }
 }
@@ -191,17 +191,17 @@ impl Submessage {
         Submessage { format, subformat: subformat.into(), content, label: None, extra: Map::new() }
     }
 
-    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+    pub(crate) fn with_label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
         self
     }
 
-    pub fn is_token(&self) -> bool {
+    pub(crate) fn is_token(&self) -> bool {
         self.format == Format::Token
     }
 
     /// A conversation token: subformat `conversation` or `conversation_<suffix>` (§6.2.1).
-    pub fn is_conversation_token(&self) -> bool {
+    pub(crate) fn is_conversation_token(&self) -> bool {
         self.is_token() && has_prefix_word(&self.subformat, "conversation")
     }
 
@@ -234,7 +234,7 @@ impl Message {
     }
 
     /// An English text message, as the SDK's `create_text` makes.
-    pub fn text(content: impl Into<String>) -> Self {
+    pub(crate) fn text(content: impl Into<String>) -> Self {
         Message::new(Format::Text, "english", Content::text(content))
     }
 
@@ -268,7 +268,7 @@ impl Message {
     }
 
     /// Every token submessage, in order: what a reply must echo (§6.2).
-    pub fn tokens(&self) -> impl Iterator<Item = &Submessage> {
+    pub(crate) fn tokens(&self) -> impl Iterator<Item = &Submessage> {
         self.submessages().iter().filter(|s| s.is_token())
     }
 }

@@ -2,10 +2,10 @@
 //! parsing with clear errors, canonical writing, token and control conventions, and the error
 //! messages silpgate sends back. It knows nothing about SILP or any transport.
 
-pub mod codec;
-pub mod error;
+pub(crate) mod codec;
+pub(crate) mod error;
 mod items;
-pub mod message;
+pub(crate) mod message;
 pub mod reply;
 
 pub use codec::{Encoding, Limits, decode, encode, to_json};

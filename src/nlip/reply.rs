@@ -19,7 +19,7 @@ pub enum Location {
 }
 
 /// The label of the structured detail submessage of an error message.
-pub const ERROR_DETAIL_LABEL: &str = "error";
+pub(crate) const ERROR_DETAIL_LABEL: &str = "error";
 
 /// The code of an error message (`code` in its structured detail; `error` when it names
 /// none), or `None` for a message that is not an error.
@@ -62,7 +62,7 @@ pub fn error_message(code: &str, message: &str, location: &Location) -> Message 
 
 /// Appends to `reply` every token submessage of `request`, unchanged and in order, except the
 /// tokens this endpoint created itself (`conversation_<own_suffix>`, `authentication_<own_suffix>`).
-pub fn echo_tokens(reply: &mut Message, request: &Message, own_suffix: &str) {
+pub(crate) fn echo_tokens(reply: &mut Message, request: &Message, own_suffix: &str) {
     for token in request.tokens() {
         let own = token.subformat.rsplit_once('_').is_some_and(|(_, suffix)| suffix == own_suffix);
         if !own {
@@ -74,13 +74,13 @@ pub fn echo_tokens(reply: &mut Message, request: &Message, own_suffix: &str) {
 /// The control message that confirms a delivery whose agent gave no answer: nobody waited for
 /// one (`await = "none"`), or the agent took the request without answering (an HTTP 2xx
 /// without a body). `ids` are the ids of the envelopes the agents got.
-pub fn accepted(ids: &[String]) -> Message {
+pub(crate) fn accepted(ids: &[String]) -> Message {
     let content = serde_json::json!({ "delivered": ids });
     Message::new(Format::Structured, "json", Content::Json(content)).with_messagetype("control")
 }
 
 /// The ids an [`accepted`] message confirms, if `message` is one.
-pub fn accepted_ids(message: &Message) -> Option<Vec<String>> {
+pub(crate) fn accepted_ids(message: &Message) -> Option<Vec<String>> {
     let Content::Json(content) = &message.content else { return None };
     let object = content.as_object().filter(|o| o.len() == 1 && message.is_control())?;
     let ids = object.get("delivered")?.as_array()?;

@@ -13,15 +13,15 @@
 use super::ir::Ir;
 
 /// The revision these warnings come from.
-pub const REVISION: &str = "draft-02";
+pub(crate) const REVISION: &str = "draft-02";
 /// The revision of every other warning.
-pub const BASE_REVISION: &str = "draft-00";
+pub(crate) const BASE_REVISION: &str = "draft-00";
 
 /// The keywords whose named behaviour -02 leaves undefined.
 const UNDEFINED: [&str; 3] = ["parallel", "reason_first", "reason_last"];
 
 /// -02's warnings about an IR.
-pub fn warnings(ir: &Ir) -> Vec<String> {
+pub(crate) fn warnings(ir: &Ir) -> Vec<String> {
     ir.meta
         .seq
         .iter()
@@ -36,7 +36,7 @@ pub fn warnings(ir: &Ir) -> Vec<String> {
 }
 
 /// The draft revision a validator warning comes from.
-pub fn revision_of(warning: &str) -> &'static str {
+pub(crate) fn revision_of(warning: &str) -> &'static str {
     if warning.starts_with(REVISION) { REVISION } else { BASE_REVISION }
 }
 

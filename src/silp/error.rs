@@ -56,15 +56,15 @@ pub struct SilpError {
 }
 
 impl SilpError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         SilpError { code, span: None, message: message.into() }
     }
 
-    pub fn at(code: ErrorCode, span: Range<usize>, message: impl Into<String>) -> Self {
+    pub(crate) fn at(code: ErrorCode, span: Range<usize>, message: impl Into<String>) -> Self {
         SilpError { code, span: Some(span), message: message.into() }
     }
 
-    pub fn syntax(span: Range<usize>, message: impl Into<String>) -> Self {
+    pub(crate) fn syntax(span: Range<usize>, message: impl Into<String>) -> Self {
         Self::at(ErrorCode::InvalidSyntax, span, message)
     }
 

@@ -9,15 +9,15 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// Unknown fields of an extensible IR object, in arrival order.
-pub type Extras = Map<String, Value>;
+pub(crate) type Extras = Map<String, Value>;
 
 /// IR text: inline up to 24 bytes, so that decoding a payload allocates little.
-pub type Text = compact_str::CompactString;
+pub(crate) type Text = compact_str::CompactString;
 
 /// The IR version this crate speaks.
-pub const SILP_VERSION: &str = "v1";
+pub(crate) const SILP_VERSION: &str = "v1";
 /// The default `version` field.
-pub const IR_VERSION: &str = "ir-v0.1";
+pub(crate) const IR_VERSION: &str = "ir-v0.1";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ir {
@@ -87,23 +87,23 @@ impl Meta {
 
 impl Entity {
     /// An argument of the primary action (action absent or equal to the intent).
-    pub fn is_primary(&self, intent: &str) -> bool {
+    pub(crate) fn is_primary(&self, intent: &str) -> bool {
         self.action.as_deref().is_none_or(|a| a == intent)
     }
 }
 
 impl Constraint {
-    pub fn new(kind: impl Into<Text>, value: impl Into<Text>) -> Self {
+    pub(crate) fn new(kind: impl Into<Text>, value: impl Into<Text>) -> Self {
         Constraint { kind: kind.into(), value: value.into(), time: None, extra: Extras::new() }
     }
 
     /// The `subject` extra, when it is a string.
-    pub fn subject(&self) -> Option<&str> {
+    pub(crate) fn subject(&self) -> Option<&str> {
         self.extra.get("subject").and_then(Value::as_str)
     }
 
     /// The `operator` extra, when it is a string.
-    pub fn operator(&self) -> Option<&str> {
+    pub(crate) fn operator(&self) -> Option<&str> {
         self.extra.get("operator").and_then(Value::as_str)
     }
 }
@@ -126,13 +126,13 @@ pub struct Refused;
 
 /// What an IR reader saw besides the IR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Noted {
+pub(crate) struct Noted {
     /// `meta.out` was given: the sender chose the frontend, rather than the default.
     pub out_given: bool,
 }
 
 /// True for an action code as the draft's schema writes it: `^![A-Z][A-Z_]*$`.
-pub fn is_action_code(s: &str) -> bool {
+pub(crate) fn is_action_code(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() >= 2
         && b[0] == b'!'
@@ -185,7 +185,7 @@ impl Ir {
     }
 
     /// [`Ir::to_compact_json`] appended to `out`.
-    pub fn write_compact_json(&self, out: &mut String) {
+    pub(crate) fn write_compact_json(&self, out: &mut String) {
         out.push_str("{\"silp\":");
         json_text::write_str(out, &self.silp);
         out.push_str(",\"version\":");
@@ -222,7 +222,7 @@ impl Ir {
     /// True when every string of the IR, extras and their keys included, is ASCII: then it
     /// holds nothing the sanitiser strips, and an IR read from a tree holds every string of
     /// that tree (declared keys are ASCII, nulls and numbers hold none).
-    pub fn is_ascii(&self) -> bool {
+    pub(crate) fn is_ascii(&self) -> bool {
         let opt = |t: &Option<Text>| t.as_deref().is_none_or(str::is_ascii);
         self.silp.is_ascii()
             && self.version.is_ascii()
@@ -255,7 +255,7 @@ impl Ir {
 
 impl Entity {
     /// `{"id":..,"value":..[,"action":..],extras}`.
-    pub fn write_json(&self, out: &mut String, style: Style) {
+    pub(crate) fn write_json(&self, out: &mut String, style: Style) {
         out.push_str("{\"id\":");
         json_text::write_text(out, &self.id, style);
         out.push_str(",\"value\":");
@@ -268,7 +268,7 @@ impl Entity {
 
 impl Constraint {
     /// `{"type":..,"value":..[,"time":..],extras}`.
-    pub fn write_json(&self, out: &mut String, style: Style) {
+    pub(crate) fn write_json(&self, out: &mut String, style: Style) {
         out.push_str("{\"type\":");
         json_text::write_text(out, &self.kind, style);
         out.push_str(",\"value\":");
@@ -281,7 +281,7 @@ impl Constraint {
 
 impl Alternative {
     /// `{"action":..[,"target":..][,"location":..],extras}`.
-    pub fn write_json(&self, out: &mut String, style: Style) {
+    pub(crate) fn write_json(&self, out: &mut String, style: Style) {
         out.push_str("{\"action\":");
         json_text::write_text(out, &self.action, style);
         write_opt(out, "target", self.target.as_deref(), style);

@@ -9,12 +9,12 @@
 //! assert_eq!(silp::compile(&decoded.ir, Frontend::Code), "if !rain(t+1): start(hike)");
 //! ```
 
-pub mod draft02;
+pub(crate) mod draft02;
 pub mod equivalence;
-pub mod error;
-pub mod frontend;
+pub(crate) mod error;
+pub(crate) mod frontend;
 pub mod ir;
-pub mod req_id;
+pub(crate) mod req_id;
 pub mod sanitize;
 pub mod schema;
 pub mod tokens;
@@ -150,7 +150,7 @@ fn assemble(
 
 /// Parses a JSON document; a syntax error becomes `invalid_syntax` with the byte span of the
 /// place serde_json stopped at.
-pub fn parse_json(text: &str) -> Result<serde_json::Value, SilpError> {
+pub(crate) fn parse_json(text: &str) -> Result<serde_json::Value, SilpError> {
     serde_json::from_str(text).map_err(|e| {
         let at = offset_of(text, e.line(), e.column());
         SilpError::syntax(char_span(text, at), format!("invalid JSON: {}", json_error_text(&e)))

@@ -23,10 +23,10 @@ impl Default for ReqIdMode {
 }
 
 /// Accepted lengths for [`ReqIdMode::Hash`].
-pub const LENGTHS: std::ops::RangeInclusive<usize> = 4..=8;
+pub(crate) const LENGTHS: std::ops::RangeInclusive<usize> = 4..=8;
 
 /// The first `len` (4..=8) hex characters of the SHA-256 of `text`.
-pub fn req_id(text: &str, len: usize) -> Text {
+pub(crate) fn req_id(text: &str, len: usize) -> Text {
     let digest = Sha256::digest(text.as_bytes());
     let len = len.clamp(*LENGTHS.start(), *LENGTHS.end());
     let mut hex = Text::with_capacity(len);

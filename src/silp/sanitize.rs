@@ -53,7 +53,7 @@ impl fmt::Display for Notice {
 
 /// A text with its invisible characters removed, and the way back to offsets in the original.
 #[derive(Debug)]
-pub struct Stripped<'a> {
+pub(crate) struct Stripped<'a> {
     pub text: Cow<'a, str>,
     /// `(offset in stripped text, bytes removed before it)`, one entry per removal.
     shifts: Vec<(usize, usize)>,
@@ -61,19 +61,19 @@ pub struct Stripped<'a> {
 
 impl<'a> Stripped<'a> {
     /// The text as it is, for when sanitising is off.
-    pub fn unchanged(text: &'a str) -> Self {
+    pub(crate) fn unchanged(text: &'a str) -> Self {
         Stripped { text: Cow::Borrowed(text), shifts: Vec::new() }
     }
 
     /// The original offset of a byte offset in the stripped text.
-    pub fn original_offset(&self, offset: usize) -> usize {
+    pub(crate) fn original_offset(&self, offset: usize) -> usize {
         let i = self.shifts.partition_point(|(at, _)| *at <= offset);
         offset + if i == 0 { 0 } else { self.shifts[i - 1].1 }
     }
 }
 
 /// Removes every invisible character, recording a notice for each.
-pub fn strip_invisible<'a>(text: &'a str, notices: &mut Vec<Notice>) -> Stripped<'a> {
+pub(crate) fn strip_invisible<'a>(text: &'a str, notices: &mut Vec<Notice>) -> Stripped<'a> {
     let first = if text.is_ascii() { None } else { text.char_indices().find(|(_, c)| is_invisible(*c)) };
     let Some((first, _)) = first else {
         return Stripped { text: Cow::Borrowed(text), shifts: Vec::new() };
@@ -101,7 +101,10 @@ pub fn strip_invisible<'a>(text: &'a str, notices: &mut Vec<Notice>) -> Stripped
 /// # Errors
 /// `decode_failed` when a key, once stripped, equals another key of its object: which of the
 /// two members is meant cannot be decided.
-pub fn strip_invisible_json(value: &Value, notices: &mut Vec<Notice>) -> Result<Option<Value>, SilpError> {
+pub(crate) fn strip_invisible_json(
+    value: &Value,
+    notices: &mut Vec<Notice>,
+) -> Result<Option<Value>, SilpError> {
     if !has_invisible(value) {
         return Ok(None);
     }
@@ -180,7 +183,7 @@ fn strip_string(s: &str, field: &str, notices: &mut Vec<Notice>) -> String {
 /// normalised with NFKC; the remaining non-ASCII characters are replaced by their confusable
 /// skeleton (Cyrillic `а` -> `a`, dotless `ı` -> `i`). Returns the first character that has no
 /// ASCII reading when the mapping fails.
-pub fn ascii_identifier(raw: &str) -> Result<Cow<'_, str>, char> {
+pub(crate) fn ascii_identifier(raw: &str) -> Result<Cow<'_, str>, char> {
     if raw.is_ascii() {
         return Ok(Cow::Borrowed(raw));
     }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::sync::OnceLock;
 
 /// The schema text, as shipped.
-pub const SCHEMA_JSON: &str = include_str!("schema/silp-ir.schema.json");
+pub(crate) const SCHEMA_JSON: &str = include_str!("schema/silp-ir.schema.json");
 
 /// One way an IR breaks the schema: where (`meta.req_id`, `entities[0].id`) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub fn parse_ir(value: &Value) -> Result<Ir, SilpError> {
 /// [`parse_ir`] for an IR that names no `meta.req_id`, with `req_id` assigned to it: the typed
 /// reader takes it as it is; only an IR it refuses is copied, given the `req_id`, and checked
 /// by the schema validator (so that the error is the one the IR with its `req_id` has).
-pub fn parse_ir_assigning(value: &Value, req_id: &str) -> Result<Ir, SilpError> {
+pub(crate) fn parse_ir_assigning(value: &Value, req_id: &str) -> Result<Ir, SilpError> {
     match super::tree::from_value_assigning(value, req_id) {
         Ok(ir) => {
             check_version(&ir)?;
@@ -103,7 +103,7 @@ fn parse_ir_checked(value: &Value) -> Result<Ir, SilpError> {
 }
 
 /// `unsupported_version` for any `silp` other than the one this crate speaks.
-pub fn check_version(ir: &Ir) -> Result<(), SilpError> {
+pub(crate) fn check_version(ir: &Ir) -> Result<(), SilpError> {
     if ir.silp == SILP_VERSION {
         return Ok(());
     }

@@ -5,7 +5,7 @@
 //!
 //! A value has no repeated keys, so a refusal here is always the schema's.
 
-pub use super::ir::Noted;
+pub(crate) use super::ir::Noted;
 use super::ir::{
     Alternative, Constraint, Entity, Extras, Ir, Meta, Refused, Text, is_action_code, is_req_id,
     is_silp_version,
@@ -26,7 +26,7 @@ pub fn from_value(value: &Value) -> Result<Ir, Refused> {
 ///
 /// # Errors
 /// [`Refused`] as [`from_value`].
-pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
+pub(crate) fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
     read(value, None)
 }
 
@@ -36,7 +36,7 @@ pub fn from_value_noting(value: &Value) -> Result<(Ir, Noted), Refused> {
 ///
 /// # Errors
 /// [`Refused`] as [`from_value`] would refuse the IR with `req_id` inserted.
-pub fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> {
+pub(crate) fn from_value_assigning(value: &Value, req_id: &str) -> Result<Ir, Refused> {
     if !is_req_id(req_id) {
         return Err(Refused);
     }

@@ -33,7 +33,7 @@ pub fn read(text: &str) -> Result<Ir, Refused> {
 
 /// [`read`], noting whether `meta.out` was given, which the IR alone cannot tell from the
 /// default.
-pub fn read_noting(text: &str) -> Result<(Ir, Noted), Refused> {
+pub(crate) fn read_noting(text: &str) -> Result<(Ir, Noted), Refused> {
     let out_given = Cell::new(false);
     let mut de = serde_json::Deserializer::from_str(text);
     let ir = de

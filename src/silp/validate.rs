@@ -31,7 +31,7 @@ pub struct Report {
 }
 
 /// The operators `operator_validity` accepts.
-pub const VALID_OPERATORS: [&str; 6] = ["!=", "<", "<=", "==", ">", ">="];
+pub(crate) const VALID_OPERATORS: [&str; 6] = ["!=", "<", "<=", "==", ">", ">="];
 const SEQ_KEYWORDS: [&str; 4] = ["reason_first", "reason_last", "parallel", "sequential"];
 
 /// Validates an IR given as JSON: schema first (stopping there on failure, as the reference
@@ -110,7 +110,7 @@ pub fn errors(ir: &Ir, options: ValidateOptions) -> Vec<String> {
 }
 
 /// The rules that only warn, in the order [`validate`] reports them.
-pub fn warnings(ir: &Ir) -> Vec<String> {
+pub(crate) fn warnings(ir: &Ir) -> Vec<String> {
     let mut warnings = Vec::new();
     let ids = Ids::new(&ir.entities);
 

@@ -23,11 +23,11 @@ pub const APPROVED: [&str; 13] = [
 pub const EXCLUDED: [(&str, &str); 2] = [("SWITCH_TOOL", "SWITCH"), ("ESCALATE", "RAISE")];
 
 /// True when `verb` (without `!`) is approved.
-pub fn is_approved(verb: &str) -> bool {
+pub(crate) fn is_approved(verb: &str) -> bool {
     APPROVED.contains(&verb)
 }
 
 /// The replacement for an excluded verb.
-pub fn replacement(verb: &str) -> Option<&'static str> {
+pub(crate) fn replacement(verb: &str) -> Option<&'static str> {
     EXCLUDED.iter().find(|(v, _)| *v == verb).map(|(_, r)| *r)
 }

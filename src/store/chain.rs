@@ -16,7 +16,7 @@ use std::fmt;
 /// The chain's HMAC key from the environment variable named by `store.hmac_key_env` (or a
 /// command's `--key-env`), if one is named; the daemon and the commands read it alike. A key
 /// shorter than [`MIN_KEY_BYTES`] is refused here, before any store is opened.
-pub fn key_from_env(var: Option<&str>) -> Result<Option<Vec<u8>>, String> {
+pub(crate) fn key_from_env(var: Option<&str>) -> Result<Option<Vec<u8>>, String> {
     let Some(var) = var else { return Ok(None) };
     match std::env::var_os(var) {
         Some(v) if !v.is_empty() => {
@@ -57,7 +57,7 @@ pub struct Head {
 
 /// The shortest key a chain may be sealed with: an HMAC-SHA256 key shorter than its 32-byte
 /// output is weaker than the hash it keys.
-pub const MIN_KEY_BYTES: usize = 32;
+pub(crate) const MIN_KEY_BYTES: usize = 32;
 
 /// A key refused before anything is sealed with it. The key itself is never part of the text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,14 +96,14 @@ impl Sealer {
     /// A fingerprint of the key (or of its absence) to store beside the chain, so that a store
     /// opened with another key is refused instead of appended to. It is an HMAC of a fixed
     /// text: with a key of 32 bytes or more it gives nothing away about the key.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         match &self.key {
             None => "unkeyed".to_owned(),
             Some(_) => format!("hmac-sha256:{}", self.seal(b"silpgate compile.lock key fingerprint")),
         }
     }
 
-    pub fn is_keyed(&self) -> bool {
+    pub(crate) fn is_keyed(&self) -> bool {
         self.key.is_some()
     }
 
@@ -120,7 +120,7 @@ impl Sealer {
     }
 
     /// The record hash of `record` (its own `record_hash` is not part of it).
-    pub fn record_hash(&self, record: &LockRecord) -> String {
+    pub(crate) fn record_hash(&self, record: &LockRecord) -> String {
         let mut canonical = String::with_capacity(256 + record.output.len());
         canonical.push_str("{\"seq\":");
         canonical.push_str(&record.seq.to_string());
@@ -166,7 +166,7 @@ impl Sealer {
     }
 
     /// The head that seals a chain of `records` records ending in `last_hash`.
-    pub fn head(&self, records: u64, last_hash: &str) -> Head {
+    pub(crate) fn head(&self, records: u64, last_hash: &str) -> Head {
         let head_hash = self.seal(format!("silpgate-lock-head:{records}:{last_hash}").as_bytes());
         Head { records, last_hash: last_hash.to_owned(), head_hash }
     }
@@ -182,7 +182,7 @@ pub struct ChainError {
 }
 
 /// Verifies records in chain order, and the head when there is one. Returns the record count.
-pub fn verify<I>(records: I, head: Option<&Head>, sealer: &Sealer) -> Result<u64, ChainError>
+pub(crate) fn verify<I>(records: I, head: Option<&Head>, sealer: &Sealer) -> Result<u64, ChainError>
 where
     I: IntoIterator<Item = Result<LockRecord, ChainError>>,
 {
@@ -233,7 +233,7 @@ where
 
 /// One line of the reference CLI's `.silp/compile.lock`: Python `json.dumps` with its default
 /// separators, non-ASCII raw.
-pub fn reference_line(record: &LockRecord) -> String {
+pub(crate) fn reference_line(record: &LockRecord) -> String {
     let short = record.ir_hash.strip_prefix("sha256:").unwrap_or(&record.ir_hash);
     let short = &short[..short.len().min(16)];
     let mut out = String::with_capacity(128 + record.output.len());
@@ -257,7 +257,7 @@ pub fn reference_line(record: &LockRecord) -> String {
 }
 
 /// Reads a `chain` export: records, then the head line.
-pub fn read_export(text: &str) -> (Vec<Result<LockRecord, ChainError>>, Option<Head>) {
+pub(crate) fn read_export(text: &str) -> (Vec<Result<LockRecord, ChainError>>, Option<Head>) {
     let mut records = Vec::new();
     let mut head = None;
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -281,7 +281,7 @@ pub fn read_export(text: &str) -> (Vec<Result<LockRecord, ChainError>>, Option<H
 /// The head line as written: `{"head": {...}}`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HeadLine {
+pub(crate) struct HeadLine {
     pub head: Head,
 }
 

@@ -336,7 +336,7 @@ impl SledStore {
     }
 
     /// The lock records of one IR (every frontend).
-    pub fn lock_for(&self, ir_hash: &str) -> Result<Vec<LockRecord>, StoreError> {
+    pub(crate) fn lock_for(&self, ir_hash: &str) -> Result<Vec<LockRecord>, StoreError> {
         let mut out = Vec::new();
         for frontend in Frontend::ALL {
             if let Some(record) = self.indexed_record(frontend, ir_hash)? {

@@ -46,7 +46,7 @@ pub enum PartitionChange {
 /// A compile.lock entry proposed to the cluster; the first proposal of an (IR hash, frontend)
 /// in the lock stream becomes the record, with the proposer's time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockProposal {
+pub(crate) struct LockProposal {
     pub ir_hash: String,
     pub frontend: String,
     pub output: String,
@@ -56,7 +56,7 @@ pub struct LockProposal {
 }
 
 impl LockProposal {
-    pub fn new(freeze: &Freeze, at: Millis, by: &str) -> Self {
+    pub(crate) fn new(freeze: &Freeze, at: Millis, by: &str) -> Self {
         LockProposal {
             ir_hash: freeze.ir_hash.clone(),
             frontend: freeze.frontend.name().to_owned(),
@@ -71,7 +71,7 @@ impl LockProposal {
 /// whole over what it held for the agent, in the lock stream's order, so that the last one
 /// learnt anywhere is the one every instance holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProfileShare {
+pub(crate) struct ProfileShare {
     pub agent: String,
     pub profile: AgentProfile,
     /// The instance that learnt it.
@@ -102,24 +102,24 @@ fn read_offset(bytes: Option<sled::IVec>) -> Result<Option<u64>, StoreError> {
 impl SledStore {
     /// From now on the compile.lock chain grows only through [`SledStore::follow_lock`]:
     /// commits answer with what the chain holds and leave new entries to the lock stream.
-    pub fn follow_cluster_lock(&self) {
+    pub(crate) fn follow_cluster_lock(&self) {
         self.chain_follows_stream.store(true, Ordering::Relaxed);
     }
 
     /// The last offset of `partition`'s changelog applied here, if any.
-    pub fn partition_offset(&self, partition: u16) -> Result<Option<u64>, StoreError> {
+    pub(crate) fn partition_offset(&self, partition: u16) -> Result<Option<u64>, StoreError> {
         read_offset(self.get(&applied_key(partition))?)
     }
 
     /// The last offset of the lock stream applied here, if any.
-    pub fn lock_offset(&self) -> Result<Option<u64>, StoreError> {
+    pub(crate) fn lock_offset(&self) -> Result<Option<u64>, StoreError> {
         read_offset(self.get(LOCK_APPLIED)?)
     }
 
     /// The sessions of one partition: those that name it (a session of the layout before
     /// sessions named their partition: those whose id lies in the partition's slice, the rule
     /// ids were handed out by then).
-    pub fn partition_sessions(&self, partition: Partition) -> Result<Vec<SessionRecord>, StoreError> {
+    pub(crate) fn partition_sessions(&self, partition: Partition) -> Result<Vec<SessionRecord>, StoreError> {
         let of_partition =
             |s: &SessionRecord| s.partition.map_or_else(|| partition.holds(&s.id), |p| p == partition.index);
         Ok(self.sessions()?.into_iter().filter(of_partition).collect())
@@ -180,7 +180,7 @@ impl SledStore {
 
     /// Records whether the instance on this store serves `partition` now: what
     /// `silpgate sessions list` tells apart, the sessions served here from replicas.
-    pub fn set_served(&self, partition: u16, served: bool) -> Result<(), StoreError> {
+    pub(crate) fn set_served(&self, partition: u16, served: bool) -> Result<(), StoreError> {
         self.writable()?;
         let _writer = self.write_lock()?;
         let mut batch = Writes::default();
@@ -194,7 +194,7 @@ impl SledStore {
     }
 
     /// The partitions the instance on this store served when it last wrote to it.
-    pub fn served(&self) -> Result<Vec<u16>, StoreError> {
+    pub(crate) fn served(&self) -> Result<Vec<u16>, StoreError> {
         self.settle()?;
         self.db
             .scan_prefix(SERVED)
@@ -209,7 +209,7 @@ impl SledStore {
     }
 
     /// Records `offset` of `partition`'s changelog as applied.
-    pub fn set_partition_offset(&self, partition: u16, offset: u64) -> Result<(), StoreError> {
+    pub(crate) fn set_partition_offset(&self, partition: u16, offset: u64) -> Result<(), StoreError> {
         self.writable()?;
         let _writer = self.write_lock()?;
         let mut batch = Writes::default();
@@ -230,7 +230,7 @@ impl SledStore {
     /// Applies the lock stream's entry at `offset`: the first proposal of an (IR hash,
     /// frontend) becomes the next chain record; later ones are dropped. Returns whether the
     /// chain grew.
-    pub fn follow_lock(&self, offset: u64, proposal: &LockProposal) -> Result<bool, StoreError> {
+    pub(crate) fn follow_lock(&self, offset: u64, proposal: &LockProposal) -> Result<bool, StoreError> {
         let frontend: Frontend =
             proposal.frontend.parse().map_err(|_| super::corrupt("a lock proposal names no frontend"))?;
         self.writable()?;
@@ -252,7 +252,7 @@ impl SledStore {
 
     /// Applies the lock stream's entry at `offset` that shares an agent profile: the profile
     /// replaces whatever this replica held for the agent.
-    pub fn follow_profile(&self, offset: u64, share: &ProfileShare) -> Result<(), StoreError> {
+    pub(crate) fn follow_profile(&self, offset: u64, share: &ProfileShare) -> Result<(), StoreError> {
         self.writable()?;
         let _writer = self.write_lock()?;
         let mut batch = Writes::default();

@@ -10,7 +10,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Appends `bytes` to `out` as lower-case hex.
-pub fn push_hex(out: &mut String, bytes: &[u8]) {
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));

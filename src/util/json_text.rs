@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 /// How a float is spelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FloatStyle {
+pub(crate) enum FloatStyle {
     /// pydantic-core: `1.0`, `0.9`, `1e-7`, `1.5e+300` (scientific below 1e-5 and from 1e16).
     Pydantic,
     /// Python `repr`: `1.0`, `1e-07`, `1.5e+300` (scientific below 1e-4 and from 1e16).
@@ -20,16 +20,16 @@ pub enum FloatStyle {
 /// How values are written: the float spelling, and whether the invisible characters the
 /// sanitiser strips are escaped (so that they survive a later sanitised decode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Style {
+pub(crate) struct Style {
     pub float: FloatStyle,
     pub escape_invisible: bool,
 }
 
 impl Style {
     /// pydantic's `model_dump_json`: the canonical compact IR.
-    pub const CANONICAL: Style = Style { float: FloatStyle::Pydantic, escape_invisible: false };
+    pub(crate) const CANONICAL: Style = Style { float: FloatStyle::Pydantic, escape_invisible: false };
     /// Python's `json.dumps`, as the json frontend writes, with invisible characters escaped.
-    pub const FRONTEND: Style = Style { float: FloatStyle::Python, escape_invisible: true };
+    pub(crate) const FRONTEND: Style = Style { float: FloatStyle::Python, escape_invisible: true };
 }
 
 /// Writes `s` as a JSON string literal.
@@ -46,7 +46,7 @@ pub fn write_str(out: &mut String, s: &str) {
 }
 
 /// Writes `s` as a JSON string literal in `style`.
-pub fn write_text(out: &mut String, s: &str, style: Style) {
+pub(crate) fn write_text(out: &mut String, s: &str, style: Style) {
     if style.escape_invisible {
         write_str_escaping(out, s, super::unicode::is_invisible)
     } else {
@@ -56,7 +56,7 @@ pub fn write_text(out: &mut String, s: &str, style: Style) {
 
 /// Writes `s` as a JSON string literal, additionally escaping every char for which
 /// `escape_extra` is true as `\uXXXX` (used to keep invisible characters visible).
-pub fn write_str_escaping(out: &mut String, s: &str, escape_extra: impl Fn(char) -> bool) {
+pub(crate) fn write_str_escaping(out: &mut String, s: &str, escape_extra: impl Fn(char) -> bool) {
     out.reserve(s.len() + 2);
     out.push('"');
     let bytes = s.as_bytes();
@@ -105,7 +105,7 @@ pub fn write_str_escaping(out: &mut String, s: &str, escape_extra: impl Fn(char)
 }
 
 /// Writes any JSON value compactly, floats in `style`, object keys in their stored order.
-pub fn write_value(out: &mut String, value: &Value, style: Style) {
+pub(crate) fn write_value(out: &mut String, value: &Value, style: Style) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -140,7 +140,7 @@ fn write_object(out: &mut String, map: &Map<String, Value>, style: Style) {
 
 /// Writes `"key":value` pairs of `extras` whose value is not null, each preceded by a comma:
 /// how both serialisers append a model's unknown fields after its declared ones.
-pub fn write_extras(out: &mut String, extras: &Map<String, Value>, style: Style) {
+pub(crate) fn write_extras(out: &mut String, extras: &Map<String, Value>, style: Style) {
     for (k, v) in extras {
         if v.is_null() {
             continue;
@@ -164,7 +164,7 @@ fn write_number(out: &mut String, n: &Number, style: Style) {
 }
 
 /// Writes a float with the shortest digits that round-trip, laid out as `style` does.
-pub fn write_float(out: &mut String, f: f64, style: FloatStyle) {
+pub(crate) fn write_float(out: &mut String, f: f64, style: FloatStyle) {
     if !f.is_finite() {
         // Neither serialiser can produce these from JSON input; JSON has no spelling for them.
         out.push_str("null");

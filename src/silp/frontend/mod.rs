@@ -1,8 +1,8 @@
 //! The surface encodings of the IR and how to pick one by name.
 
-pub mod code;
-pub mod json;
-pub mod natural;
+pub(crate) mod code;
+pub(crate) mod json;
+pub(crate) mod natural;
 
 use super::error::{ErrorCode, SilpError};
 use std::fmt;
@@ -34,7 +34,7 @@ impl Frontend {
     }
 
     /// True for the frontends that decode back to the IR.
-    pub fn is_lossless(self) -> bool {
+    pub(crate) fn is_lossless(self) -> bool {
         matches!(self, Frontend::Code | Frontend::Json)
     }
 }

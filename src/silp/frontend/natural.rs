@@ -6,7 +6,7 @@ use crate::util::json_text;
 use std::borrow::Cow;
 
 /// Compiles an IR to one English sentence.
-pub fn compile(ir: &Ir) -> String {
+pub(crate) fn compile(ir: &Ir) -> String {
     let mut out = String::with_capacity(128);
     if !ir.constraints.is_empty() {
         out.push_str("If ");
@@ -83,7 +83,7 @@ pub fn compile(ir: &Ir) -> String {
 }
 
 /// Compiles an IR to `{"task_description":"<natural>"}`.
-pub fn compile_nl_json(ir: &Ir) -> String {
+pub(crate) fn compile_nl_json(ir: &Ir) -> String {
     let mut out = String::from("{\"task_description\":");
     json_text::write_str(&mut out, &compile(ir));
     out.push('}');

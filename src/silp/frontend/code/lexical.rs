@@ -10,44 +10,44 @@ use crate::silp::sanitize;
 use crate::util::json_text;
 
 /// Characters of a name, as Python's `\w` (letters, digits, underscore, any script).
-pub fn is_word_char(c: char) -> bool {
+pub(crate) fn is_word_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
 /// A name that can be written bare and reads back unchanged: `[A-Za-z0-9_]+`.
-pub fn is_ascii_name(s: &str) -> bool {
+pub(crate) fn is_ascii_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// A constraint type that can be written bare: a name, optionally negated with `!`.
-pub fn is_bare_type(s: &str) -> bool {
+pub(crate) fn is_bare_type(s: &str) -> bool {
     is_ascii_name(s.strip_prefix('!').unwrap_or(s))
 }
 
 /// Characters that must never appear raw: controls, the invisible characters the sanitiser
 /// strips, and the Unicode line separators.
-pub fn needs_escape(c: char) -> bool {
+pub(crate) fn needs_escape(c: char) -> bool {
     c.is_control() || sanitize::is_invisible(c) || c == '\u{2028}' || c == '\u{2029}'
 }
 
 /// Characters that make up a comparison operator.
-pub const OPERATOR_CHARS: [char; 5] = ['<', '>', '=', '!', '~'];
+pub(crate) const OPERATOR_CHARS: [char; 5] = ['<', '>', '=', '!', '~'];
 
 /// An operator that can be written in `type<op>value` form.
-pub fn is_operator(s: &str) -> bool {
+pub(crate) fn is_operator(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| OPERATOR_CHARS.contains(&c))
 }
 
 /// The keys of the explicit constraint form `type(value=..,subject=..,time=..,op=..)`.
-pub const CONSTRAINT_KEYS: [&str; 4] = ["value", "subject", "time", "op"];
+pub(crate) const CONSTRAINT_KEYS: [&str; 4] = ["value", "subject", "time", "op"];
 
 /// True when a bare argument would be read as `key=value` with a constraint key.
-pub fn looks_like_constraint_key(s: &str) -> bool {
+pub(crate) fn looks_like_constraint_key(s: &str) -> bool {
     CONSTRAINT_KEYS.iter().any(|k| s.strip_prefix(k).is_some_and(|rest| rest.starts_with('=')))
 }
 
 /// True when a bare argument would be read as a keyword argument `name=value`.
-pub fn looks_like_keyword(s: &str) -> bool {
+pub(crate) fn looks_like_keyword(s: &str) -> bool {
     let name_len: usize = s.chars().take_while(|c| is_word_char(*c)).map(char::len_utf8).sum();
     name_len > 0 && s[name_len..].starts_with('=') && s.len() > name_len + 1
 }
@@ -55,7 +55,7 @@ pub fn looks_like_keyword(s: &str) -> bool {
 /// A value that can be written bare as a call argument: not empty, no surrounding
 /// whitespace, not starting with a quote, nothing invisible, parentheses balanced and no
 /// comma outside them.
-pub fn is_bare_argument(s: &str) -> bool {
+pub(crate) fn is_bare_argument(s: &str) -> bool {
     let (Some(first), Some(last)) = (s.chars().next(), s.chars().next_back()) else { return false };
     if first.is_whitespace() || last.is_whitespace() || first == '"' {
         return false;
@@ -76,7 +76,7 @@ pub fn is_bare_argument(s: &str) -> bool {
 
 /// A value or time that can be written bare in the `type<op>value, time` form: one word with
 /// no whitespace, comma or parenthesis, not ending with `:` (which would end the condition).
-pub fn is_bare_word(s: &str) -> bool {
+pub(crate) fn is_bare_word(s: &str) -> bool {
     let Some(first) = s.chars().next() else { return false };
     first != '"'
         && !s.ends_with(':')
@@ -85,12 +85,12 @@ pub fn is_bare_word(s: &str) -> bool {
 
 /// Writes `s` as a quoted string: JSON string syntax, with every character that
 /// [`needs_escape`] written as `\uXXXX`.
-pub fn write_quoted(out: &mut String, s: &str) {
+pub(crate) fn write_quoted(out: &mut String, s: &str) {
     json_text::write_str_escaping(out, s, needs_escape)
 }
 
 /// Writes `s` bare when `bare` says it may be, quoted otherwise.
-pub fn write_value(out: &mut String, s: &str, bare: bool) {
+pub(crate) fn write_value(out: &mut String, s: &str, bare: bool) {
     if bare {
         out.push_str(s);
     } else {
@@ -100,7 +100,7 @@ pub fn write_value(out: &mut String, s: &str, bare: bool) {
 
 /// Reads the quoted string starting at byte `start` (which holds `"`). Returns the string and
 /// the offset just past the closing quote.
-pub fn read_quoted(src: &str, start: usize) -> Result<(String, usize), SilpError> {
+pub(crate) fn read_quoted(src: &str, start: usize) -> Result<(String, usize), SilpError> {
     let bytes = src.as_bytes();
     let mut i = start + 1;
     while i < bytes.len() {

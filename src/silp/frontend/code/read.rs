@@ -15,7 +15,7 @@ use std::ops::Range;
 
 /// What the parser found, before the caller adds `meta`.
 #[derive(Debug)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub intent: Text,
     pub entities: Vec<Entity>,
     pub constraints: Vec<Constraint>,
@@ -39,7 +39,7 @@ struct Call {
 
 /// Parses `text` (already stripped of invisible characters). Identifier mappings are reported
 /// into `notices` with offsets in `text`.
-pub fn parse(text: &str, notices: &mut Vec<Notice>) -> Result<Parsed, SilpError> {
+pub(crate) fn parse(text: &str, notices: &mut Vec<Notice>) -> Result<Parsed, SilpError> {
     let mut p = Parser { src: text, pos: 0, notices };
     p.payload()
 }

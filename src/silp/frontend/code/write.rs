@@ -9,7 +9,7 @@ use super::lexical::*;
 use crate::silp::ir::{Alternative, Constraint, Entity, Ir};
 
 /// Compiles an IR to the code frontend.
-pub fn compile(ir: &Ir) -> String {
+pub(crate) fn compile(ir: &Ir) -> String {
     let mut out = String::with_capacity(128);
     if !ir.constraints.is_empty() {
         out.push_str("if ");

@@ -19,7 +19,7 @@ use std::fmt;
 use std::ops::Range;
 
 /// The semantic parts of a decoded json payload.
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub intent: Text,
     pub entities: Vec<Entity>,
     pub constraints: Vec<Constraint>,
@@ -28,7 +28,7 @@ pub struct Parsed {
 
 /// Reads json frontend `text`. Syntax errors are `invalid_syntax` with the byte span;
 /// well-formed JSON that is not a payload is `decode_failed`.
-pub fn read(text: &str, notices: &mut Vec<Notice>) -> Result<Parsed, SilpError> {
+pub(crate) fn read(text: &str, notices: &mut Vec<Notice>) -> Result<Parsed, SilpError> {
     let mut de = serde_json::Deserializer::from_str(text);
     let parsed = de.deserialize_map(PayloadVisitor { notices }).and_then(|p| de.end().map(|()| p));
     parsed.map_err(|e| {

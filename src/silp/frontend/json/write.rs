@@ -9,7 +9,7 @@ use crate::silp::ir::Ir;
 use crate::util::json_text::{self, Style};
 
 /// Compiles an IR to the json frontend.
-pub fn compile(ir: &Ir) -> String {
+pub(crate) fn compile(ir: &Ir) -> String {
     let mut out = String::with_capacity(256);
     out.push_str("{\"intent\":");
     write_text(&mut out, &ir.intent);
