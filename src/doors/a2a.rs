@@ -11,7 +11,7 @@
 //! check apply as on `/mcp`; the card is public, as discovery needs.
 
 use super::jsonrpc::{error, reply};
-use super::{Answer, Front};
+use super::{Front, ToSender};
 use crate::a2a::{VERSION, map};
 use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
@@ -192,21 +192,21 @@ async fn send_message(
         json!({"task": task})
     };
     Ok(match answer {
-        Answer::Reply { reply, .. } if reply.is_error() => {
+        ToSender::Reply { reply, .. } if reply.is_error() => {
             task(state_for(crate::nlip::reply::error_code(&reply).as_deref()), &reply)
         }
-        Answer::Reply { reply, .. } => {
+        ToSender::Reply { reply, .. } => {
             let mut answer = map::message(&reply, &format!("silpgate-m{n}"), map::ROLE_AGENT);
             set_context(&mut answer, context);
             json!({"message": answer})
         }
-        Answer::Accepted(ids) => {
+        ToSender::Accepted(ids) => {
             let mut answer =
                 map::message(&crate::nlip::reply::accepted(&ids), &format!("silpgate-m{n}"), map::ROLE_AGENT);
             set_context(&mut answer, context);
             json!({"message": answer})
         }
-        Answer::Refused { message, code, .. } => task(state_for(Some(&code)), &message),
+        ToSender::Refused { message, code, .. } => task(state_for(Some(&code)), &message),
     })
 }
 

@@ -7,7 +7,7 @@
 //! silpgate itself is broken. Every non-2xx body is an NLIP error message, never a framework's.
 
 use super::admission::{authenticate, error_response, message_response, rate_limited_response};
-use super::{Answer, Front};
+use super::{Front, ToSender};
 use crate::broker::health::Readiness;
 use crate::gateway::Transport;
 use crate::intake::NotTaken;
@@ -193,11 +193,11 @@ async fn post_nlip(
     }
     let parent = crate::telemetry::extract_http(&headers);
     match front.request(envelope, Transport::Http, "http", parent).await {
-        Answer::Reply { reply, .. } => message_response(StatusCode::OK, &reply, encoding),
-        Answer::Accepted(ids) => {
+        ToSender::Reply { reply, .. } => message_response(StatusCode::OK, &reply, encoding),
+        ToSender::Accepted(ids) => {
             message_response(StatusCode::ACCEPTED, &crate::nlip::reply::accepted(&ids), encoding)
         }
-        Answer::Refused { message, code, transient } => {
+        ToSender::Refused { message, code, transient } => {
             let status = match status_for(&code) {
                 StatusCode::BAD_REQUEST if transient => StatusCode::SERVICE_UNAVAILABLE,
                 status => status,

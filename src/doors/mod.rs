@@ -95,7 +95,7 @@ impl Front {
 
 /// What a door sends back for one request.
 #[derive(Debug)]
-pub(crate) enum Answer {
+pub(crate) enum ToSender {
     /// The envelope for the sender: a reply route's, or the agent's answer; before it, any
     /// notices for the sender (a session renewal). HTTP answers with the last, a socket sends
     /// them all.
@@ -120,10 +120,10 @@ impl Front {
         transport: Transport,
         source: &str,
         parent: opentelemetry::Context,
-    ) -> Answer {
+    ) -> ToSender {
         match self.submit(envelope, transport, source, parent).await {
-            Submitted::Answered(answer) => answer,
-            Submitted::Awaiting(awaiting) => awaiting.answer().await,
+            Submitted::Ready(to_sender) => to_sender,
+            Submitted::Awaiting(awaiting) => awaiting.wait().await,
         }
     }
 
@@ -156,8 +156,8 @@ impl Front {
         let limit = self.intake.waiting().timeout() + Duration::from_secs(5);
         if self.intake.forwards_to_owner(&envelope) {
             let answered = match self.intake.forward(&envelope, (transport, source), &span).await {
-                Ok(replies) => Answered::Owner(replies),
-                Err(refused) => return Submitted::Answered(refused_answer(refused, label, source)),
+                Ok(replies) => AnswerSource::Owner(replies),
+                Err(refused) => return Submitted::Ready(refused_to_sender(refused, label, source)),
             };
             return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
         }
@@ -169,30 +169,30 @@ impl Front {
             answers: Some(path),
             content_id: None,
         };
-        let answer = match self.intake.take(arrival).await {
-            Err(refused) => refused_answer(refused, label, source),
+        let to_sender = match self.intake.take(arrival).await {
+            Err(refused) => refused_to_sender(refused, label, source),
             Ok(Taken { answer: Some(answer), mut replies, .. }) => {
                 replies.push(answer);
-                final_answer(replies)
+                final_to_sender(replies)
             }
             Ok(taken) if taken.awaiting.is_some() => {
-                let answered = Answered::Agent(answered);
+                let answered = AnswerSource::Agent(answered);
                 return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
             }
             Ok(taken) if taken.replies.is_empty() && !taken.delivered.is_empty() => {
-                Answer::Accepted(taken.delivered)
+                ToSender::Accepted(taken.delivered)
             }
             Ok(mut taken) => match taken.replies.pop() {
-                Some(reply) => Answer::Reply { notices: taken.replies, reply },
+                Some(reply) => ToSender::Reply { notices: taken.replies, reply },
                 None => no_reply(),
             },
         };
-        Submitted::Answered(answer)
+        Submitted::Ready(to_sender)
     }
 }
 
 /// What a refused message's sender is told.
-fn refused_answer(refused: NotTaken, label: &str, source: &str) -> Answer {
+fn refused_to_sender(refused: NotTaken, label: &str, source: &str) -> ToSender {
     let NotTaken { failure, replies } = refused;
     tracing::warn!(transport = label, source, code = failure.code(), error = %failure, "Message not delivered.");
     let message = replies
@@ -200,25 +200,25 @@ fn refused_answer(refused: NotTaken, label: &str, source: &str) -> Answer {
         .last()
         .unwrap_or_else(|| reply::error_message(failure.code(), &failure.to_string(), &Location::None));
     let transient = failure.disposition() == crate::gateway::Disposition::Transient;
-    Answer::Refused { message, code: failure.code().to_owned(), transient }
+    ToSender::Refused { message, code: failure.code().to_owned(), transient }
 }
 
-fn no_reply() -> Answer {
+fn no_reply() -> ToSender {
     let message =
         reply::error_message(Code::Internal.as_str(), "the message produced no reply", &Location::None);
-    Answer::Refused { message, code: Code::Internal.as_str().into(), transient: false }
+    ToSender::Refused { message, code: Code::Internal.as_str().into(), transient: false }
 }
 
 /// A request taken through the intake.
 pub(crate) enum Submitted {
     /// Its answer is known now.
-    Answered(Answer),
+    Ready(ToSender),
     /// Its agent's answer is awaited.
     Awaiting(Awaiting),
 }
 
 /// Where a request's answer comes from.
-enum Answered {
+enum AnswerSource {
     /// The agent's answer, through this instance's core.
     Agent(tokio::sync::oneshot::Receiver<Message>),
     /// A forwarded request's replies from its partition's owner, through the owner's core.
@@ -227,20 +227,20 @@ enum Answered {
 
 /// The wait for the answer to one request: its agent's, or its partition owner's.
 pub(crate) struct Awaiting {
-    answered: Answered,
+    answered: AnswerSource,
     limit: Duration,
     span: tracing::Span,
     _measure: Measure,
 }
 
 impl Awaiting {
-    /// The answer, or a `timeout` error.
-    pub(crate) async fn answer(self) -> Answer {
+    /// What the sender is told: the answer, or a `timeout` error.
+    pub(crate) async fn wait(self) -> ToSender {
         let wait = tracing::info_span!(parent: &self.span, "await answer");
         let answered = async {
             match self.answered {
-                Answered::Agent(answer) => answer.await.ok().map(answer_of),
-                Answered::Owner(replies) => replies.await.ok().map(final_answer),
+                AnswerSource::Agent(answer) => answer.await.ok().map(to_sender_of),
+                AnswerSource::Owner(replies) => replies.await.ok().map(final_to_sender),
             }
         };
         match tokio::time::timeout(self.limit, answered).instrument(wait).await {
@@ -251,7 +251,7 @@ impl Awaiting {
                     "the agent did not answer in time",
                     &Location::None,
                 );
-                Answer::Refused { message, code: Code::Timeout.as_str().into(), transient: true }
+                ToSender::Refused { message, code: Code::Timeout.as_str().into(), transient: true }
             }
         }
     }
@@ -284,26 +284,26 @@ impl Drop for Measure {
 }
 
 /// An agent's answer as the door returns it: an NLIP error answer keeps its code.
-fn answer_of(message: Message) -> Answer {
+fn to_sender_of(message: Message) -> ToSender {
     match reply::error_code(&message) {
         Some(code) => {
             let transient = crate::code::is_transient(&code);
-            Answer::Refused { message, code, transient }
+            ToSender::Refused { message, code, transient }
         }
-        None => Answer::Reply { notices: Vec::new(), reply: message },
+        None => ToSender::Reply { notices: Vec::new(), reply: message },
     }
 }
 
 /// Replies that end in a request's answer (an agent's answer in hand, or a partition owner's
 /// replies to a forwarded request), as the door returns them: the last is the answer (an
 /// error keeps its code, a delivery confirmation is an acceptance), the ones before it notices.
-fn final_answer(mut replies: Vec<Message>) -> Answer {
+fn final_to_sender(mut replies: Vec<Message>) -> ToSender {
     let Some(last) = replies.pop() else { return no_reply() };
     if let Some(ids) = reply::accepted_ids(&last) {
-        return Answer::Accepted(ids);
+        return ToSender::Accepted(ids);
     }
-    match answer_of(last) {
-        Answer::Reply { reply, .. } => Answer::Reply { notices: replies, reply },
+    match to_sender_of(last) {
+        ToSender::Reply { reply, .. } => ToSender::Reply { notices: replies, reply },
         refused => refused,
     }
 }

@@ -21,7 +21,7 @@
 //! others do not connect, and the holder lets go (as on shutdown) when another instance's
 //! turn comes.
 
-use super::{Answer, Front};
+use super::{Front, ToSender};
 use crate::code::Code;
 use crate::config::StreamConfig;
 use crate::gateway::Transport;
@@ -169,7 +169,7 @@ impl Stream {
                             Err(why) => {
                                 let detail = format!("the message cannot be read: {why}");
                                 let message = reply::error_message(Code::InvalidEnvelope.as_str(), &detail, &Location::None);
-                                Answer::Refused { message, code: Code::InvalidEnvelope.as_str().into(), transient: false }
+                                ToSender::Refused { message, code: Code::InvalidEnvelope.as_str().into(), transient: false }
                             }
                         }
                     }));
@@ -265,12 +265,12 @@ impl Turn {
 }
 
 /// The envelope a message's outcome is written back as.
-fn reply_of(done: Result<Answer, tokio::task::JoinError>) -> Message {
+fn reply_of(done: Result<ToSender, tokio::task::JoinError>) -> Message {
     match done {
         // One reply per message, so that the n-th reply answers the n-th message: a notice
         // before a reply (a session renewal) is not sent on a stream.
-        Ok(Answer::Reply { reply: message, .. }) | Ok(Answer::Refused { message, .. }) => message,
-        Ok(Answer::Accepted(ids)) => crate::nlip::reply::accepted(&ids),
+        Ok(ToSender::Reply { reply: message, .. }) | Ok(ToSender::Refused { message, .. }) => message,
+        Ok(ToSender::Accepted(ids)) => crate::nlip::reply::accepted(&ids),
         Err(_) => {
             reply::error_message(Code::Internal.as_str(), "the message could not be handled", &Location::None)
         }

@@ -9,7 +9,7 @@
 
 use super::admission::authenticate;
 use super::limit::Bucket;
-use super::{Answer, Front, Submitted};
+use super::{Front, Submitted, ToSender};
 use crate::gateway::Transport;
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{self, Encoding, Message};
@@ -241,7 +241,7 @@ async fn serve_socket<S>(
         // Messages are taken in the order they came, so that a conversation's turns keep it;
         // the answers they wait for are awaited side by side.
         match submit(&front, &client, &bytes, encoding, trace.clone()).await {
-            Submitted::Answered(answer) => {
+            Submitted::Ready(answer) => {
                 for message in messages_of(answer) {
                     if !writer.send(frame(&message, encoding)).await {
                         break;
@@ -251,7 +251,7 @@ async fn serve_socket<S>(
             Submitted::Awaiting(awaiting) => {
                 let writer = writer.clone();
                 tokio::spawn(async move {
-                    for message in messages_of(awaiting.answer().await) {
+                    for message in messages_of(awaiting.wait().await) {
                         writer.send(frame(&message, encoding)).await;
                     }
                     drop(slot);
@@ -275,7 +275,7 @@ async fn submit(
     trace: opentelemetry::Context,
 ) -> Submitted {
     let refused = |message: Message| {
-        Submitted::Answered(Answer::Refused { message, code: String::new(), transient: false })
+        Submitted::Ready(ToSender::Refused { message, code: String::new(), transient: false })
     };
     match nlip::decode(bytes, encoding, &front.limits) {
         Ok(envelope) => {
@@ -292,13 +292,13 @@ async fn submit(
 }
 
 /// The envelopes a socket gets back for an answer, in order.
-fn messages_of(answer: Answer) -> Vec<Message> {
+fn messages_of(answer: ToSender) -> Vec<Message> {
     match answer {
-        Answer::Reply { mut notices, reply } => {
+        ToSender::Reply { mut notices, reply } => {
             notices.push(reply);
             notices
         }
-        Answer::Refused { message, .. } => vec![message],
-        Answer::Accepted(ids) => vec![crate::nlip::reply::accepted(&ids)],
+        ToSender::Refused { message, .. } => vec![message],
+        ToSender::Accepted(ids) => vec![crate::nlip::reply::accepted(&ids)],
     }
 }

@@ -1,5 +1,6 @@
 //! The transport-free gateway core: for one inbound NLIP envelope, decide what goes out and
-//! where. Transports (HTTP, WebSocket, AMQP) are thin adapters around [`Gateway::handle`].
+//! where. The intake calls it ([`Gateway::handle`] for a message, `Gateway::handle_answer` for an
+//! agent's answer); it never sees a door or a connector.
 //!
 //! For each message: recognise a redelivery (ledger); answer `//ping` and other control
 //! messages; read every SILP payload into an IR (schema, sanitiser, validator); pick the route;
@@ -554,7 +555,7 @@ impl Gateway {
         if let Some(tokenizer) = announced.tokenizer {
             tokenizer.warm();
         }
-        let mut answer = negotiate::answer(&announced)?;
+        let mut answer = negotiate::reply_to_ping(&announced)?;
         let agent = announced.agent.clone().unwrap_or_else(|| inbound.origin.source.clone());
         self.may_store_profile(&agent, &inbound.origin.source)?;
         let profile = AgentProfile {

@@ -102,7 +102,7 @@ pub(crate) fn check_agent_name(agent: &str) -> Result<(), GatewayError> {
 }
 
 /// The answer to a `//ping`.
-pub(crate) fn answer(announced: &Announcement) -> Result<Message, GatewayError> {
+pub(crate) fn reply_to_ping(announced: &Announcement) -> Result<Message, GatewayError> {
     let preferred = announced.frontends.first().ok_or_else(|| {
         GatewayError::Ping(
             "none of the announced frontends is one silpgate speaks (code, json, natural, nl_json)".into(),

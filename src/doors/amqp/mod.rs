@@ -531,7 +531,7 @@ impl Amqp {
                 next = deliveries.next(), if !deliveries.is_empty() || leaving.is_none() => match next {
                     Some((queue, Some(Ok(delivery)))) if *queue == *reply_queue => {
                         let pipeline = pipeline.clone();
-                        answers.spawn(async move { pipeline.answer(delivery, queue).await });
+                        answers.spawn(async move { pipeline.take_answer(delivery, queue).await });
                         while answers.try_join_next().is_some() {}
                     }
                     Some((queue, Some(Ok(delivery)))) => {
@@ -585,7 +585,7 @@ impl Amqp {
                     let Some(Ok(delivery)) = next else { continue };
                     if *queue == *reply_queue {
                         let pipeline = pipeline.clone();
-                        answers.spawn(async move { pipeline.answer(delivery, queue).await });
+                        answers.spawn(async move { pipeline.take_answer(delivery, queue).await });
                         continue;
                     }
                     let envelope = properties::Envelope::read(&delivery.properties, delivery.redelivered);

@@ -741,7 +741,7 @@ impl Pipeline {
 
     /// An agent's answer from this instance's reply queue, taken to its asker; acknowledged
     /// once the asker's door has it, dead-lettered with the reason when nobody waits for it.
-    pub(crate) async fn answer(&self, delivery: Delivery, queue: Arc<str>) {
+    pub(crate) async fn take_answer(&self, delivery: Delivery, queue: Arc<str>) {
         let envelope = Envelope::read(&delivery.properties, delivery.redelivered);
         let from = Origin {
             message_id: envelope.message_id.clone(),

@@ -50,15 +50,15 @@ async fn post_mcp(
         Ok(admitted) => admitted.body,
         Err(refused) => return refused,
     };
-    match answer(&bytes) {
+    match respond(&bytes) {
         Some(body) => reply(StatusCode::OK, &body),
         // A notification or a response: nothing to answer.
         None => StatusCode::ACCEPTED.into_response(),
     }
 }
 
-/// The JSON-RPC answer to one body, or `None` when it asks for none.
-pub(crate) fn answer(body: &[u8]) -> Option<Value> {
+/// The JSON-RPC response to one body, or `None` when it asks for none.
+pub(crate) fn respond(body: &[u8]) -> Option<Value> {
     let request: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(e) => return Some(error(Value::Null, -32700, &format!("the body is not JSON: {e}"))),
@@ -124,17 +124,17 @@ mod tests {
 
     #[test]
     fn requests_get_results_and_bad_bodies_get_json_rpc_errors() {
-        let init = answer(
+        let init = respond(
             br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}"#,
         );
         assert_eq!(init.unwrap()["result"]["protocolVersion"], "2025-03-26");
-        assert_eq!(answer(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
-        assert_eq!(answer(b"{").unwrap()["error"]["code"], -32700);
-        assert_eq!(answer(b"[]").unwrap()["error"]["code"], -32600);
-        assert_eq!(answer(br#"{"jsonrpc":"2.0","id":2,"method":"x"}"#).unwrap()["error"]["code"], -32601);
-        let unknown = answer(br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#);
+        assert_eq!(respond(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
+        assert_eq!(respond(b"{").unwrap()["error"]["code"], -32700);
+        assert_eq!(respond(b"[]").unwrap()["error"]["code"], -32600);
+        assert_eq!(respond(br#"{"jsonrpc":"2.0","id":2,"method":"x"}"#).unwrap()["error"]["code"], -32601);
+        let unknown = respond(br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#);
         assert_eq!(unknown.unwrap()["error"]["code"], -32602);
-        let failed = answer(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"silp_decode","arguments":{"text":"("}}}"#);
+        let failed = respond(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"silp_decode","arguments":{"text":"("}}}"#);
         let failed = failed.unwrap();
         assert_eq!(failed["result"]["isError"], true);
         assert_eq!(failed["result"]["structuredContent"]["code"], "invalid_syntax");
