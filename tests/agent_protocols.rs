@@ -313,9 +313,17 @@ fn a2a_and_mcp_agents_are_checked_when_the_configuration_is_read() {
     );
     assert!(error("protocol = \"mcp\"\nurl = \"http://127.0.0.1:9\"").contains("needs tool"));
     assert!(
-        error("url = \"http://127.0.0.1:9\"\ntool = \"t\"")
-            .contains("tool and arguments are for protocol = 'mcp'")
+        error("url = \"http://127.0.0.1:9\"\ntool = \"t\"").contains("tool is for protocol = 'mcp' agents")
     );
+    // A key of another kind of agent is refused saying whose it is, not ignored.
+    let misplaced = error("url = \"http://127.0.0.1:9\"\nqueue = \"q\"");
+    assert!(misplaced.contains("agent 'x': queue is for AMQP agents"), "{misplaced}");
+    let misplaced = error("token_env = \"T\"");
+    assert!(misplaced.contains("token_env is for agents with a url"), "{misplaced}");
+    let misplaced =
+        error("protocol = \"a2a\"\nurl = \"http://127.0.0.1:9\"\ncontent_type = \"application/cbor\"");
+    assert!(misplaced.contains("unknown field `content_type`"), "{misplaced}");
+    assert!(error("protocol = \"grpc\"\nurl = \"http://127.0.0.1:9\"").contains("'grpc' is not one of"));
     let wrapper = error(
         "protocol = \"mcp\"\nurl = \"http://127.0.0.1:9\"\ntool = \"t\"\narguments = { silp_payload = \"x\" }",
     );

@@ -580,14 +580,18 @@ url = "ws://{ws}/agent"
 
 #[test]
 fn websocket_agent_and_stream_urls_are_checked_and_frames_default_to_cbor() {
-    use silpgate::config::Config;
+    use silpgate::config::{Config, FrameEncoding, Reach};
+    let frames = |config: &Config| match &config.agents[0].reach {
+        Reach::WebSocket(reach) => reach.encoding,
+        other => panic!("a ws:// agent is reached over WebSocket, not {}", other.transport()),
+    };
     let agent = |url: &str, extra: &str| {
         Config::parse(&format!("[[agents]]\nname = \"a\"\nfrontends = []\nurl = \"{url}\"\n{extra}"))
     };
     let ok = agent("ws://127.0.0.1:9/agent", "").expect("ws:// to loopback");
-    assert_eq!(ok.agents[0].encoding(), Encoding::Cbor, "binary CBOR frames by default");
+    assert_eq!(frames(&ok), FrameEncoding::Cbor, "binary CBOR frames by default");
     let text = agent("wss://agent.example/nlip", "encoding = \"json\"").expect("wss:// anywhere");
-    assert_eq!(text.agents[0].encoding(), Encoding::Json);
+    assert_eq!(frames(&text), FrameEncoding::Json);
     agent("ws://agent.example/nlip", "plain = true").expect("plain ws:// when asked for");
     let e = agent("ws://agent.example/nlip", "").unwrap_err().to_string();
     assert!(e.contains("plain ws://") && e.contains("wss://"), "{e}");

@@ -149,9 +149,15 @@ impl Topology {
             });
         }
         for agent in agents {
-            if let Some(queue) = &agent.queue {
+            if let crate::config::Reach::Amqp(reach) = &agent.reach
+                && let Some(queue) = &reach.queue
+            {
                 queues.push(quorum(queue, amqp));
-                bindings.push((queue.clone(), amqp.agents_exchange.clone(), agent.routing_key().to_owned()));
+                bindings.push((
+                    queue.clone(),
+                    amqp.agents_exchange.clone(),
+                    reach.routing_key(&agent.name).to_owned(),
+                ));
             }
         }
         Topology { exchanges, queues, bindings }

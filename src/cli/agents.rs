@@ -15,7 +15,7 @@
 //! One line per agent; exit 1 when any agent is unreachable.
 
 use super::EXIT_INVALID;
-use crate::config::{AgentConfig, AgentProtocol, Config};
+use crate::config::{A2aReach, AgentConfig, AmqpReach, Config, HttpReach, McpReach, Reach, WsReach};
 use crate::connectors::DeliveryError;
 use crate::connectors::a2a::A2aAgent;
 use crate::connectors::http::HttpAgent;
@@ -44,7 +44,7 @@ pub(super) enum AgentsCommand {
 }
 
 /// What a check found.
-struct Reach {
+struct Checked {
     reachable: bool,
     transport: &'static str,
     detail: String,
@@ -81,18 +81,19 @@ pub(super) fn run(command: AgentsCommand) -> ExitCode {
     if unreachable > 0 { ExitCode::from(EXIT_INVALID) } else { ExitCode::SUCCESS }
 }
 
-async fn check(config: &Config, agent: &AgentConfig) -> Reach {
-    let timeout = Duration::from_millis(agent.timeout_ms.max(1));
-    let (transport, result) = match &agent.url {
-        _ if agent.protocol == AgentProtocol::A2a => ("a2a", check_a2a(config, agent).await),
-        _ if agent.protocol == AgentProtocol::Mcp => ("mcp", check_mcp(agent).await),
-        None => ("amqp", check_amqp(config, agent, timeout).await),
-        Some(_) if agent.is_websocket() => ("websocket", check_ws(config, agent, timeout).await),
-        Some(_) => ("http", check_http(config, agent).await),
+async fn check(config: &Config, agent: &AgentConfig) -> Checked {
+    let name = agent.name.as_str();
+    let result = match &agent.reach {
+        Reach::Amqp(reach) => check_amqp(config, name, reach).await,
+        Reach::Http(reach) => check_http(config, name, reach).await,
+        Reach::WebSocket(reach) => check_ws(config, name, reach).await,
+        Reach::A2a(reach) => check_a2a(config, name, reach).await,
+        Reach::Mcp(reach) => check_mcp(name, reach).await,
     };
+    let transport = agent.reach.transport();
     match result {
-        Ok(detail) => Reach { reachable: true, transport, detail },
-        Err(detail) => Reach { reachable: false, transport, detail },
+        Ok(detail) => Checked { reachable: true, transport, detail },
+        Err(detail) => Checked { reachable: false, transport, detail },
     }
 }
 
@@ -128,7 +129,8 @@ fn negotiated(answer: Option<&Message>) -> String {
     }
 }
 
-async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
+async fn check_amqp(config: &Config, name: &str, agent: &AmqpReach) -> Result<String, String> {
+    let timeout = Duration::from_millis(agent.timeout_ms.max(1));
     let amqp = config.amqp.as_ref().ok_or("it is reached over AMQP and no [amqp] section is configured")?;
     let addresses = crate::broker::addresses::Addresses::of(amqp)?;
     // Any node of the list will do: the first that answers is asked.
@@ -159,7 +161,7 @@ async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> 
                     "queue {queue}: {} messages, {} consumers (routing key {})",
                     q.message_count(),
                     q.consumer_count(),
-                    agent.routing_key()
+                    agent.routing_key(name)
                 )
             })
             .map_err(|e| format!("queue {queue}: {e}")),
@@ -169,7 +171,7 @@ async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> 
             channel
                 .exchange_declare(exchange.into(), ExchangeKind::Direct, passive, FieldTable::default())
                 .await
-                .map(|()| format!("exchange {exchange} (routing key {})", agent.routing_key()))
+                .map(|()| format!("exchange {exchange} (routing key {})", agent.routing_key(name)))
                 .map_err(|e| format!("exchange {exchange}: {e}"))
         }
     };
@@ -177,10 +179,10 @@ async fn check_amqp(config: &Config, agent: &AgentConfig, timeout: Duration) -> 
     found
 }
 
-async fn check_http(config: &Config, agent: &AgentConfig) -> Result<String, String> {
-    let client = HttpAgent::new(agent, config.nlip.limits()).map_err(|e| e.to_string())?;
+async fn check_http(config: &Config, name: &str, agent: &HttpReach) -> Result<String, String> {
+    let client = HttpAgent::new(name, agent, config.nlip.limits()).map_err(|e| e.to_string())?;
     // Shown without credentials.
-    let shown = reqwest::Url::parse(agent.url.as_deref().unwrap_or_default()).map_or_else(
+    let shown = reqwest::Url::parse(&agent.outbound.url).map_or_else(
         |_| "(unparsable url)".to_owned(),
         |mut url| {
             let _ = url.set_username("");
@@ -197,9 +199,10 @@ async fn check_http(config: &Config, agent: &AgentConfig) -> Result<String, Stri
     }
 }
 
-async fn check_a2a(config: &Config, agent: &AgentConfig) -> Result<String, String> {
+async fn check_a2a(config: &Config, name: &str, agent: &A2aReach) -> Result<String, String> {
     let reply_timeout = Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
-    let client = A2aAgent::new(agent, reply_timeout, config.nlip.limits()).map_err(|e| e.to_string())?;
+    let client =
+        A2aAgent::new(name, agent, reply_timeout, config.nlip.limits()).map_err(|e| e.to_string())?;
     let card = client.card().await.map_err(|e| e.to_string())?;
     let endpoint = A2aAgent::jsonrpc_url(&card).map_err(|why| format!("agent card: {why}"))?;
     let name = card.get("name").and_then(Value::as_str).unwrap_or("(unnamed)");
@@ -219,11 +222,11 @@ async fn check_a2a(config: &Config, agent: &AgentConfig) -> Result<String, Strin
     ))
 }
 
-async fn check_mcp(agent: &AgentConfig) -> Result<String, String> {
+async fn check_mcp(name: &str, agent: &McpReach) -> Result<String, String> {
     // Only the tool list is read: the limits of answers do not matter here.
-    let client = McpAgent::new(agent, crate::nlip::Limits::default()).map_err(|e| e.to_string())?;
+    let client = McpAgent::new(name, agent, crate::nlip::Limits::default()).map_err(|e| e.to_string())?;
     let tools = client.tools().await.map_err(|e| e.to_string())?;
-    let wanted = agent.tool.as_deref().unwrap_or_default();
+    let wanted = agent.tool.as_str();
     let names: Vec<&str> = tools.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect();
     let Some(tool) = tools.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(wanted)) else {
         return Err(format!("tool '{wanted}' is not listed (the server lists {})", names.join(",")));
@@ -238,10 +241,11 @@ async fn check_mcp(agent: &AgentConfig) -> Result<String, String> {
     Ok(format!("tool '{wanted}' listed among {} tools; {wrapper}", names.len()))
 }
 
-async fn check_ws(config: &Config, agent: &AgentConfig, timeout: Duration) -> Result<String, String> {
-    let limits = config.nlip.limits();
+async fn check_ws(config: &Config, name: &str, reach: &WsReach) -> Result<String, String> {
+    let (limits, agent) = (config.nlip.limits(), &reach.outbound);
+    let timeout = Duration::from_millis(agent.timeout_ms.max(1));
     let dialer = Dialer::new(
-        agent.url.as_deref().unwrap_or_default(),
+        &agent.url,
         agent.token_env.as_deref(),
         agent.ca_file.as_deref(),
         limits.max_bytes,
@@ -249,9 +253,9 @@ async fn check_ws(config: &Config, agent: &AgentConfig, timeout: Duration) -> Re
     )
     .map_err(|e| e.to_string())?;
     let shown = dialer.url().to_owned();
-    let span = tracing::info_span!("agent check", silpgate.agent = %agent.name);
+    let span = tracing::info_span!("agent check", silpgate.agent = %name);
     let mut socket = dialer.connect(&span).await.map_err(|e| format!("{shown}: {e}"))?;
-    socket.send(frame_of(&ping(config), agent.encoding())).await.map_err(|e| format!("{shown}: {e}"))?;
+    socket.send(frame_of(&ping(config), reach.encoding.nlip())).await.map_err(|e| format!("{shown}: {e}"))?;
     let answer = tokio::time::timeout(timeout, async {
         while let Some(Ok(frame)) = socket.next().await {
             if let Some(decoded) = message_of(&frame, &limits) {

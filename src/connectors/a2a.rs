@@ -21,7 +21,7 @@ use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::a2a::VERSION;
 use crate::a2a::map::{self, TaskState};
 use crate::code::Code;
-use crate::config::AgentConfig;
+use crate::config::A2aReach;
 use crate::nlip::Message;
 use crate::nlip::reply::{Location, error_message};
 use futures_util::future::BoxFuture;
@@ -64,22 +64,23 @@ struct Fault {
 impl A2aAgent {
     /// Tasks are waited for at most `reply_timeout`.
     pub(crate) fn new(
-        agent: &AgentConfig,
+        name: &str,
+        reach: &A2aReach,
         reply_timeout: Duration,
         limits: crate::nlip::Limits,
     ) -> Result<Self, SetupError> {
-        let raw_url = agent.url.as_deref().unwrap_or_default();
-        reqwest::Url::parse(raw_url)
-            .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
+        let agent = &reach.outbound;
+        reqwest::Url::parse(&agent.url)
+            .map_err(|e| SetupError::Client { agent: name.to_owned(), detail: format!("url: {e}") })?;
         Ok(A2aAgent {
-            name: agent.name.clone(),
-            base: raw_url.trim_end_matches('/').to_owned(),
-            client: super::http::client(agent)?,
+            name: name.to_owned(),
+            base: agent.url.trim_end_matches('/').to_owned(),
+            client: super::http::client(name, agent)?,
             endpoint: OnceCell::new(),
             slots: Semaphore::new(agent.max_in_flight.max(1)),
             reply_timeout,
             rpc_ids: AtomicU64::new(1),
-            card_origins: agent
+            card_origins: reach
                 .card_origins
                 .iter()
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())

@@ -11,7 +11,7 @@ use crate::broker::link::BrokerLink;
 use crate::broker::properties;
 use crate::broker::publish::{Publication, PublishError};
 use crate::code::Code;
-use crate::config::AgentConfig;
+use crate::config::AmqpReach;
 use crate::nlip::{self, Encoding};
 use futures_util::future::BoxFuture;
 use tracing::Instrument;
@@ -25,11 +25,11 @@ pub(crate) struct AmqpAgent {
 }
 
 impl AmqpAgent {
-    pub(crate) fn new(agent: &AgentConfig, broker: Option<BrokerLink>) -> Self {
+    pub(crate) fn new(name: &str, reach: &AmqpReach, broker: Option<BrokerLink>) -> Self {
         AmqpAgent {
-            name: agent.name.clone(),
-            routing_key: agent.routing_key().to_owned(),
-            encoding: agent.encoding(),
+            name: name.to_owned(),
+            routing_key: reach.routing_key(name).to_owned(),
+            encoding: reach.content_type.nlip(),
             broker,
         }
     }

@@ -8,7 +8,7 @@
 
 use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::code::Code;
-use crate::config::AgentConfig;
+use crate::config::{HttpReach, Outbound};
 use crate::nlip::{self, Encoding, Message};
 use futures_util::future::BoxFuture;
 use reqwest::StatusCode;
@@ -29,17 +29,16 @@ pub(crate) struct HttpAgent {
 
 impl HttpAgent {
     /// `limits` bound the agent's answers as they bound any inbound message.
-    pub(crate) fn new(agent: &AgentConfig, limits: nlip::Limits) -> Result<Self, SetupError> {
-        let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
-        let raw_url = agent.url.as_deref().unwrap_or_default();
-        let url = reqwest::Url::parse(raw_url).map_err(|e| client_error(format!("url: {e}")))?;
-        let client = client(agent)?;
+    pub(crate) fn new(name: &str, reach: &HttpReach, limits: nlip::Limits) -> Result<Self, SetupError> {
+        let client_error = |detail: String| SetupError::Client { agent: name.to_owned(), detail };
+        let url = reqwest::Url::parse(&reach.outbound.url).map_err(|e| client_error(format!("url: {e}")))?;
+        let client = client(name, &reach.outbound)?;
         Ok(HttpAgent {
-            name: agent.name.clone(),
+            name: name.to_owned(),
             url,
-            encoding: agent.encoding(),
+            encoding: reach.content_type.nlip(),
             client,
-            slots: Semaphore::new(agent.max_in_flight.max(1)),
+            slots: Semaphore::new(reach.outbound.max_in_flight.max(1)),
             limits,
         })
     }
@@ -182,26 +181,31 @@ impl Connector for HttpAgent {
 
 /// The HTTP client of an agent reached over HTTP (NLIP, A2A or MCP): its bearer token from
 /// `token_env`, its timeouts, TLS verified against the system's roots plus `ca_file`.
-pub(crate) fn client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
-    build(agent, Some(Duration::from_millis(agent.timeout_ms.max(1))))
+pub(crate) fn client(name: &str, agent: &Outbound) -> Result<reqwest::Client, SetupError> {
+    build(name, agent, Some(Duration::from_millis(agent.timeout_ms.max(1))))
 }
 
 /// [`client`] without a bound on a whole request, for a transport that keeps a stream open
 /// between calls (MCP's event stream, which the bound would cut every `timeout_ms`, each cut
 /// logged): its caller bounds each call instead.
-pub(crate) fn streaming_client(agent: &AgentConfig) -> Result<reqwest::Client, SetupError> {
-    build(agent, None)
+pub(crate) fn streaming_client(name: &str, agent: &Outbound) -> Result<reqwest::Client, SetupError> {
+    build(name, agent, None)
 }
 
-fn build(agent: &AgentConfig, whole_request: Option<Duration>) -> Result<reqwest::Client, SetupError> {
-    let client_error = |detail: String| SetupError::Client { agent: agent.name.clone(), detail };
+fn build(
+    name: &str,
+    agent: &Outbound,
+    whole_request: Option<Duration>,
+) -> Result<reqwest::Client, SetupError> {
+    let client_error = |detail: String| SetupError::Client { agent: name.to_owned(), detail };
     // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut headers = HeaderMap::new();
     if let Some(variable) = &agent.token_env {
-        let token = std::env::var(variable).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
-            SetupError::TokenUnset { agent: agent.name.clone(), variable: variable.clone() }
-        })?;
+        let token = std::env::var(variable)
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| SetupError::TokenUnset { agent: name.to_owned(), variable: variable.clone() })?;
         let mut value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
             .map_err(|_| client_error(format!("{variable} holds characters a header cannot carry")))?;
         value.set_sensitive(true);

@@ -21,7 +21,7 @@
 
 use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::code::Code;
-use crate::config::AgentConfig;
+use crate::config::McpReach;
 use crate::gateway::session::is_renewal_notice;
 use crate::nlip::reply::{Location, error_message};
 use crate::nlip::{Content, Format, Message, Submessage};
@@ -56,17 +56,17 @@ pub(crate) struct McpAgent {
 }
 
 impl McpAgent {
-    pub(crate) fn new(agent: &AgentConfig, limits: crate::nlip::Limits) -> Result<Self, SetupError> {
-        let url = agent.url.clone().unwrap_or_default();
-        reqwest::Url::parse(&url)
-            .map_err(|e| SetupError::Client { agent: agent.name.clone(), detail: format!("url: {e}") })?;
+    pub(crate) fn new(name: &str, reach: &McpReach, limits: crate::nlip::Limits) -> Result<Self, SetupError> {
+        let agent = &reach.outbound;
+        reqwest::Url::parse(&agent.url)
+            .map_err(|e| SetupError::Client { agent: name.to_owned(), detail: format!("url: {e}") })?;
         Ok(McpAgent {
-            name: agent.name.clone(),
-            url,
-            tool: agent.tool.clone().unwrap_or_default(),
-            arguments: agent.arguments.clone().unwrap_or_default(),
+            name: name.to_owned(),
+            url: agent.url.clone(),
+            tool: reach.tool.clone(),
+            arguments: reach.arguments.clone(),
             // Every call is bounded by `timeout` here; the session's event stream is not.
-            client: super::http::streaming_client(agent)?,
+            client: super::http::streaming_client(name, agent)?,
             timeout: Duration::from_millis(agent.timeout_ms.max(1)),
             session: Mutex::new(None),
             slots: Semaphore::new(agent.max_in_flight.max(1)),

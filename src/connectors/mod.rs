@@ -21,7 +21,7 @@ pub(crate) mod mcp;
 pub(crate) mod ws;
 
 use crate::code::Code;
-use crate::config::{AgentProtocol, Config};
+use crate::config::{Config, Reach};
 use crate::gateway::{Disposition, GatewayError, Origin};
 use crate::nlip::{Encoding, Message};
 use futures_util::future::BoxFuture;
@@ -217,10 +217,9 @@ pub(crate) struct Agents {
 }
 
 impl Agents {
-    /// Connectors for the configured agents: A2A and MCP for those whose `protocol` says so,
-    /// else WebSocket for those with a `ws://` or `wss://` `url`, HTTP for the other `url`s,
-    /// AMQP for the rest (through `broker`, the AMQP side's link, when there is one). WebSocket agents hand their answers to `answers`; they start
-    /// connecting at once, so this must run inside the runtime.
+    /// The connector of each configured agent, as its [`Reach`] says (AMQP ones through
+    /// `broker`, the AMQP side's link, when there is one). WebSocket agents hand their answers
+    /// to `answers`; they start connecting at once, so this must run inside the runtime.
     pub(crate) fn new(
         config: &Config,
         broker: Option<crate::broker::link::BrokerLink>,
@@ -229,21 +228,15 @@ impl Agents {
         let mut by_name: HashMap<String, Arc<dyn Connector>> = HashMap::new();
         let reply_timeout = std::time::Duration::from_millis(config.gateway.reply_timeout_ms.max(1));
         for agent in &config.agents {
-            let connector: Arc<dyn Connector> = match (&agent.url, agent.protocol) {
-                (_, AgentProtocol::A2a) => {
-                    Arc::new(a2a::A2aAgent::new(agent, reply_timeout, config.nlip.limits())?)
+            let (name, limits) = (agent.name.as_str(), config.nlip.limits());
+            let connector: Arc<dyn Connector> = match &agent.reach {
+                Reach::Amqp(reach) => Arc::new(amqp::AmqpAgent::new(name, reach, broker.clone())),
+                Reach::Http(reach) => Arc::new(http::HttpAgent::new(name, reach, limits)?),
+                Reach::WebSocket(reach) => {
+                    Arc::new(ws::WsAgent::new(name, reach, limits, reply_timeout, answers.clone())?)
                 }
-                (_, AgentProtocol::Mcp) => Arc::new(mcp::McpAgent::new(agent, config.nlip.limits())?),
-                (url, AgentProtocol::Nlip) => match url {
-                    Some(_) if agent.is_websocket() => Arc::new(ws::WsAgent::new(
-                        agent,
-                        config.nlip.limits(),
-                        reply_timeout,
-                        answers.clone(),
-                    )?),
-                    Some(_) => Arc::new(http::HttpAgent::new(agent, config.nlip.limits())?),
-                    None => Arc::new(amqp::AmqpAgent::new(agent, broker.clone())),
-                },
+                Reach::A2a(reach) => Arc::new(a2a::A2aAgent::new(name, reach, reply_timeout, limits)?),
+                Reach::Mcp(reach) => Arc::new(mcp::McpAgent::new(name, reach, limits)?),
             };
             by_name.insert(agent.name.clone(), connector);
         }

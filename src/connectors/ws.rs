@@ -28,7 +28,7 @@
 use super::AnswerError;
 use super::{AnswerSink, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::code::Code;
-use crate::config::AgentConfig;
+use crate::config::WsReach;
 use crate::gateway::{Origin, Transport};
 use crate::nlip::{self, Encoding, Message};
 use crate::util::backoff::Backoff;
@@ -109,28 +109,30 @@ impl WsAgent {
     /// Starts connecting at once (inside a runtime); `limits` bound the agent's answers,
     /// `reply_timeout` is the gateway's.
     pub(crate) fn new(
-        agent: &AgentConfig,
+        name: &str,
+        reach: &WsReach,
         limits: nlip::Limits,
         reply_timeout: Duration,
         answers: AnswerSink,
     ) -> Result<Self, SetupError> {
+        let agent = &reach.outbound;
         let timeout = Duration::from_millis(agent.timeout_ms.max(1));
         let dialer = Dialer::new(
-            agent.url.as_deref().unwrap_or_default(),
+            &agent.url,
             agent.token_env.as_deref(),
             agent.ca_file.as_deref(),
             limits.max_bytes,
             timeout,
         )
         .map_err(|e| match e {
-            DialError::TokenUnset(variable) => SetupError::TokenUnset { agent: agent.name.clone(), variable },
-            DialError::Invalid(detail) => SetupError::Client { agent: agent.name.clone(), detail },
+            DialError::TokenUnset(variable) => SetupError::TokenUnset { agent: name.to_owned(), variable },
+            DialError::Invalid(detail) => SetupError::Client { agent: name.to_owned(), detail },
         })?;
         let max_in_flight = agent.max_in_flight.max(1);
         let inner = Arc::new(Inner {
-            name: agent.name.clone(),
+            name: name.to_owned(),
             dialer,
-            encoding: agent.encoding(),
+            encoding: reach.encoding.nlip(),
             timeout,
             reply_timeout,
             limits,

@@ -37,7 +37,7 @@ use crate::broker::link::BrokerLink;
 use crate::broker::publish::PublishError;
 use crate::cluster::{Cluster, ClusterError};
 use crate::code::Code;
-use crate::config::{AwaitMode, RepliesMode};
+use crate::config::{AwaitMode, Reach, RepliesMode};
 pub(crate) use crate::connectors::AnswerError;
 use crate::connectors::{Agents, AnswerTo, DeliveryError, Parcel};
 use crate::gateway::payload::{self, OutputForm};
@@ -621,13 +621,13 @@ impl Intake {
             return Err(AnswerError::Orphan);
         };
         if from.transport == Transport::Amqp
-            && let Some(user) = self
-                .gateway
-                .config()
-                .agents
-                .iter()
-                .find(|a| a.name == waiter.agent)
-                .and_then(|a| a.user.as_deref())
+            && let Some(user) =
+                self.gateway.config().agents.iter().find(|a| a.name == waiter.agent).and_then(|a| {
+                    match &a.reach {
+                        Reach::Amqp(reach) => reach.user.as_deref(),
+                        _ => None,
+                    }
+                })
             && from.user_id.as_deref() != Some(user)
         {
             metrics.replies_orphaned.with_label_values(&["forged"]).inc();

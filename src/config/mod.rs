@@ -1,6 +1,13 @@
 //! The TOML configuration. Every field is documented where it is declared; unknown keys are
 //! errors. `config/silpgate.toml` is the annotated default.
 
+mod agents;
+
+pub use agents::{
+    A2aReach, AgentConfig, AmqpReach, BodyEncoding, FrameEncoding, HttpReach, McpReach, Outbound, Reach,
+    WsReach,
+};
+
 use crate::silp::Frontend;
 use crate::silp::tokens::Tokenizer;
 use serde::Deserialize;
@@ -559,141 +566,6 @@ impl Default for TelemetryConfig {
 /// The heartbeat values of draft §5.2.
 pub(crate) const HEARTBEATS: [u32; 6] = [1, 5, 10, 15, 20, 9999];
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentConfig {
-    /// The agent's name, as routes name it.
-    pub name: String,
-    /// Frontends the agent accepts, most preferred first. Default: none listed, which means
-    /// any (the route's, the IR's `meta.out` or `gateway.default_frontend` decides), until a
-    /// `//ping` from the agent says otherwise.
-    #[serde(default, deserialize_with = "frontends")]
-    pub frontends: Vec<Frontend>,
-    /// The tokenizer of the agent's model (`o200k_base`, `cl100k_base`): payloads sent to it
-    /// are counted in its tokens. Default: none (bytes only), unless a `//ping` names one.
-    #[serde(default, deserialize_with = "optional_tokenizer")]
-    pub tokenizer: Option<Tokenizer>,
-    /// `fewest-tokens`: send the accepted frontend that costs the agent the fewest tokens,
-    /// unless the route sets a frontend. Default: none (the first accepted frontend).
-    #[serde(default, deserialize_with = "optional_frontend_rule")]
-    pub frontend: Option<FrontendRule>,
-    /// Routing key of the agent on `amqp.agents_exchange`. Default: the agent's name.
-    pub routing_key: Option<String>,
-    /// A queue silpgate declares (quorum, durable) and binds for the agent, for deployments
-    /// where silpgate owns the topology. Default: none (the agent declares its own).
-    pub queue: Option<String>,
-    /// Encoding of messages sent to the agent: `application/json` or `application/cbor`.
-    /// Default `application/json`.
-    #[serde(default = "json_content_type")]
-    pub content_type: String,
-    /// Where the agent listens when it is not on AMQP: `http://` or `https://` (NLIP over
-    /// HTTP, ECMA-431: the envelope is POSTed there and the response body is the agent's
-    /// answer), or `ws://` or `wss://` (NLIP over WebSocket, ECMA-432: one persistent
-    /// connection, the agent answers on it). Default: none, the agent is reached over AMQP.
-    pub url: Option<String>,
-    /// Frames to a WebSocket agent: `cbor` (binary frames, the default) or `json` (text
-    /// frames). Only for `ws://` and `wss://` agents.
-    pub encoding: Option<FrameEncoding>,
-    /// A delivery not confirmed (HTTP: answered; WebSocket: written to a connected socket)
-    /// within this many milliseconds failed, as a transient failure. Default 10000.
-    #[serde(default = "agent_timeout_ms")]
-    pub timeout_ms: u64,
-    /// Deliveries to this agent at once (WebSocket: requests written and not yet answered);
-    /// more wait their turn, within `timeout_ms`. Default 64.
-    #[serde(default = "agent_max_in_flight")]
-    pub max_in_flight: usize,
-    /// Environment variable holding the bearer token silpgate presents to the agent. The
-    /// variable must be set when named. Default: none.
-    pub token_env: Option<String>,
-    /// PEM file of the certificate authorities an `https://` or `wss://` agent is verified against, in
-    /// addition to the system's. Verification is never off.
-    pub ca_file: Option<std::path::PathBuf>,
-    /// Allow `http://` or `ws://` to a host other than loopback (ECMA-434 asks for TLS on
-    /// every hop that leaves the machine). Default false.
-    #[serde(default)]
-    pub plain: bool,
-    /// The protocol the agent speaks at `url`: `nlip` (the default), `a2a` (an A2A 1.0 agent;
-    /// `url` is its base URL, where its agent card is) or `mcp` (an MCP server on streamable
-    /// HTTP; `url` is its endpoint and `tool` the tool each envelope calls).
-    #[serde(default)]
-    pub protocol: AgentProtocol,
-    /// The MCP tool each envelope calls. Only for `protocol = "mcp"`, where it is required.
-    pub tool: Option<String>,
-    /// Fixed arguments of every MCP tool call, next to the SILP wrapper (`silp_encoding`,
-    /// `silp_payload`). Only for `protocol = "mcp"`. Default: none.
-    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
-    /// The broker user an AMQP agent answers as. When set, an answer on the reply queue is
-    /// believed only with this `user_id` (RabbitMQ checks it against the publisher's login);
-    /// any other is dead-lettered as `forged_answer`. Default: none (any publisher).
-    #[serde(default)]
-    pub user: Option<String>,
-    /// A2A agents: origins (`scheme://host[:port]`) besides the configured `url`'s that the
-    /// agent card may name as the agent's endpoint. A card naming any other origin, or
-    /// `http://` where the `url` is `https://`, is refused (`a2a_card_invalid`): the card must
-    /// not send silpgate, and the agent's token, anywhere. Default: none.
-    #[serde(default)]
-    pub card_origins: Vec<String>,
-}
-
-/// The protocol an agent speaks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentProtocol {
-    /// NLIP envelopes (AMQP, HTTP or WebSocket, by `url`).
-    #[default]
-    Nlip,
-    /// A2A 1.0, JSON-RPC binding.
-    A2a,
-    /// MCP, streamable HTTP transport.
-    Mcp,
-}
-
-impl AgentConfig {
-    /// The agent's routing key on the agents exchange.
-    pub(crate) fn routing_key(&self) -> &str {
-        self.routing_key.as_deref().unwrap_or(&self.name)
-    }
-
-    /// The encoding of envelopes sent to the agent.
-    pub fn encoding(&self) -> crate::nlip::Encoding {
-        if self.is_websocket() {
-            return self.encoding.unwrap_or_default().nlip();
-        }
-        crate::nlip::Encoding::from_content_type(&self.content_type).unwrap_or(crate::nlip::Encoding::Json)
-    }
-
-    /// True for an agent reached over WebSocket (`ws://`, `wss://`).
-    pub(crate) fn is_websocket(&self) -> bool {
-        self.url.as_deref().is_some_and(is_websocket_url)
-    }
-}
-
-/// True for a `ws://` or `wss://` URL.
-pub(crate) fn is_websocket_url(url: &str) -> bool {
-    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-    scheme.eq_ignore_ascii_case("ws") || scheme.eq_ignore_ascii_case("wss")
-}
-
-/// How NLIP messages travel in WebSocket frames (ECMA-432).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FrameEncoding {
-    /// One CBOR-encoded message per binary frame.
-    #[default]
-    Cbor,
-    /// One JSON message per text frame.
-    Json,
-}
-
-impl FrameEncoding {
-    pub(crate) fn nlip(self) -> crate::nlip::Encoding {
-        match self {
-            FrameEncoding::Cbor => crate::nlip::Encoding::Cbor,
-            FrameEncoding::Json => crate::nlip::Encoding::Json,
-        }
-    }
-}
-
 /// An upstream WebSocket stream (ECMA-432) silpgate connects to as a client: every NLIP
 /// message the server sends is taken through the intake like any other, and its reply (the
 /// route's reply, the agent's answer, a delivery confirmation or an error) is written back on
@@ -739,18 +611,6 @@ fn stream_reconnect_max_ms() -> u64 {
 
 fn stream_in_flight() -> usize {
     256
-}
-
-fn agent_timeout_ms() -> u64 {
-    10_000
-}
-
-fn agent_max_in_flight() -> usize {
-    64
-}
-
-fn json_content_type() -> String {
-    "application/json".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -926,25 +786,12 @@ impl Config {
             _ => {}
         }
         for agent in &self.agents {
-            if crate::nlip::Encoding::from_content_type(&agent.content_type).is_none() {
-                return Err(ConfigError::Invalid(format!(
-                    "agent '{}': content_type '{}' is neither application/json nor application/cbor",
-                    agent.name, agent.content_type
-                )));
-            }
-            if let Some(url) = &agent.url {
-                check_agent_url(&agent.name, url, agent.plain)?;
+            if let Some(outbound) = agent.reach.outbound() {
+                check_agent_url(&agent.name, &outbound.url, outbound.plain)?;
             }
             if let Some(FrontendRule::Fixed(f)) = agent.frontend {
                 return Err(ConfigError::Invalid(format!(
                     "agent '{}': frontend = '{f}': an agent may only set frontend = 'fewest-tokens'; list the frontends it accepts in frontends",
-                    agent.name
-                )));
-            }
-            check_agent_protocol(agent)?;
-            if agent.encoding.is_some() && !agent.is_websocket() {
-                return Err(ConfigError::Invalid(format!(
-                    "agent '{}': encoding is for ws:// and wss:// agents; use content_type",
                     agent.name
                 )));
             }
@@ -1016,32 +863,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// An A2A or MCP agent needs an `http(s)://` URL (and MCP a tool); `tool` and `arguments`
-/// belong to MCP agents only.
-fn check_agent_protocol(agent: &AgentConfig) -> Result<(), ConfigError> {
-    let invalid = |why: &str| Err(ConfigError::Invalid(format!("agent '{}': {why}", agent.name)));
-    let http_url = agent.url.as_deref().is_some_and(|u| !is_websocket_url(u));
-    match agent.protocol {
-        AgentProtocol::Nlip => {}
-        AgentProtocol::A2a | AgentProtocol::Mcp if !http_url => {
-            return invalid("protocol = 'a2a' or 'mcp' needs an http:// or https:// url");
-        }
-        AgentProtocol::Mcp if agent.tool.as_deref().is_none_or(|t| t.trim().is_empty()) => {
-            return invalid("protocol = 'mcp' needs tool, the name of the tool each envelope calls");
-        }
-        AgentProtocol::A2a | AgentProtocol::Mcp => {}
-    }
-    if agent.protocol != AgentProtocol::Mcp && (agent.tool.is_some() || agent.arguments.is_some()) {
-        return invalid("tool and arguments are for protocol = 'mcp' agents");
-    }
-    if let Some(arguments) = &agent.arguments
-        && (arguments.contains_key("silp_encoding") || arguments.contains_key("silp_payload"))
-    {
-        return invalid("arguments may not set silp_encoding or silp_payload: silpgate writes them");
-    }
-    Ok(())
 }
 
 /// An agent URL must be http(s) or ws(s), and plain HTTP or WebSocket may not leave the
