@@ -1003,6 +1003,9 @@ fn frontends<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Frontend>, D:
 }
 
 #[cfg(test)]
+mod defaults_test;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
