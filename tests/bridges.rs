@@ -152,22 +152,11 @@ async fn an_amqp_sender_speaking_ir_gets_the_agents_code_answer_as_ir_at_its_rep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_reaches_the_python_nlip_server_and_the_sdk_reads_the_answer() {
     let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
-    let mut server = std::process::Command::new(&python)
-        .args([
-            "-m",
-            "uvicorn",
-            "nlip_server.echo:app",
-            "--port",
-            &port.to_string(),
-            "--log-level",
-            "warning",
-        ])
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python} (tests/run.sh installs nlip-server): {e}"));
+    let listening = format!("{}/tests/interop/listening.py", env!("CARGO_MANIFEST_DIR"));
+    let mut command = std::process::Command::new(&python);
+    command.args([listening.as_str(), "nlip_server.echo:app", "0"]);
+    let (server, port) = agents::spawn_listening(command, "the Python NLIP server")
+        .unwrap_or_else(|e| panic!("{e} (tests/run.sh installs nlip-server)"));
     struct Reaped(std::process::Child);
     impl Drop for Reaped {
         fn drop(&mut self) {
@@ -175,15 +164,7 @@ async fn http_reaches_the_python_nlip_server_and_the_sdk_reads_the_answer() {
             let _ = self.0.wait();
         }
     }
-    let _server = {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(server.try_wait().unwrap().is_none(), "the NLIP server exited at start");
-            assert!(std::time::Instant::now() < deadline, "the NLIP server did not listen within 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Reaped(server)
-    };
+    let _server = Reaped(server);
     let names = Names::new("http-python");
     let dir = broker::temp_dir("bridges-python");
     let agents_and_routes = format!(

@@ -1,6 +1,6 @@
 """An A2A 1.0 agent built with the a2a-sdk, for the A2A bridge tests.
 
-Usage: python a2a_agent.py PORT
+Usage: python a2a_agent.py PORT (0: any free port; it prints `listening PORT`)
 
 What it does depends on the first text it receives (its SILP-aware part reads the
 `silp-code` part silpgate sends, and answers in SILP code):
@@ -19,7 +19,7 @@ import asyncio
 import re
 import sys
 
-import uvicorn
+import listening
 from starlette.applications import Starlette
 
 from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_part
@@ -96,8 +96,7 @@ class Agent(AgentExecutor):
         return None
 
 
-def main() -> None:
-    port = int(sys.argv[1])
+def app(port: int) -> Starlette:
     card = AgentCard(
         name="test-a2a-agent",
         description="Echoes text, answers SILP code, runs slow, failing and rejected tasks",
@@ -112,8 +111,8 @@ def main() -> None:
     )
     handler = DefaultRequestHandlerV2(agent_executor=Agent(), task_store=InMemoryTaskStore(), agent_card=card)
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
-    uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning")
+    return Starlette(routes=routes)
 
 
 if __name__ == "__main__":
-    main()
+    listening.serve(app, int(sys.argv[1]))

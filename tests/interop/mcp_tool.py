@@ -1,7 +1,7 @@
 """An MCP server (streamable HTTP at /mcp) built with the Python `mcp` package, for the MCP
 bridge tests.
 
-Usage: python mcp_tool.py PORT
+Usage: python mcp_tool.py PORT (0: any free port; it prints `listening PORT`)
 
 Tools:
 - `plan(silp_encoding, silp_payload, priority)`: reads the SILP wrapper of draft -02 §7.2 and
@@ -20,7 +20,7 @@ Tools:
 import re
 import sys
 
-import uvicorn
+import listening
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
@@ -84,5 +84,4 @@ def strict(silp_encoding: str, silp_payload: str) -> str:
 
 
 if __name__ == "__main__":
-    port = int(sys.argv[1])
-    uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
+    listening.serve(lambda _port: server.streamable_http_app(), int(sys.argv[1]))

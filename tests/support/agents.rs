@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What an agent does with one request: its answer, if it answers.
 pub type Behaviour = Arc<dyn Fn(&Message) -> Option<Message> + Send + Sync>;
@@ -185,26 +185,61 @@ pub struct PythonServer {
 }
 
 impl PythonServer {
-    /// Starts `script PORT` on a free port and waits (at most 60 s) until it listens.
+    /// Starts `script 0`, on a port the system picks, and waits (at most 60 s) until it
+    /// listens.
     pub fn start(script: &str) -> PythonServer {
-        PythonServer::start_on(script, free_port())
+        PythonServer::start_on(script, 0)
     }
 
+    /// Starts `script PORT` (0: any) and waits (at most 60 s) until it listens. The script
+    /// says which port it bound (`listening PORT`): a port taken by another process makes it
+    /// exit, rather than the test talking to whoever holds it.
     pub fn start_on(script: &str, port: u16) -> PythonServer {
         let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
         let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
-        let child =
-            Command::new(&python).arg(&path).arg(port.to_string()).spawn().unwrap_or_else(|e| {
-                panic!("cannot run {python} (tests/run.sh installs a2a-sdk and mcp): {e}")
-            });
-        let mut server = PythonServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(server.child.try_wait().unwrap().is_none(), "{script} exited at start");
-            assert!(Instant::now() < deadline, "{script} did not listen within 60 s");
-            std::thread::sleep(Duration::from_millis(100));
+        let mut command = Command::new(&python);
+        command.arg(&path).arg(port.to_string());
+        let (child, port) = spawn_listening(command, script)
+            .unwrap_or_else(|e| panic!("{e} (tests/run.sh installs a2a-sdk and mcp)"));
+        PythonServer { child, port }
+    }
+}
+
+/// Spawns a server that prints `listening PORT` once bound (tests/interop/listening.py), and
+/// returns it with that port; waits at most 60 s.
+pub fn spawn_listening(mut command: Command, what: &str) -> Result<(Child, u16), String> {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    let stdout = child.stdout.take().expect("piped");
+    let (told, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let port = lines.find_map(|line| line.ok()?.strip_prefix("listening ")?.trim().parse::<u16>().ok());
+        let _ = told.send(port);
+        // Keep reading, so that the server never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    match heard.recv_timeout(Duration::from_secs(60)) {
+        Ok(Some(port)) => {
+            // Bound is not yet listening: wait for the server to accept.
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if child.try_wait().ok().flatten().is_some() || std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    return Err(format!("{what} bound port {port} but did not accept on it"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok((child, port))
         }
-        server
+        outcome => {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            Err(format!("{what} did not say it listens within 60 s ({outcome:?}, exit {status:?})"))
+        }
     }
 }
 
