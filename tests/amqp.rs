@@ -168,7 +168,6 @@ async fn a_thousand_envelopes_arrive_once_each_and_replies_reach_reply_to() {
     assert!(status.success());
     assert_turns(&dir.join("store"), N, CONVERSATIONS);
     broker::wait_counts(&names.inbound(), (0, 0), "everything acknowledged").await;
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -246,7 +245,6 @@ async fn poison_is_dead_lettered_with_its_code_and_good_messages_pass_it() {
 
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -342,7 +340,6 @@ async fn assert_settled(
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
     assert_turns(&dir.join("store"), n, conversations);
-    names.clean_up(channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -458,7 +455,6 @@ async fn sigkill_redeliveries_of_messages_without_ids_reach_the_agent_under_the_
     );
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -557,7 +553,6 @@ async fn an_unroutable_or_full_downstream_holds_the_message_until_it_clears() {
 
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -612,7 +607,6 @@ async fn a_damaged_store_stops_the_daemon_and_leaves_the_message_with_the_broker
     assert!(log.contains("store is damaged"), "the error names the store: {log}");
     broker::wait_counts(&names.inbound(), (1, 0), "the message that met the damage stays with the broker")
         .await;
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -675,8 +669,6 @@ async fn a_graceful_stop_logs_no_error() {
             log.lock().unwrap().iter().filter(|l| l.contains(" ERROR ")).cloned().collect();
         assert!(errors.is_empty(), "stop {stop} logged errors: {errors:#?}");
     }
-    let (_connection, channel) = broker::channel().await;
-    names.clean_up(&channel, 0).await;
 }
 
 /// A failure that does not clear (nothing is bound downstream) is retried `max_attempts`
@@ -710,7 +702,6 @@ async fn a_transient_failure_past_max_attempts_is_dead_lettered_saying_so() {
     broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once dead-lettered").await;
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -767,7 +758,6 @@ async fn an_answer_stuck_in_retries_does_not_hold_back_the_acknowledgements_behi
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(ready(names.inbound()).await, 0, "everything behind the answer had been acknowledged");
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -822,7 +812,6 @@ async fn an_rpc_client_on_direct_reply_to_gets_its_reply() {
             channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await.unwrap();
         assert_eq!(left.message_count(), 0, "{queue}: the request was acknowledged, not dead-lettered");
     }
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 

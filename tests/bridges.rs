@@ -100,7 +100,6 @@ async fn websocket_clients_reach_an_amqp_agent_and_each_socket_gets_its_own_answ
         "delivered once each"
     );
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,7 +145,6 @@ async fn an_amqp_sender_speaking_ir_gets_the_agents_code_answer_as_ir_at_its_rep
     assert!(status.success());
     let turns = broker::session_turns(&store);
     assert_eq!(turns.get("amqp-conv"), Some(&(2 * N as u64)), "requests and answers are turns: {turns:?}");
-    names.clean_up(&channel, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,8 +199,6 @@ source = "http"
     );
     assert_eq!(String::from_utf8_lossy(&parsed.stdout).trim(), "hello over the gateway");
     drop(daemon);
-    let (_connection, channel) = broker::channel().await;
-    names.clean_up(&channel, 0).await;
 }
 
 fn http_agent_route(names: &Names, agent: &HttpAgent) -> String {
@@ -265,7 +261,6 @@ async fn an_http_agent_that_fails_three_times_gets_the_message_once_accepted_and
     assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), 4, "three 503s, then accepted once");
     broker::wait_counts(&names.inbound(), (0, 0), "the inbound message is acknowledged after the 200").await;
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,7 +328,6 @@ async fn an_http_agent_down_for_20_seconds_mid_stream_loses_nothing_and_counts_e
             "{conversation}: each request and answer counted once"
         );
     }
-    names.clean_up(&channel, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,7 +363,6 @@ async fn an_agent_that_never_answers_times_out_and_its_late_answer_is_dead_lette
     assert_eq!(dead.len(), 1, "the late answer is dead-lettered, not dropped");
     assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("timeout"));
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,7 +382,6 @@ async fn a_route_that_awaits_nothing_answers_202_once_the_broker_confirmed() {
     assert_eq!(delivered[0].message_id, id, "the id names the message the agent got");
     assert_eq!(delivered[0].reply_to, None, "nobody waits for an answer");
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 /// The README's quick start: `silpgate run --config config/silpgate.toml`, the example agent on
@@ -459,7 +451,6 @@ async fn an_http_agent_that_refuses_a_message_has_it_dead_lettered_with_its_code
     assert_eq!(agent.received.load(std::sync::atomic::Ordering::SeqCst), 1, "a refusal is not retried");
     broker::wait_counts(&names.inbound(), (0, 0), "acknowledged once dead-lettered").await;
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 /// Twelve SILP messages of one conversation published back to back, its session renewing every
@@ -517,7 +508,6 @@ async fn renewals_ride_inside_messages_and_never_take_an_amqp_answers_place() {
     let conversation = "conv-0";
     let turns = broker::session_turns(&store);
     assert_eq!(turns.get(conversation), Some(&(2 * N as u64)), "requests and answers, once each: {turns:?}");
-    names.clean_up(&channel, 0).await;
 }
 
 /// An AMQP agent configured with its broker `user` is the only one who can answer for it: an
@@ -561,7 +551,6 @@ async fn an_answer_not_from_the_agents_broker_user_is_dead_lettered_and_the_real
     assert_eq!(order_of(&got), Some(4), "the agent's own answer: {got}");
     assert!(!got.to_string().contains("attacker_choice"), "{got}");
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 /// One request, one outcome: an HTTP agent slower than the reply timeout, then unavailable
@@ -604,7 +593,6 @@ async fn a_retry_after_a_timeout_never_gives_the_sender_a_second_reply() {
     );
     broker::wait_counts(&names.inbound(), (0, 0), "the request is acknowledged once the agent took it").await;
     drop(daemon);
-    names.clean_up(&channel, 0).await;
 }
 
 /// A front-door message whose delivery fails leaves no turn counted: its sender hears 503

@@ -117,7 +117,6 @@ async fn assert_applied_once(daemon: Daemon, names: &Names, store: &Path, count:
         assert_eq!(turns.get(&format!("conv-{c}")), Some(&expected), "turns of conv-{c}");
     }
     let (connection, channel) = broker::channel().await;
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }
 
@@ -325,7 +324,6 @@ async fn cluster_mode_on_three_brokers_loses_nothing_when_instances_and_a_broker
         .await;
         // Back to three nodes, so that the cluster is taken down cleanly.
         brokers.start(killed_node);
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
     drop(brokers);

@@ -81,7 +81,6 @@ fn amqps_to_rabbitmq_relays_when_the_broker_is_verified_against_ca_file() {
         assert_eq!(sink.len(), 1, "relayed over the TLS connection");
         assert_eq!(sink[0].message_id, "tls-1:0");
         drop(daemon);
-        names.clean_up(&channel, 0).await;
         let _ = connection.close(200, "done".into()).await;
     });
 }

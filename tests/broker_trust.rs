@@ -91,6 +91,5 @@ async fn a_producer_cannot_choose_its_route_source_with_a_header() {
     // The daemon goes first: deleting the queues it consumes would make it declare them again.
     daemon.kill();
     let _ = channel.queue_delete(privileged.as_str().into(), Default::default()).await;
-    names.clean_up(&channel, 0).await;
     let _ = connection.close(200, "done".into()).await;
 }

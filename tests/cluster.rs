@@ -103,7 +103,6 @@ async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state(
         .await;
         a_fresh_instance_takes_over_after_the_kills(&mut cluster, &channel, |cluster| cluster.start("d"))
             .await;
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -138,7 +137,6 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         }
         let stores: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| cluster.store(n)).collect();
         assert_sessions(&stores, &delivered, count);
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -246,7 +244,6 @@ async fn a_fourth_instance_joining_and_leaving_moves_only_the_partitions_whose_o
             }
             let stores: Vec<PathBuf> = four.iter().map(|n| cluster.store(n)).collect();
             assert_sessions(&stores, &delivered, count);
-            names.clean_up(&channel, PARTITIONS).await;
         },
     )
     .await;
@@ -623,7 +620,6 @@ async fn an_agents_answer_turn_survives_its_owners_crash() {
             .queue_delete(queue.as_str().into(), lapin::options::QueueDeleteOptions::default())
             .await
             .unwrap();
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -738,7 +734,6 @@ async fn a_connection_lost_while_messages_wait_to_be_retried_holds_no_hand_over_
         for name in ["a", "b"] {
             cluster.terminate(name);
         }
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -791,7 +786,6 @@ async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_wait
         }
         assert_sessions(&[cluster.store("a"), cluster.store("b")], &delivered, count);
         assert!(gave_up, "a let go of its connection when a hand-over could not finish");
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }

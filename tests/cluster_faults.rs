@@ -108,7 +108,6 @@ async fn a_killed_owner_is_taken_over_within_a_second_and_handed_nothing_back() 
         assert_eq!(status["owned"].as_array().map(Vec::len), Some(usize::from(PARTITIONS)), "{status}");
         reader.abort();
         cluster.terminate("b");
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -168,7 +167,6 @@ async fn an_owner_killed_in_the_middle_of_a_hand_over_does_not_stall_its_partiti
         cluster.terminate("b");
         assert_sessions(&[cluster.store("a"), cluster.store("b")], &delivered, count);
         eprintln!("b served every partition {took_after:?} after the kill; {cut_short} hand-overs cut short");
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -230,7 +228,6 @@ async fn ids_sent_again_after_an_owner_change_or_a_rebuild_are_not_published_aga
                 assert_eq!(offset.is_u64(), held == "replica", "{store}: a replica says as of when: {line}");
             }
         }
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -284,7 +281,6 @@ async fn a_front_door_message_refused_for_good_leaves_no_turn_counted() {
         cluster.terminate("a");
         let turns = broker::session_turns(&cluster.store("a"));
         assert_eq!(turns.get("conv-0"), Some(&4), "the refused message left no turn counted");
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -465,7 +461,6 @@ async fn a_stream_on_two_instances_is_read_by_one_and_moves_when_it_dies() {
         }
         assert_eq!(feed.most.load(Ordering::SeqCst), 1, "never two connections to the stream at once");
         cluster.terminate(other);
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }
@@ -510,10 +505,8 @@ async fn ready_means_the_members_are_known_and_the_status_shows_every_owner() {
             serde_json::json!([]),
             "nothing has been delivered, so nothing is served yet"
         );
-        let (_connection, channel) = broker::channel().await;
         let (status, _) = a.terminate(Duration::from_secs(40));
         assert!(status.success());
-        names.clean_up(&channel, PARTITIONS).await;
     })
     .await;
 }

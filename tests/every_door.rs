@@ -203,5 +203,4 @@ async fn fifty_requests_through_every_door_to_every_kind_of_agent_get_fifty_answ
             );
         }
     }
-    names.clean_up(&channel, 0).await;
 }

@@ -364,7 +364,6 @@ async fn a_websocket_agent_restarted_mid_stream_loses_nothing_and_counts_each_on
             "conv-{c}: each request and each answer counted once: {turns:?}"
         );
     }
-    names.clean_up(&channel, 0).await;
 }
 
 /// A stream server's view of one connection: what it sent and the replies it got.
@@ -497,7 +496,6 @@ source = "feed"
     let (status, took) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
     assert!(status.success(), "exit 0 after SIGTERM with a stream connected (took {took:?})");
     eprintln!("stream: SIGTERM to exit took {took:?}");
-    names.clean_up(&channel, 0).await;
 }
 
 /// The line of `out` that names `agent`.
@@ -575,7 +573,6 @@ url = "ws://{ws}/agent"
     assert!(line(&out, "tokenless").starts_with("unreachable"), "refused without its token: {out}");
     assert!(line(&out, "tokenless").contains("401"), "{out}");
     assert_eq!(out.lines().filter(|l| l.starts_with("unreachable")).count(), 2, "{out}");
-    names.clean_up(&channel, 0).await;
 }
 
 #[test]

@@ -102,7 +102,8 @@ impl Names {
         )
     }
 
-    /// Deletes every queue and exchange of the test (`partitions`: of a cluster test).
+    /// Deletes every queue and exchange of the test (`partitions`: of a cluster test). Dropping
+    /// the names does it too, whatever the test's outcome.
     pub async fn clean_up(&self, channel: &Channel, partitions: u16) {
         let mut queues = vec![
             self.inbound(),
@@ -192,6 +193,34 @@ mode = "transcode"
             sink = self.sink(),
             answers = self.answers(),
         )
+    }
+}
+
+impl Drop for Names {
+    /// A failed test leaves nothing on the broker for the next run: its queues and exchanges
+    /// (a cluster test's partitions too) are deleted here, on a connection of its own, since
+    /// the test's runtime may be the one being dropped.
+    fn drop(&mut self) {
+        let names = std::mem::ManuallyDrop::new(Names { prefix: std::mem::take(&mut self.prefix) });
+        let names = &*names;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                    return;
+                };
+                runtime.block_on(async {
+                    let connect = Connection::connect(BROKER, ConnectionProperties::default());
+                    let Ok(Ok(connection)) = tokio::time::timeout(Duration::from_secs(5), connect).await
+                    else {
+                        return;
+                    };
+                    if let Ok(channel) = connection.create_channel().await {
+                        names.clean_up(&channel, crate::support::cluster::PARTITIONS).await;
+                    }
+                    let _ = connection.close(200, "cleaned up".into()).await;
+                });
+            });
+        });
     }
 }
 
