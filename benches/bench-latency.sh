@@ -21,6 +21,14 @@ cargo build --release --quiet --bin silpgate
 
 config=$(mktemp)
 store=$(mktemp -d)
+logs=$(mktemp -d)
+ports="18990 18991 18992 18993 18994"
+for port in $ports; do
+  if (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+    echo "bench-latency.sh: port $port is already in use; stop what holds it" >&2
+    exit 1
+  fi
+done
 cat > "$config" <<'TOML'
 # An echo route: every text message goes back to the sender unchanged.
 [[routes]]
@@ -32,28 +40,41 @@ plain = true
 client_rate = 0.0
 connection_rate = 0.0
 TOML
-"$target/release/silpgate" run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>/dev/null &
+"$target/release/silpgate" run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>"$logs/silpgate.log" &
 silpgate_pid=$!
-(cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) &
+(cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) 2>"$logs/nlip-server.log" &
 reference_pid=$!
 # benches/latency.rs, built once: the load client, and the floor (echo servers on silpgate's
 # runtime with no gateway behind them).
 latency=$(cargo bench --quiet --bench latency --no-run --message-format=json 2>/dev/null |
   sed -n 's/.*"executable":"\([^"]*latency[^"]*\)".*/\1/p' | tail -1)
-"$latency" floor 127.0.0.1:18992 127.0.0.1:18994 127.0.0.1:18993 &
+"$latency" floor 127.0.0.1:18992 127.0.0.1:18994 127.0.0.1:18993 2>"$logs/floor.log" &
 floor_pid=$!
-trap 'kill $silpgate_pid $reference_pid $floor_pid 2>/dev/null || true; rm -rf "$config" "$store"' EXIT
-for port in 18990 18991 18992 18993 18994; do
+# On a failure, what the servers said is shown before it is removed.
+trap 'status=$?; kill $silpgate_pid $reference_pid $floor_pid 2>/dev/null || true
+  if [ $status -ne 0 ]; then tail -n 20 "$logs"/*.log >&2; fi; rm -rf "$config" "$store" "$logs"' EXIT
+for port in $ports; do
   for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 done
+# Accepting is not ready: each server must echo an envelope before it is timed.
+envelope='{"format":"text","subformat":"english","content":"hello"}'
+for url in http://127.0.0.1:18990/nlip http://127.0.0.1:18991/nlip/ http://127.0.0.1:18992/nlip http://127.0.0.1:18994/nlip; do
+  answer=$(curl -sS --max-time 10 -H 'Content-Type: application/json' -d "$envelope" "$url")
+  case $answer in
+    *'"hello"'*) ;;
+    *) echo "bench-latency.sh: $url answered '$answer', not the echo" >&2; exit 1 ;;
+  esac
+done
 
-load() { "$latency" "$@" 2>/dev/null | tail -1; }
-read -r s_http_med s_http_p99 s_http_fast s_http_slow < <(load http 127.0.0.1:18990 /nlip)
-read -r s_ws_med s_ws_p99 s_ws_fast s_ws_slow < <(load ws ws://127.0.0.1:18990/nlip/ws/text)
-read -r r_http_med r_http_p99 r_http_fast r_http_slow < <(load http 127.0.0.1:18991 /nlip/)
-read -r f_http_med f_http_p99 f_http_fast f_http_slow < <(load http 127.0.0.1:18992 /nlip)
-read -r f_hyper_med f_hyper_p99 f_hyper_fast f_hyper_slow < <(load http 127.0.0.1:18994 /nlip)
-read -r f_ws_med f_ws_p99 f_ws_fast f_ws_slow < <(load ws ws://127.0.0.1:18993/)
+# The client checks every answer is the echo, and fails, and with it this script, when one is
+# not (an assignment from a failed command substitution stops a `set -e` script).
+load() { "$latency" "$@" 2>>"$logs/client.log" | tail -1; }
+out=$(load http 127.0.0.1:18990 /nlip); read -r s_http_med s_http_p99 s_http_fast s_http_slow <<< "$out"
+out=$(load ws ws://127.0.0.1:18990/nlip/ws/text); read -r s_ws_med s_ws_p99 s_ws_fast s_ws_slow <<< "$out"
+out=$(load http 127.0.0.1:18991 /nlip/); read -r r_http_med r_http_p99 r_http_fast r_http_slow <<< "$out"
+out=$(load http 127.0.0.1:18992 /nlip); read -r f_http_med f_http_p99 f_http_fast f_http_slow <<< "$out"
+out=$(load http 127.0.0.1:18994 /nlip); read -r f_hyper_med f_hyper_p99 f_hyper_fast f_hyper_slow <<< "$out"
+out=$(load ws ws://127.0.0.1:18993/); read -r f_ws_med f_ws_p99 f_ws_fast f_ws_slow <<< "$out"
 
 row='%-28s %12s %12s %24s\n'
 printf "$row" "round trip (µs)" median p99 "connections' medians"

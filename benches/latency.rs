@@ -69,6 +69,13 @@ fn main() {
     println!("{median:.1} {p99:.1} {:.1} {:.1}", medians[0], medians[CONNECTIONS - 1]);
 }
 
+/// Every server here echoes the envelope: an answer without its content is an error answer,
+/// and timing it would measure the wrong thing.
+fn assert_echoed(body: &[u8]) {
+    let text = String::from_utf8_lossy(body);
+    assert!(text.contains("\"hello\""), "the answer is not the echo: {text}");
+}
+
 fn http(addr: &str, path: &str) -> Vec<Duration> {
     let stream = std::net::TcpStream::connect(addr).expect("connect");
     stream.set_nodelay(true).unwrap();
@@ -99,6 +106,7 @@ fn http(addr: &str, path: &str) -> Vec<Duration> {
         }
         let mut body = vec![0u8; length];
         reader.read_exact(&mut body).unwrap();
+        assert_echoed(&body);
         if i >= WARM_UP {
             times.push(start.elapsed());
         }
@@ -155,6 +163,7 @@ fn ws(url: &str) -> Vec<Duration> {
             let mut payload = vec![0u8; length as usize];
             reader.read_exact(&mut payload).unwrap();
             if head[0] & 0x0f == 0x1 {
+                assert_echoed(&payload);
                 break; // the text reply; pings in between are skipped
             }
         }
