@@ -146,19 +146,78 @@ async fn an_idle_connection_is_closed() {
     assert!(String::from_utf8_lossy(&answered).starts_with("HTTP/1.1 200"), "the request was answered first");
 }
 
-#[tokio::test]
-async fn a_tls_handshake_that_never_comes_is_cut_off() {
+/// A door serving TLS with a fresh self-signed certificate for `localhost`, and a client that
+/// trusts it.
+async fn start_tls(http_extra: &str) -> (SocketAddr, tokio_rustls::TlsConnector) {
     let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let dir = temp_dir("tls");
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert, identity.cert.pem()).unwrap();
     std::fs::write(&key, identity.signing_key.serialize_pem()).unwrap();
     let addr = start(&format!(
-        "tls_cert = {:?}\ntls_key = {:?}\nhandshake_timeout_secs = 1\n",
+        "tls_cert = {:?}\ntls_key = {:?}\n{http_extra}",
         cert.display().to_string(),
         key.display().to_string()
     ))
     .await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(identity.cert.der().clone()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (addr, tokio_rustls::TlsConnector::from(std::sync::Arc::new(client)))
+}
+
+/// `GET path` over TLS on a connection of its own: the whole answer, or why there is none.
+async fn get_tls(addr: SocketAddr, tls: &tokio_rustls::TlsConnector, path: &str) -> Result<String, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let handshake = tokio::time::timeout(Duration::from_secs(5), tls.connect(name, tcp));
+    let mut stream =
+        handshake.await.map_err(|_| "no handshake within 5 s".to_owned())?.map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer));
+    read.await.map_err(|_| "no answer within 5 s".to_owned())?.map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// The cap under TLS: over it, the probes are still answered and other requests get the 503,
+/// both over TLS; with the probe slots taken too, a connection is closed before its handshake
+/// (nothing can be written to a TLS client before one), at once rather than left hanging.
+#[tokio::test]
+async fn the_connection_cap_holds_under_tls_too() {
+    let (addr, tls) = start_tls("max_connections = 2\nhandshake_timeout_secs = 30\n").await;
+    assert!(get_tls(addr, &tls, "/healthz").await.unwrap().starts_with("HTTP/1.1 200"), "under the cap");
+    // Connections that never shake hands hold their slots for the 30 s handshake timeout.
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        idle.push(TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let alive = get_tls(addr, &tls, "/healthz").await.expect("the probe is answered over the cap");
+    assert!(alive.starts_with("HTTP/1.1 200"), "{alive}");
+    let refused = get_tls(addr, &tls, "/metrics").await.expect("the refusal arrives over TLS");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("\"unavailable\""), "{refused}");
+    let mut probes = Vec::new();
+    for _ in 0..8 {
+        probes.push(TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let closed = get_tls(addr, &tls, "/healthz").await;
+    let Err(why) = closed else { panic!("past every slot a TLS connection is served: {closed:?}") };
+    assert!(!why.contains("within 5 s"), "closed at once, not left hanging: {why}");
+    drop((idle, probes));
+}
+
+#[tokio::test]
+async fn a_tls_handshake_that_never_comes_is_cut_off() {
+    let (addr, _) = start_tls("handshake_timeout_secs = 1\n").await;
     let mut silent = TcpStream::connect(addr).await.unwrap();
     assert!(
         closed_within(&mut silent, Duration::from_secs(5)).await.is_some(),
