@@ -132,7 +132,8 @@ impl HttpAgent {
         agent
     }
 
-    /// Stops answering: the port refuses connections until [`HttpAgent::restart`].
+    /// Stops answering: open connections are closed, and the port refuses new ones until
+    /// [`HttpAgent::restart`].
     pub fn stop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
@@ -166,8 +167,17 @@ impl HttpAgent {
                 }
             }),
         );
+        // The agent owns its connections: stopping it (aborting this task) drops them with it,
+        // kept-alive ones included, as a crashed agent's would be.
         self.task = Some(tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                connections.spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(tcp);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
         }));
     }
 }
