@@ -78,20 +78,9 @@ const TOKEN: &str = "t0ken-marker-5ecret";
 
 /// POSTs a small envelope to `/nlip` with `authorization`, if any: the status.
 fn post_with(addr: &str, authorization: Option<&str>) -> u16 {
-    use std::io::Write;
     let body = br#"{"format":"text","subformat":"english","content":"hello"}"#;
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let authorization = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-    let head = format!(
-        "POST /nlip HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{authorization}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    let headers: Vec<String> = authorization.map(|a| format!("Authorization: {a}")).into_iter().collect();
+    support::raw_http::post_nlip(addr, &headers, body)
 }
 
 /// A daemon without tokens says at start that its clients are not authenticated; one with a

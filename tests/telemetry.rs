@@ -55,20 +55,7 @@ fn start_sink(out: &std::path::Path) -> (Sink, u16) {
 
 /// POSTs a JSON envelope with a `traceparent` header; the status code.
 fn post(addr: &str, body: &[u8], traceparent: &str) -> u16 {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    // A daemon that accepts and never answers fails this test, not the whole run.
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    stream.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-    let head = format!(
-        "POST /nlip HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\ntraceparent: {traceparent}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    support::raw_http::post_nlip(addr, &[format!("traceparent: {traceparent}")], body)
 }
 
 fn hex(n: usize, seed: u64) -> String {

@@ -6,3 +6,4 @@ pub mod broker_cluster;
 pub mod cluster;
 pub mod gateway;
 pub mod process;
+pub mod raw_http;

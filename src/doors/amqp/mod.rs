@@ -421,7 +421,7 @@ impl Amqp {
             let Parked { queue, envelope, delivery, in_flight } = parked;
             let span = worker::delivery_span(&queue, &envelope, &delivery, broker);
             let decoded = tracing::info_span!(parent: &span, "nlip decode")
-                .in_scope(|| pipeline.decode(&delivery.data, &envelope));
+                .in_scope(|| envelope.decode(&delivery.data, &pipeline.limits));
             let key = worker::conversation_key(&decoded, &envelope, delivery.delivery_tag);
             let shard = (key % senders.len() as u64) as usize;
             let received = std::time::Instant::now();

@@ -228,15 +228,31 @@ pub(crate) struct Pipeline {
     /// The conversations (by [`conversation_key`]) with a message left to the broker while
     /// silpgate stops: their later messages are left too, so that the next start takes them
     /// all, in order.
-    pub left: std::sync::Mutex<std::collections::HashSet<u64>>,
+    pub left: Left,
+}
+
+/// Conversations left to the broker while silpgate stops. Empty but during a stop, so that the
+/// check every message makes takes no lock until something is left.
+#[derive(Default)]
+pub(crate) struct Left {
+    any: std::sync::atomic::AtomicBool,
+    keys: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+impl Left {
+    fn insert(&self, key: u64) {
+        self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key);
+        // After the key: whoever sees the flag finds the key.
+        self.any.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn contains(&self, key: impl FnOnce() -> u64) -> bool {
+        self.any.load(std::sync::atomic::Ordering::Acquire)
+            && self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&key())
+    }
 }
 
 impl Pipeline {
-    /// Decodes a delivery's body by its content type.
-    pub(crate) fn decode(&self, body: &[u8], envelope: &Envelope) -> Result<Message, NlipError> {
-        envelope.decode(body, &self.limits)
-    }
-
     /// What cluster mode uses of this connection.
     pub(crate) fn cluster_wire(&self) -> crate::cluster::Wire {
         crate::cluster::Wire {
@@ -417,16 +433,13 @@ impl Pipeline {
 
     /// Leaves `job` to the broker as silpgate stops, and with it the rest of its conversation.
     fn leave(&self, job: &Job) {
-        let key = conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag);
-        self.left.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key);
+        self.left.insert(conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag));
     }
 
     /// Whether an earlier message of `job`'s conversation was left to the broker: then so is
     /// this one (acknowledging it would put it before the earlier one).
     fn follows_a_left_message(&self, job: &Job) -> bool {
-        let left = self.left.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        !left.is_empty()
-            && left.contains(&conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag))
+        self.left.contains(|| conversation_key(&job.decoded, &job.envelope, job.delivery.delivery_tag))
     }
 
     /// A message refused for good leaves no trace in the state: the turn it counted is taken
@@ -726,7 +739,7 @@ impl Pipeline {
                 warn!("A reply on direct reply-to without a correlation id dropped.");
                 continue;
             };
-            let reply = self.decode(&delivery.data, &envelope).unwrap_or_else(|e| {
+            let reply = envelope.decode(&delivery.data, &self.limits).unwrap_or_else(|e| {
                 let detail = format!("the partition owner's reply cannot be read: {e}");
                 nlip::reply::error_message(e.kind.code(), &detail, &nlip::reply::Location::None)
             });
@@ -762,7 +775,7 @@ impl Pipeline {
                 continue;
             };
             // An answer that cannot be read still ends its request's wait, with the reason.
-            let (answer, unreadable) = match self.decode(&delivery.data, &envelope) {
+            let (answer, unreadable) = match envelope.decode(&delivery.data, &self.limits) {
                 Ok(message) => (message, None),
                 Err(e) => {
                     let detail = format!("the agent's answer cannot be read: {e}");
