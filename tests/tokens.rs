@@ -30,6 +30,9 @@ const DRAFT_EXAMPLES: [&str; 5] = [
     "fetch(data) -> process -> email(result) with timeout",
 ];
 
+/// SILP code with zero-width characters inside its words, as the sanitiser takes them out.
+const SANITISER_INPUT: &str = "can\u{200b}cel(fl\u{200b}ig\u{200d}ht)";
+
 fn draft_ir(code: &str) -> silp::Ir {
     silp::decode(code, Frontend::Code, &DecodeOptions::default()).expect("the draft's examples decode").ir
 }
@@ -87,6 +90,42 @@ fn conformance_outputs_count_as_an_independent_implementation_counts_them() {
     }
     assert_eq!(checked, entries.len(), "every table entry is a vector's output");
     assert!(checked >= 180, "only {checked} outputs checked");
+}
+
+/// cl100k_base counts from OpenAI's own tiktoken (Python, `tests/interop/token_counts.py`),
+/// run here: every text of the table above, every approved verb, the draft's examples and the
+/// heavily quoted IR in both frontends, the sanitiser's input. silpgate's counter and the
+/// table must both agree with it, so that neither the table nor the tests below that weigh
+/// frontends by silpgate's own counts rest on silpgate's counter alone. (o200k_base is checked
+/// against the table only: no copy of its ranks reaches this machine; tests/run.sh says why.)
+#[test]
+fn cl100k_counts_are_tiktokens() {
+    let table: Value =
+        serde_json::from_str(include_str!("vectors/token-counts.json")).expect("the table is JSON");
+    let entries = table["entries"].as_array().expect("entries");
+    let mut texts: Vec<String> = entries.iter().map(|e| e["text"].as_str().unwrap().to_owned()).collect();
+    texts.extend(whitelist::APPROVED.iter().map(|verb| verb.to_ascii_lowercase()));
+    let irs: Vec<silp::Ir> =
+        DRAFT_EXAMPLES.iter().map(|code| draft_ir(code)).chain([heavily_quoted_ir()]).collect();
+    for ir in &irs {
+        texts.extend([Frontend::Code, Frontend::Json].map(|f| silp::compile(ir, f)));
+    }
+    texts.extend([SANITISER_INPUT, "cancel(flight)"].map(str::to_owned));
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let mut command = Command::new(&python);
+    command.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/token_counts.py"));
+    let input = serde_json::to_vec(&texts).unwrap();
+    let output = support::process::run_bounded_with_input(command, &input, Duration::from_secs(120));
+    assert!(output.status.success(), "token_counts.py: {}", String::from_utf8_lossy(&output.stderr));
+    let counts: Vec<usize> = serde_json::from_slice(&output.stdout).expect("a JSON array of counts");
+    assert_eq!(counts.len(), texts.len());
+    for (i, (text, want)) in texts.iter().zip(&counts).enumerate() {
+        assert_eq!(Tokenizer::Cl100kBase.count(text), *want, "silpgate's cl100k_base count of {text:?}");
+        if let Some(entry) = entries.get(i) {
+            assert_eq!(entry["cl100k_base"].as_u64(), Some(*want as u64), "the table's count of {text:?}");
+        }
+    }
+    assert!(counts.len() >= 200, "only {} texts counted", counts.len());
 }
 
 fn cheapest(ir: &silp::Ir, tokenizer: Tokenizer) -> Frontend {
@@ -264,7 +303,7 @@ fn a_route_that_allows_lossy_weighs_the_natural_baselines_too() {
 #[test]
 fn the_sanitiser_records_the_tokens_its_change_removed() {
     let g = gateway();
-    let o = send(&g, "ingress", "silp-code", json!("can\u{200b}cel(fl\u{200b}ig\u{200d}ht)"));
+    let o = send(&g, "ingress", "silp-code", json!(SANITISER_INPUT));
     let (before, after) = o
         .notes
         .iter()
@@ -276,7 +315,7 @@ fn the_sanitiser_records_the_tokens_its_change_removed() {
         })
         .expect("a sanitised-tokens note");
     let t = Tokenizer::O200kBase;
-    assert_eq!(before, t.count("can\u{200b}cel(fl\u{200b}ig\u{200d}ht)"));
+    assert_eq!(before, t.count(SANITISER_INPUT));
     assert_eq!(after, t.count("cancel(flight)"));
     assert!(before > after, "{before} -> {after}");
 
