@@ -5,7 +5,7 @@
 //! those. Which connector is decided here, once, from `protocol` and the `url`'s scheme, and a
 //! key another connector would read is refused by name instead of being ignored.
 
-use super::{FrontendRule, frontends, optional_frontend_rule, optional_tokenizer};
+use super::{ConfigError, FrontendRule, frontends, is_loopback, optional_frontend_rule, optional_tokenizer};
 use crate::silp::Frontend;
 use crate::silp::tokens::Tokenizer;
 use serde::Deserialize;
@@ -29,6 +29,23 @@ pub struct AgentConfig {
     pub frontend: Option<FrontendRule>,
     /// How the agent is reached.
     pub reach: Reach,
+}
+
+impl AgentConfig {
+    /// What the agent's keys cannot say alone: a URL that may leave the machine only over
+    /// TLS, and an agent's `frontend` rule.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        if let Some(outbound) = self.reach.outbound() {
+            outbound.check(&self.name)?;
+        }
+        if let Some(FrontendRule::Fixed(f)) = self.frontend {
+            return Err(ConfigError::Invalid(format!(
+                "agent '{}': frontend = '{f}': an agent may only set frontend = 'fewest-tokens'; list the frontends it accepts in frontends",
+                self.name
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The connector that reaches an agent, with its settings.
@@ -125,6 +142,22 @@ pub struct Outbound {
 impl Outbound {
     /// The keys of an `[[agents]]` entry that belong here.
     const KEYS: [&'static str; 6] = ["url", "timeout_ms", "max_in_flight", "token_env", "ca_file", "plain"];
+
+    /// The URL must be http(s) or ws(s), and plain HTTP or WebSocket may not leave the machine
+    /// unless asked for.
+    fn check(&self, agent: &str) -> Result<(), ConfigError> {
+        let invalid = |why: &str| ConfigError::Invalid(format!("agent '{agent}': url: {why}"));
+        let parsed: axum::http::Uri = self.url.parse().map_err(|_| invalid("not a URL"))?;
+        let host = parsed.host().ok_or_else(|| invalid("no host"))?;
+        match parsed.scheme_str() {
+            Some("https" | "wss") => Ok(()),
+            Some("http" | "ws") if self.plain || is_loopback(host) => Ok(()),
+            Some(scheme @ ("http" | "ws")) => Err(invalid(&format!(
+                "plain {scheme}:// to a host other than loopback; use {scheme}s://, or set plain = true for this agent"
+            ))),
+            _ => Err(invalid("the scheme must be http://, https://, ws:// or wss://")),
+        }
+    }
 }
 
 /// An NLIP agent over HTTP.
