@@ -328,26 +328,26 @@ impl<'de> Deserialize<'de> for AgentConfig {
         let reach = match (protocol.as_str(), url) {
             ("nlip", None) => Reach::Amqp(own(table, "AMQP agents (no url)").map_err(&refuse)?),
             ("nlip", Some(url)) if is_websocket_url(&url) => {
-                let outbound = outbound(&mut table).map_err(&refuse)?;
-                let keys: WsKeys = own(table, "ws:// and wss:// agents").map_err(&refuse)?;
+                let (outbound, keys) =
+                    outbound_and::<WsKeys>(table, "ws:// and wss:// agents").map_err(&refuse)?;
                 Reach::WebSocket(WsReach { outbound, encoding: keys.encoding })
             }
             ("nlip", Some(_)) => {
-                let outbound = outbound(&mut table).map_err(&refuse)?;
-                let keys: HttpKeys = own(table, "http:// and https:// agents").map_err(&refuse)?;
+                let (outbound, keys) =
+                    outbound_and::<HttpKeys>(table, "http:// and https:// agents").map_err(&refuse)?;
                 Reach::Http(HttpReach { outbound, content_type: keys.content_type })
             }
             ("a2a" | "mcp", url) if url.as_deref().is_none_or(is_websocket_url) => {
                 return Err(refuse(format!("protocol = '{protocol}' needs an http:// or https:// url")));
             }
             ("a2a", Some(_)) => {
-                let outbound = outbound(&mut table).map_err(&refuse)?;
-                let keys: A2aKeys = own(table, "protocol = 'a2a' agents").map_err(&refuse)?;
+                let (outbound, keys) =
+                    outbound_and::<A2aKeys>(table, "protocol = 'a2a' agents").map_err(&refuse)?;
                 Reach::A2a(A2aReach { outbound, card_origins: keys.card_origins })
             }
             ("mcp", Some(_)) => {
-                let outbound = outbound(&mut table).map_err(&refuse)?;
-                let keys: McpKeys = own(table, "protocol = 'mcp' agents").map_err(&refuse)?;
+                let (outbound, keys) =
+                    outbound_and::<McpKeys>(table, "protocol = 'mcp' agents").map_err(&refuse)?;
                 let tool = keys.tool.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
                     refuse("protocol = 'mcp' needs tool, the name of the tool each envelope calls".into())
                 })?;
@@ -382,8 +382,14 @@ fn parse<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T, String
     toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_owned())
 }
 
-fn outbound(table: &mut toml::Table) -> Result<Outbound, String> {
-    parse(take(table, &Outbound::KEYS))
+/// An agent with a `url`: its [`Outbound`] keys, and the rest as the connector `kind` names
+/// reads them.
+fn outbound_and<K: serde::de::DeserializeOwned>(
+    mut table: toml::Table,
+    kind: &str,
+) -> Result<(Outbound, K), String> {
+    let outbound = parse(take(&mut table, &Outbound::KEYS))?;
+    Ok((outbound, own(table, kind)?))
 }
 
 /// The rest of an agent's keys, read by the connector `kind` names; a key that belongs to
