@@ -37,13 +37,16 @@ pub async fn channel() -> (Connection, Channel) {
 #[derive(Debug, Clone)]
 pub struct Names {
     pub prefix: String,
+    /// Shared by every clone: the last one dropped deletes the test's queues and exchanges.
+    _clean_up: std::sync::Arc<CleanUp>,
 }
 
 impl Names {
     pub fn new(test: &str) -> Names {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        Names { prefix: format!("sgtest.{test}.{}.{nanos:x}", std::process::id()) }
+        let prefix = format!("sgtest.{test}.{}.{nanos:x}", std::process::id());
+        Names { _clean_up: std::sync::Arc::new(CleanUp(prefix.clone())), prefix }
     }
     pub fn inbound(&self) -> String {
         format!("{}.in", self.prefix)
@@ -196,13 +199,24 @@ mode = "transcode"
     }
 }
 
-impl Drop for Names {
+/// The prefix of a test's topology, deleted once no [`Names`] of it is left.
+#[derive(Debug)]
+struct CleanUp(String);
+
+impl Drop for CleanUp {
     /// A failed test leaves nothing on the broker for the next run: its queues and exchanges
     /// (a cluster test's partitions too) are deleted here, on a connection of its own, since
     /// the test's runtime may be the one being dropped.
     fn drop(&mut self) {
-        let names = std::mem::ManuallyDrop::new(Names { prefix: std::mem::take(&mut self.prefix) });
-        let names = &*names;
+        if self.0.is_empty() {
+            return;
+        }
+        // Names without a clean-up of their own (an empty prefix): dropping them does nothing.
+        let names = Names {
+            prefix: std::mem::take(&mut self.0),
+            _clean_up: std::sync::Arc::new(CleanUp(String::new())),
+        };
+        let names = &names;
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
