@@ -318,9 +318,19 @@ async fn cluster_mode_on_three_brokers_loses_nothing_when_instances_and_a_broker
             _ => {}
         })
         .await;
-        a_fresh_instance_takes_over_after_the_kills(&mut cluster, &channel, |cluster| {
-            cluster.start_with("d", every_node)
-        })
+        // A broker node's death may hold back the messages the broker had handed to consumers
+        // on that node before it noticed (docs/cluster.md, "Not guaranteed"): at most each
+        // partition's prefetch (32) before the kill at 1,500, and one message per conversation
+        // after it. They come once the broker has dealt with the loss; every other message
+        // keeps its order.
+        let around_the_node_kill =
+            1500 - usize::from(PARTITIONS) * 32..1500 + support::cluster::CONVERSATIONS;
+        a_fresh_instance_takes_over_after_the_kills(
+            &mut cluster,
+            &channel,
+            |cluster| cluster.start_with("d", every_node),
+            around_the_node_kill,
+        )
         .await;
         // Back to three nodes, so that the cluster is taken down cleanly.
         brokers.start(killed_node);

@@ -101,8 +101,13 @@ async fn two_sigkills_and_a_fresh_instance_lose_no_message_and_no_session_state(
             cluster.kill(victim);
         })
         .await;
-        a_fresh_instance_takes_over_after_the_kills(&mut cluster, &channel, |cluster| cluster.start("d"))
-            .await;
+        a_fresh_instance_takes_over_after_the_kills(
+            &mut cluster,
+            &channel,
+            |cluster| cluster.start("d"),
+            0..0,
+        )
+        .await;
     })
     .await;
 }

@@ -348,6 +348,14 @@ pub async fn collect_all(channel: &lapin::Channel, names: &Names, count: usize) 
 /// Every message arrived, in order per conversation; renewal notices exactly after every 10th
 /// turn, all naming one session.
 pub fn assert_delivered(delivered: &Delivered, count: usize) {
+    assert_delivered_but_late(delivered, count, 0..0);
+}
+
+/// [`assert_delivered`], except that the messages numbered in `may_be_late` may come after
+/// later ones of their conversation (each still once): those a broker node's death caught on
+/// their way to a consumer on that node, which the broker returns only once it has dealt with
+/// the node's loss (docs/cluster.md, "Not guaranteed"). Every other message keeps its order.
+pub fn assert_delivered_but_late(delivered: &Delivered, count: usize, may_be_late: std::ops::Range<usize>) {
     let mut out_of_order = Vec::new();
     let mut distinct = 0;
     for conversation in 0..CONVERSATIONS.min(count) {
@@ -362,7 +370,10 @@ pub fn assert_delivered(delivered: &Delivered, count: usize) {
         let mut sorted = first_seen.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, expected, "conv-{conversation}: every message");
-        if first_seen != expected {
+        let on_time = |order: &[usize]| -> Vec<usize> {
+            order.iter().copied().filter(|n| !may_be_late.contains(n)).collect()
+        };
+        if on_time(&first_seen) != on_time(&expected) {
             out_of_order.push(format!("conv-{conversation}: {first_seen:?}"));
         }
         distinct += first_seen.len();
@@ -443,6 +454,7 @@ pub async fn a_fresh_instance_takes_over_after_the_kills(
     cluster: &mut Instances,
     channel: &lapin::Channel,
     start_fresh: impl FnOnce(&mut Instances),
+    may_be_late: std::ops::Range<usize>,
 ) {
     let names = cluster.names.clone();
     // The survivor hands the fresh instance half the partitions, which it rebuilds from their
@@ -451,7 +463,7 @@ pub async fn a_fresh_instance_takes_over_after_the_kills(
     publish_in_chunks(channel, &names, 3000..6000, |_| {}).await;
     let count = 6000;
     let delivered = collect_all(channel, &names, count).await;
-    assert_delivered(&delivered, count);
+    assert_delivered_but_late(&delivered, count, may_be_late);
 
     let fresh = cluster.status("d");
     let rebuilt: u64 = fresh["partitions"]
