@@ -6,7 +6,9 @@
 //! chain already altered, or a wrong key, is refused instead of being sealed as good.
 //! Layout 5 derives session ids from conversation tokens instead of allocating them from one
 //! id space: the `sid:<id>` allocation index of layouts 3 and 4 is dropped (sessions keep
-//! their ids).
+//! their ids). Layout 6 adds the journal (`journal:<seq>`): its keyed records are layout 5's,
+//! but a store that may hold state in its journal must not be opened by a build that does not
+//! replay it, so the version moves.
 
 use super::{HEAD_KEY, KEY_FINGERPRINT, SledStore, corrupt, unavailable};
 use crate::gateway::store::StoreError;
@@ -14,10 +16,11 @@ use crate::store::chain::{self, Sealer};
 use serde::Deserialize;
 
 /// The layout version written into the store; a store with another version is refused.
-pub const SCHEMA_VERSION: &str = "5";
+pub const SCHEMA_VERSION: &str = "6";
 /// The layouts migrated from.
 const LAYOUT_3: &str = "3";
 const LAYOUT_4: &str = "4";
+const LAYOUT_5: &str = "5";
 /// Layouts 3 and 4: session id -> conversation token, the allocation index.
 const SESSION_ID: &[u8] = b"sid:";
 
@@ -52,15 +55,16 @@ pub(super) fn to_current(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreErro
             from_4(db)
         }
         Some(LAYOUT_4) => from_4(db),
+        Some(LAYOUT_5) => stamp_version(db),
         found => Err(refuse(found)),
     }
 }
 
-/// A store that can be read as it is: the current layout, or layouts 3 and 4 (whose sessions
+/// A store that can be read as it is: the current layout, or layouts 3 to 5 (whose sessions
 /// and records read the same).
 pub(super) fn check_readable(db: &sled::Db) -> Result<(), StoreError> {
     match version(db)?.as_deref() {
-        Some(SCHEMA_VERSION | LAYOUT_4 | LAYOUT_3) => Ok(()),
+        Some(SCHEMA_VERSION | LAYOUT_5 | LAYOUT_4 | LAYOUT_3) => Ok(()),
         found => Err(refuse(found)),
     }
 }
@@ -94,7 +98,8 @@ fn from_3(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
     stamp(db, &sealed, sealer)
 }
 
-/// Layout 4 to 5: drops the session id index in one atomic step with the new version.
+/// Layout 4 to the current one: drops the session id index in one atomic step with the new
+/// version.
 fn from_4(db: &sled::Db) -> Result<(), StoreError> {
     let mut batch = sled::Batch::default();
     for key in db.scan_prefix(SESSION_ID).keys() {
@@ -102,6 +107,13 @@ fn from_4(db: &sled::Db) -> Result<(), StoreError> {
     }
     batch.insert(SCHEMA_KEY, SCHEMA_VERSION);
     db.apply_batch(batch).map_err(unavailable)?;
+    db.flush().map_err(unavailable)?;
+    Ok(())
+}
+
+/// Layout 5 to 6: the records stay as they are; only the version moves.
+fn stamp_version(db: &sled::Db) -> Result<(), StoreError> {
+    db.insert(SCHEMA_KEY, SCHEMA_VERSION).map_err(unavailable)?;
     db.flush().map_err(unavailable)?;
     Ok(())
 }

@@ -2,16 +2,20 @@
 //! processed-message ledger, behind the gateway core's [`Store`] interface.
 //!
 //! sled (0.34.7, unmaintained) stays behind this one module, with a schema version key, so that
-//! it can be replaced. A write is durable only after an explicit flush, and [`Store::flush`]
-//! (or [`Store::flush_async`]) is called before a message is acknowledged. So a commit is
-//! staged in memory ([`staged`]), where reads see it, and each flush hands everything staged
-//! since the last one to sled as one atomic batch: one batch per window of messages, not one
-//! per message.
+//! it can be replaced. Its cost is per key (about 6-11 µs of tree work each), so the store uses
+//! it as a log with checkpoints, the shape of a write-ahead log with snapshots:
 //!
-//! Everything lives in sled's default tree under key prefixes, so that a batch is one atomic
-//! `apply_batch`; sled's multi-tree transactions measured twice the flush cost here
-//! (docs/performance.md). Commits are serialised by a mutex, which makes their read-check-write
-//! steps (session turns, first freeze wins, chain order) atomic.
+//! - A commit lands in memory ([`staged`]), where the next message's reads find it.
+//! - [`Store::flush`] (or [`Store::flush_async`]), called before a message is acknowledged,
+//!   appends everything committed since the last flush to the journal as **one** checksummed
+//!   record ([`journal`]) and syncs: one key per window of messages.
+//! - A checkpoint, in the background every 2 s (or 65,536 journaled keys), writes the
+//!   journaled state into the keyed records below, each key once however many messages wrote
+//!   it, and trims the journal behind it. Reads of what is not in memory go to those records.
+//! - Opening the store replays what the journal still holds onto the keyed records.
+//!
+//! Commits are serialised by a mutex, which makes their read-check-write steps (session turns,
+//! first freeze wins, chain order) atomic.
 //!
 //! The compile.lock is checked where it is opened: the stored head (record count, last hash)
 //! is sealed with the chain's key and must match the chain's last record, and a fingerprint
@@ -19,12 +23,14 @@
 //! under another key or none (which would break its chain for every key).
 //!
 //! Keys: `meta:schema_version`, `meta:lock_head` (sealed), `meta:lock_key` (key fingerprint),
-//! `session:<token>`, `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
+//! `journal:<seq, 8 bytes BE>` (records not yet checkpointed), `session:<token>`,
+//! `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
 //! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`; in a cluster also
 //! `cluster:applied:<partition, 2 bytes BE>` and `cluster:lock_applied` (stream offsets, see
 //! [`replica`]).
 
 pub mod chain;
+mod journal;
 mod migrate;
 pub mod replica;
 mod staged;
@@ -36,9 +42,9 @@ use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
 pub use migrate::SCHEMA_VERSION;
 use serde::{Deserialize, Serialize};
-use staged::{Found, Staged, Writes};
+use staged::{Checkpoint, Found, Staged, Writes};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Retention of the ledger and of expired sessions.
@@ -83,8 +89,10 @@ pub struct SledStore {
     chain_follows_stream: AtomicBool,
     /// Opened without its key to read sessions and lock records: every write is refused.
     read_only: bool,
-    /// Commits not yet handed to sled.
-    staged: Staged,
+    /// Commits not yet in sled's keyed records.
+    staged: Arc<Staged>,
+    /// A checkpoint runs in the background; the next one is not started beside it.
+    checkpointing: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -179,6 +187,7 @@ impl SledStore {
         let db = open_db(dir)?;
         owner_only(dir)?;
         migrate::to_current(&db, &sealer)?;
+        journal::replay(&db)?;
         check_key(&db, &sealer)?;
         let store = SledStore::with(db, sealer, false);
         store.check_head()?;
@@ -193,6 +202,9 @@ impl SledStore {
     pub fn open_to_read(dir: &Path) -> Result<SledStore, StoreError> {
         let db = open_db(dir)?;
         migrate::check_readable(&db)?;
+        // Replaying changes what the keyed records say, not the state they hold: it is the
+        // recovery a crash left to do, and needs no key.
+        journal::replay(&db)?;
         Ok(SledStore::with(db, Sealer::new(None).map_err(|e| StoreError::Key(e.to_string()))?, true))
     }
 
@@ -206,7 +218,8 @@ impl SledStore {
             flush_turn: tokio::sync::Mutex::new(()),
             chain_follows_stream: AtomicBool::new(false),
             read_only,
-            staged: Staged::default(),
+            staged: Arc::default(),
+            checkpointing: Arc::default(),
         }
     }
 
@@ -253,8 +266,8 @@ impl SledStore {
         }
     }
 
-    /// Stages one commit's writes (the caller holds the write lock). They go to sled at the
-    /// next flush, or now if too many are waiting.
+    /// Stages one commit's writes (the caller holds the write lock). They go to the journal at
+    /// the next flush, or now if too many are waiting.
     fn stage(&self, writes: Writes) -> Result<(), StoreError> {
         if writes.is_empty() {
             return Ok(());
@@ -262,15 +275,40 @@ impl SledStore {
         let waiting = self.staged.stage(writes);
         self.written.fetch_add(1, Ordering::AcqRel);
         if waiting > staged::LIMIT {
-            self.settle()?;
+            self.append()?;
+            if self.staged.checkpoint_due() != Checkpoint::NotDue {
+                checkpoint(&self.staged, &self.db)?;
+            }
         }
         Ok(())
     }
 
-    /// Hands everything staged to sled, as one batch. Scans call it first: they read sled
-    /// alone.
+    /// Appends everything staged to the journal as one record (not yet synced).
+    fn append(&self) -> Result<(), StoreError> {
+        self.staged.append(|key, record| self.db.insert(key, record).map(drop).map_err(unavailable))
+    }
+
+    /// Writes everything committed into sled's keyed records. Scans call it first: they read
+    /// those records alone.
     fn settle(&self) -> Result<(), StoreError> {
-        self.staged.settle(|batch| self.db.apply_batch(batch).map_err(unavailable))
+        self.append()?;
+        checkpoint(&self.staged, &self.db).map(drop)
+    }
+
+    /// Starts a checkpoint in the background if one is due and none is running.
+    fn start_checkpoint(&self, due: Checkpoint) -> Option<tokio::task::JoinHandle<Result<usize, StoreError>>> {
+        if due == Checkpoint::NotDue || self.checkpointing.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let (staged, db, running) = (self.staged.clone(), self.db.clone(), self.checkpointing.clone());
+        Some(tokio::task::spawn_blocking(move || {
+            let written = checkpoint(&staged, &db);
+            running.store(false, Ordering::Release);
+            if let Err(e) = &written {
+                tracing::warn!(error = %e, "A checkpoint of the store failed; its writes stay in the journal.");
+            }
+            written
+        }))
     }
 
     fn write_lock(&self) -> Result<std::sync::MutexGuard<'_, ()>, StoreError> {
@@ -628,9 +666,12 @@ impl Store for SledStore {
         if self.flushed.load(Ordering::Acquire) >= target {
             return Ok(());
         }
-        self.settle()?;
+        self.append()?;
         self.db.flush().map_err(unavailable)?;
         self.flushed.fetch_max(target, Ordering::AcqRel);
+        if self.staged.checkpoint_due() != Checkpoint::NotDue {
+            checkpoint(&self.staged, &self.db)?;
+        }
         Ok(())
     }
 
@@ -647,14 +688,35 @@ impl Store for SledStore {
                 return Ok(());
             }
             let covers = self.written.load(Ordering::Acquire);
-            self.settle()?;
+            self.append()?;
             let db = self.db.clone();
             tokio::task::spawn_blocking(move || db.flush())
                 .await
                 .map_err(unavailable)?
                 .map_err(unavailable)?;
             self.flushed.fetch_max(covers, Ordering::AcqRel);
+            // Behind, the flush waits for the checkpoint: memory must not keep growing.
+            let due = self.staged.checkpoint_due();
+            if let Some(checkpoint) = self.start_checkpoint(due)
+                && due == Checkpoint::Behind
+            {
+                checkpoint.await.map_err(unavailable)??;
+            }
             Ok(())
         })
     }
+}
+
+/// Writes what the journal holds into the keyed records and trims it ([`staged`]).
+fn checkpoint(staged: &Staged, db: &sled::Db) -> Result<usize, StoreError> {
+    staged.checkpoint(
+        |key, value| {
+            match value {
+                Some(value) => db.insert(key, value).map(drop),
+                None => db.remove(key).map(drop),
+            }
+            .map_err(unavailable)
+        },
+        |trim| db.apply_batch(trim).map_err(unavailable),
+    )
 }

@@ -1,25 +1,31 @@
-//! Commits staged in memory until the next flush, so that sled takes one batch per flush
-//! instead of one per message.
+//! The store's state in memory above sled's keyed records: commits not yet in the journal, and
+//! journaled ones not yet checkpointed.
 //!
-//! sled's cost is per batch as well as per key, and a message is acknowledged only after a
-//! flush anyway: handing sled each message's writes the moment they are committed buys no
-//! durability. So a commit lands here, reads look here before they look in sled (a message
-//! sees the uncommitted turn of the one before it in the same window), and a flush hands
-//! everything staged to sled as one batch right before it syncs. Keys written by several
-//! messages between two flushes (a conversation's session record, the compile.lock head) reach
-//! sled once.
+//! A message is acknowledged only after its state is durable, and making it durable is the
+//! flush's job. So a commit lands here, where reads look before they look in sled (a message
+//! sees the turn of the one before it in the same window). A flush appends everything staged
+//! since the last one to the journal as one record ([`super::journal`]) and syncs: sled takes
+//! one key per window. A checkpoint, in the background, writes what the journal holds into the
+//! keyed records, each key once however many messages wrote it, and then trims the journal.
 //!
-//! What is staged is handed over while readers keep seeing it: it moves to an `applying` map
-//! that reads consult until sled holds it.
+//! Writes move down the layers and stay readable in each until the next one holds them:
+//! staged, appending (a flush in progress), journaled, checkpointing, sled.
+//!
+//! A checkpoint writes its keys one at a time rather than as one sled batch: a batch holds
+//! sled's global write lock for as long as it takes (tens of milliseconds for a busy second),
+//! and every journal append would wait behind it. A crash mid-checkpoint loses nothing: the
+//! journal records it was writing are trimmed only after all of it is written, and replaying
+//! them writes every key they touched to its last value again.
 
+use super::journal::{self, WriteMap};
 use sled::IVec;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 /// One commit's writes, shaped like `sled::Batch`: a value, or `None` for a removal. The last
 /// write of a key wins.
 #[derive(Default)]
-pub(super) struct Writes(BTreeMap<IVec, Option<IVec>>);
+pub(super) struct Writes(WriteMap);
 
 impl Writes {
     pub(super) fn insert(&mut self, key: impl Into<IVec>, value: impl Into<IVec>) {
@@ -35,88 +41,185 @@ impl Writes {
     }
 }
 
-/// Staged keys beyond which a commit hands them to sled at once, so that a writer that never
-/// flushes (the marks writer between windows) cannot grow them without bound.
+/// Staged keys beyond which a commit appends them to the journal at once, so that a writer
+/// that never flushes (the marks writer between windows) cannot grow them without bound.
 pub(super) const LIMIT: usize = 8192;
+
+/// A checkpoint is due when the journal holds this many distinct keys...
+const CHECKPOINT_KEYS: usize = 65_536;
+/// ...or its oldest record is this old. Longer saves the writes of keys touched again (a busy
+/// conversation's session), but lengthens the replay after a crash and the memory held.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
+/// Journaled keys beyond which a flush waits for a checkpoint instead of leaving it to the
+/// background: the bound on what a checkpoint that cannot keep up lets memory hold.
+const CHECKPOINT_BEHIND: usize = 4 * CHECKPOINT_KEYS;
+
+/// The journal records whose writes are journaled, not yet checkpointed.
+#[derive(Clone, Copy)]
+struct Records {
+    first: u64,
+    last: u64,
+    oldest_at: Instant,
+}
 
 #[derive(Default)]
 struct Maps {
-    staged: BTreeMap<IVec, Option<IVec>>,
-    /// Taken out of `staged` by a settle in progress; gone once sled holds it.
-    applying: Option<Arc<BTreeMap<IVec, Option<IVec>>>>,
+    staged: WriteMap,
+    /// Taken out of `staged` by an append in progress.
+    appending: Option<Arc<WriteMap>>,
+    journaled: WriteMap,
+    records: Option<Records>,
+    /// Taken out of `journaled` by a checkpoint in progress.
+    checkpointing: Option<Arc<WriteMap>>,
 }
 
-/// Writes committed but not yet in sled.
+/// Writes committed but not yet in sled's keyed records.
 #[derive(Default)]
 pub(super) struct Staged {
     maps: Mutex<Maps>,
-    /// One settle at a time, so that sled receives the staged batches in commit order.
-    settling: Mutex<()>,
+    /// One append at a time, so that journal records follow commit order; holds the next
+    /// record's sequence number.
+    appends: Mutex<u64>,
+    /// One checkpoint at a time.
+    checkpoints: Mutex<()>,
 }
 
-/// What a read found among the staged writes.
+/// What a read found in memory.
 pub(super) enum Found {
-    /// Staged: this value, or `None` if the key was removed.
+    /// In memory: this value, or `None` if the key was removed.
     Staged(Option<IVec>),
-    /// Not staged: sled holds the answer.
+    /// Not in memory: sled's keyed records hold the answer.
     Sled,
 }
 
-impl Staged {
-    fn maps(&self) -> MutexGuard<'_, Maps> {
-        // The maps are only ever extended or swapped whole, so a panic elsewhere cannot leave
-        // them half-changed.
-        self.maps.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+/// Whether a checkpoint should run now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Checkpoint {
+    NotDue,
+    /// Due: run it in the background.
+    Due,
+    /// So far behind that the caller should wait for it.
+    Behind,
+}
 
-    /// The staged value of `key`, newest first.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The maps are only ever extended or swapped whole, so a panic elsewhere cannot leave them
+    // half-changed.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Puts writes taken for a step that failed back under the newer ones made since.
+fn restore(into: &mut WriteMap, taken: Arc<WriteMap>) {
+    let newer = std::mem::take(into);
+    *into = Arc::unwrap_or_clone(taken);
+    into.extend(newer);
+}
+
+impl Staged {
+    /// The value of `key` in memory, newest first.
     pub(super) fn get(&self, key: &[u8]) -> Found {
-        let maps = self.maps();
-        if let Some(value) = maps.staged.get(key) {
-            return Found::Staged(value.clone());
-        }
-        if let Some(value) = maps.applying.as_ref().and_then(|a| a.get(key)) {
-            return Found::Staged(value.clone());
+        let maps = lock(&self.maps);
+        let layers = [Some(&maps.staged), maps.appending.as_deref(), Some(&maps.journaled), maps.checkpointing.as_deref()];
+        for layer in layers.into_iter().flatten() {
+            if let Some(value) = layer.get(key) {
+                return Found::Staged(value.clone());
+            }
         }
         Found::Sled
     }
 
     /// Stages one commit's writes; returns the number of keys now staged.
     pub(super) fn stage(&self, writes: Writes) -> usize {
-        let mut maps = self.maps();
+        let mut maps = lock(&self.maps);
         maps.staged.extend(writes.0);
         maps.staged.len()
     }
 
-    /// Hands every staged write to `apply` (sled) as one batch. Reads keep finding the writes
-    /// until `apply` has returned; if it fails they are staged again, under newer ones.
-    pub(super) fn settle<E>(&self, apply: impl FnOnce(sled::Batch) -> Result<(), E>) -> Result<(), E> {
-        let _turn = self.settling.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Appends everything staged as one journal record, which `write` puts in sled (key, record).
+    /// Reads keep finding the writes throughout; if `write` fails they are staged again, under
+    /// newer ones.
+    pub(super) fn append<E>(&self, write: impl FnOnce(Vec<u8>, Vec<u8>) -> Result<(), E>) -> Result<(), E> {
+        let mut next = lock(&self.appends);
         let taken = {
-            let mut maps = self.maps();
+            let mut maps = lock(&self.maps);
             if maps.staged.is_empty() {
                 return Ok(());
             }
             let taken = Arc::new(std::mem::take(&mut maps.staged));
-            maps.applying = Some(taken.clone());
+            maps.appending = Some(taken.clone());
             taken
         };
-        let mut batch = sled::Batch::default();
-        for (key, value) in taken.iter() {
-            match value {
-                Some(value) => batch.insert(key.clone(), value.clone()),
-                None => batch.remove(key.clone()),
+        let result = write(journal::key(*next), journal::encode(&taken));
+        let mut maps = lock(&self.maps);
+        maps.appending = None;
+        match result {
+            Ok(()) => {
+                maps.journaled.extend(Arc::unwrap_or_clone(taken));
+                let seq = *next;
+                maps.records = Some(match maps.records {
+                    Some(records) => Records { last: seq, ..records },
+                    None => Records { first: seq, last: seq, oldest_at: Instant::now() },
+                });
+                *next += 1;
+                Ok(())
+            }
+            Err(e) => {
+                restore(&mut maps.staged, taken);
+                Err(e)
             }
         }
-        let result = apply(batch);
-        let mut maps = self.maps();
-        maps.applying = None;
-        if result.is_err() {
-            let newer = std::mem::take(&mut maps.staged);
-            maps.staged = Arc::unwrap_or_clone(taken);
-            maps.staged.extend(newer);
+    }
+
+    /// Whether the journaled writes call for a checkpoint.
+    pub(super) fn checkpoint_due(&self) -> Checkpoint {
+        let maps = lock(&self.maps);
+        let Some(records) = maps.records else { return Checkpoint::NotDue };
+        let keys = maps.journaled.len();
+        if keys >= CHECKPOINT_BEHIND {
+            Checkpoint::Behind
+        } else if keys >= CHECKPOINT_KEYS || records.oldest_at.elapsed() >= CHECKPOINT_EVERY {
+            Checkpoint::Due
+        } else {
+            Checkpoint::NotDue
         }
-        result
+    }
+
+    /// Writes everything journaled into sled's keyed records through `put` (a value, or `None`
+    /// to remove the key), then has `trim` remove the journal records that held it. Returns the
+    /// number of keys written. If a step fails, the writes stay journaled for the next one.
+    pub(super) fn checkpoint<E>(
+        &self,
+        mut put: impl FnMut(&IVec, Option<&IVec>) -> Result<(), E>,
+        trim: impl FnOnce(sled::Batch) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let _turn = lock(&self.checkpoints);
+        let (taken, records) = {
+            let mut maps = lock(&self.maps);
+            let Some(records) = maps.records.take() else { return Ok(0) };
+            let taken = Arc::new(std::mem::take(&mut maps.journaled));
+            maps.checkpointing = Some(taken.clone());
+            (taken, records)
+        };
+        let written = taken.iter().try_for_each(|(key, value)| put(key, value.as_ref())).and_then(|()| {
+            let mut batch = sled::Batch::default();
+            for seq in records.first..=records.last {
+                batch.remove(journal::key(seq));
+            }
+            trim(batch)
+        });
+        let mut maps = lock(&self.maps);
+        maps.checkpointing = None;
+        match written {
+            Ok(()) => Ok(taken.len()),
+            Err(e) => {
+                restore(&mut maps.journaled, taken);
+                maps.records = Some(match maps.records {
+                    Some(newer) => Records { last: newer.last, ..records },
+                    None => records,
+                });
+                Err(e)
+            }
+        }
     }
 }
 
@@ -135,39 +238,74 @@ mod tests {
         writes
     }
 
-    fn staged_value(staged: &Staged, key: &str) -> Option<Option<String>> {
+    fn in_memory(staged: &Staged, key: &str) -> Option<Option<String>> {
         match staged.get(key.as_bytes()) {
             Found::Staged(v) => Some(v.map(|v| String::from_utf8_lossy(&v).into_owned())),
             Found::Sled => None,
         }
     }
 
-    #[test]
-    fn the_newest_write_of_a_key_is_read_and_settled_once() {
-        let staged = Staged::default();
-        staged.stage(writes(&[("a", Some("1")), ("b", Some("x"))]));
-        staged.stage(writes(&[("a", Some("2")), ("b", None)]));
-        assert_eq!(staged_value(&staged, "a"), Some(Some("2".into())));
-        assert_eq!(staged_value(&staged, "b"), Some(None));
-        assert_eq!(staged_value(&staged, "c"), None);
+    fn append(staged: &Staged, db: &sled::Db) {
+        staged.append(|key, record| db.insert(key, record).map(drop)).unwrap();
+    }
 
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        staged.settle(|batch| db.apply_batch(batch)).unwrap();
-        assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"2"[..]));
-        assert_eq!(db.get("b").unwrap(), None);
-        assert_eq!(staged_value(&staged, "a"), None, "settled writes are read from sled");
+    fn checkpoint(staged: &Staged, db: &sled::Db) -> usize {
+        staged
+            .checkpoint(
+                |key, value| match value {
+                    Some(value) => db.insert(key, value).map(drop),
+                    None => db.remove(key).map(drop),
+                },
+                |trim| db.apply_batch(trim),
+            )
+            .unwrap()
     }
 
     #[test]
-    fn writes_stay_readable_while_sled_takes_them_and_come_back_if_it_fails() {
+    fn the_newest_write_of_a_key_is_read_and_checkpointed_once() {
+        let staged = Staged::default();
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        staged.stage(writes(&[("a", Some("1")), ("b", Some("x"))]));
+        append(&staged, &db);
+        staged.stage(writes(&[("a", Some("2")), ("b", None)]));
+        assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "staged over journaled");
+        append(&staged, &db);
+        assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())));
+        assert_eq!(in_memory(&staged, "b"), Some(None));
+        assert_eq!(in_memory(&staged, "c"), None);
+        assert_eq!(db.scan_prefix(journal::PREFIX).count(), 2, "one journal record per append");
+        assert_eq!(db.get("a").unwrap(), None, "the keyed records wait for the checkpoint");
+
+        assert_eq!(checkpoint(&staged, &db), 2, "each key once");
+        assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(db.get("b").unwrap(), None);
+        assert_eq!(db.scan_prefix(journal::PREFIX).count(), 0, "the journal is trimmed behind it");
+        assert_eq!(in_memory(&staged, "a"), None, "checkpointed writes are read from sled");
+        assert_eq!(checkpoint(&staged, &db), 0, "nothing left to checkpoint");
+    }
+
+    #[test]
+    fn writes_stay_readable_through_each_step_and_come_back_if_it_fails() {
         let staged = Staged::default();
         staged.stage(writes(&[("a", Some("1"))]));
-        let failed = staged.settle(|_| {
-            assert_eq!(staged_value(&staged, "a"), Some(Some("1".into())), "readable while applying");
+        let failed = staged.append(|_, _| {
+            assert_eq!(in_memory(&staged, "a"), Some(Some("1".into())), "readable while appending");
             staged.stage(writes(&[("a", Some("2"))]));
             Err("disk full")
         });
         assert_eq!(failed, Err("disk full"));
-        assert_eq!(staged_value(&staged, "a"), Some(Some("2".into())), "newer writes stay on top");
+        assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "newer writes stay on top");
+
+        staged.append(|_, _| Ok::<_, &str>(())).unwrap();
+        let failed = staged.checkpoint(
+            |_, _| {
+                assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "readable while checkpointing");
+                Err("disk full")
+            },
+            |_| Ok(()),
+        );
+        assert_eq!(failed, Err("disk full"));
+        assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())));
+        assert_eq!(staged.checkpoint(|_, _| Ok::<_, &str>(()), |_| Ok(())), Ok(1), "still journaled");
     }
 }
