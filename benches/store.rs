@@ -1,5 +1,6 @@
 //! The sled store's per-message state step: session turn, compile.lock lookup, ledger check and
-//! insert, each with and without a flush, and the whole step of one message.
+//! insert, each with and without a flush; the whole step of one message; and the relay's step,
+//! whose flush a window of 64 messages shares.
 //! `cargo bench --bench store`; figures in docs/performance.md.
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -98,6 +99,41 @@ fn store(c: &mut Criterion) {
             };
             store.commit(&changes, n).unwrap();
             store.flush().unwrap();
+        })
+    });
+    // The AMQP relay's traffic: 200 conversations, every envelope a new IR (a new compile.lock
+    // record), a ledger entry and later its published mark, one flush per window of 64. The
+    // checkpoints the flushes start run inline here, so their cost is in the figure.
+    let mut seq = 0u64;
+    c.bench_function("message state step, one flush per window of 64", |b| {
+        b.iter_custom(|iters| {
+            let start = std::time::Instant::now();
+            let mut window = Vec::with_capacity(64);
+            for _ in 0..iters {
+                seq += 1;
+                let id = format!("relay-{seq}");
+                assert_eq!(store.ledger(&id).unwrap(), None);
+                let (_, s) = count_turn(&store, &format!("relay-conversation-{}", seq % 200), seq, &policy).unwrap();
+                let changes = Changes {
+                    sessions: vec![s],
+                    freezes: vec![Freeze {
+                        ir_hash: format!("sha256:{:064x}", u64::MAX - seq),
+                        frontend: Frontend::Json,
+                        output: format!("{{\"op\":\"cancel\",\"target\":\"relay-{seq}\"}}"),
+                    }],
+                    ledger: vec![(id.clone(), LedgerState::Pending { turn: None, session: None })],
+                    ..Changes::default()
+                };
+                store.commit(&changes, seq).unwrap();
+                window.push(id);
+                if window.len() == 64 {
+                    store.flush().unwrap();
+                    let marks = window.drain(..).map(|id| (id, LedgerState::Published)).collect();
+                    store.commit(&Changes { ledger: marks, ..Changes::default() }, seq).unwrap();
+                }
+            }
+            store.flush().unwrap();
+            start.elapsed()
         })
     });
     drop(store);

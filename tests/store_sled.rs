@@ -584,6 +584,44 @@ fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
     assert_eq!(db.scan_prefix("sid:").count(), 0, "the allocation index is gone");
 }
 
+#[test]
+fn a_store_of_layout_5_opens_as_the_current_layout_with_everything_it_held() {
+    let dir = temp_dir("v5");
+    {
+        // Layout 5's keyed records are the current layout's: a store written and closed (its
+        // journal checkpointed), then stamped 5, is what layout 5 left on disk.
+        let store = SledStore::open(&dir, None).unwrap();
+        let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
+        let (_, session) = count_turn(&store, "conv-5", 10, &policy).unwrap();
+        let freeze = Freeze { ir_hash: format!("sha256:{:064}", 5), frontend: Frontend::Code, output: "cancel(x5)".into() };
+        let changes = Changes {
+            sessions: vec![session],
+            freezes: vec![freeze],
+            ledger: vec![("m-5".into(), LedgerState::Published)],
+            ..Changes::default()
+        };
+        store.commit(&changes, 10).unwrap();
+        store.flush().unwrap();
+    }
+    {
+        let db = raw_db(&dir);
+        assert_eq!(db.scan_prefix("journal:").count(), 0, "a closed store leaves no journal");
+        db.insert("meta:schema_version", "5").unwrap();
+        db.flush().unwrap();
+    }
+    let (code, out, err) = silpgate(&["sessions", "list", "--store", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "a layout-5 store can be read as it is: {err}");
+    assert!(out.contains("conv-5"), "{out}");
+    let store = SledStore::open(&dir, None).expect("a layout-5 store opens, migrated");
+    assert_eq!(store.session_by_token("conv-5").unwrap().expect("its sessions are kept").turns, 1);
+    assert_eq!(store.ledger("m-5").unwrap(), Some(LedgerState::Published));
+    assert_eq!(store.verify_lock(), Ok(1));
+    drop(store);
+    let db = raw_db(&dir);
+    assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
+    assert_eq!(SCHEMA_VERSION, "6");
+}
+
 /// Commits wait in memory until a flush hands them to sled as one batch; readers see them
 /// before that, and none is lost or counted twice when many threads commit, read and flush at
 /// once. Checked after a reopen, against sled itself.

@@ -1,6 +1,7 @@
 //! Writes state to a silpgate store as fast as it can, one message's worth per step (a session
 //! turn, a compile.lock record, a ledger entry, committed atomically and flushed), and prints
-//! the step number once it is durable. The crash test (tests/store_crash.rs) kills it with
+//! the step number once it is durable. Every 50 steps it checkpoints the journal into the keyed
+//! records, so that a kill lands mid-checkpoint as well as mid-append. The crash test (tests/store_crash.rs) kills it with
 //! SIGKILL at random moments and checks that every printed step survived.
 //!
 //! Usage: silpgate-store-writer DIR
@@ -32,6 +33,9 @@ fn main() {
         };
         store.commit(&changes, step).expect("commit");
         store.flush().expect("flush");
+        if step % 50 == 49 {
+            store.checkpoint().expect("checkpoint");
+        }
         writeln!(out, "{step}").expect("stdout");
         out.flush().expect("stdout");
         step += 1;

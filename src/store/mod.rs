@@ -295,6 +295,19 @@ impl SledStore {
         checkpoint(&self.staged, &self.db).map(drop)
     }
 
+    /// Writes everything committed into the keyed records now and trims the journal; returns
+    /// the number of keys written. The store does this by itself after flushes; this is for
+    /// choosing the moment (the crash test checkpoints mid-run). It does not sync: the next
+    /// flush does.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when sled cannot write; the writes stay journaled.
+    pub fn checkpoint(&self) -> Result<usize, StoreError> {
+        self.writable()?;
+        self.append()?;
+        checkpoint(&self.staged, &self.db)
+    }
+
     /// Starts a checkpoint in the background if one is due and none is running.
     fn start_checkpoint(&self, due: Checkpoint) -> Option<tokio::task::JoinHandle<Result<usize, StoreError>>> {
         if due == Checkpoint::NotDue || self.checkpointing.swap(true, Ordering::AcqRel) {
