@@ -63,6 +63,21 @@ pub struct Overrides {
     pub store: Option<PathBuf>,
 }
 
+/// The store the core and the AMQP door keep their state in: the sled store. A build with the
+/// `bench-memory-store` feature hands them an in-memory store instead, which keeps nothing
+/// across a restart: it exists only so that benches/bench-amqp-memory.sh can show what the
+/// durable state costs.
+fn core_store(store: &Arc<SledStore>) -> Arc<dyn Store> {
+    #[cfg(feature = "bench-memory-store")]
+    {
+        let _ = store;
+        tracing::warn!("This build keeps its state in memory (feature bench-memory-store): nothing survives a restart.");
+        Arc::new(crate::gateway::store::MemoryStore::new())
+    }
+    #[cfg(not(feature = "bench-memory-store"))]
+    store.clone()
+}
+
 /// Opens everything the configuration names and binds the listener.
 pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunError> {
     if !config.tls() && !config.http.plain {
@@ -102,7 +117,8 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let (link, broker) = BrokerLink::new();
     let answers = AnswerSink::new();
     let agents = Agents::new(&config, config.amqp.is_some().then_some(broker.clone()), answers.clone())?;
-    let mut intake = Intake::new(Gateway::new(config.clone(), store.clone()), agents);
+    let core_store = core_store(&store);
+    let mut intake = Intake::new(Gateway::new(config.clone(), core_store.clone()), agents);
     if let Some(cluster) = &cluster {
         // Front-door messages share what they froze and learnt on the lock stream, as the
         // partition owners do.
@@ -112,7 +128,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let answer_path: std::sync::Weak<dyn AnswerPath> = Arc::downgrade(&intake) as std::sync::Weak<Intake>;
     answers.bind(answer_path);
     let amqp = config.amqp.clone().map(|amqp| {
-        Amqp::new(config.clone(), amqp, store.clone(), cluster.clone(), intake.clone(), (link, broker))
+        Amqp::new(config.clone(), amqp, core_store.clone(), cluster.clone(), intake.clone(), (link, broker))
     });
     let front = Arc::new(Front {
         broker: amqp.as_ref().map(Amqp::health),
