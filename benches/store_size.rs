@@ -1,5 +1,6 @@
 //! Disk and memory used by 1,000,000 live sessions, 1,000,000 compile.lock records and
-//! 1,000,000 ledger entries, against the live data they hold.
+//! 1,000,000 ledger entries, against the live data they hold; and the time to open that store,
+//! closed cleanly and with a full journal left by a writer that stopped without closing it.
 //! `cargo bench --bench store_size`; figures in docs/performance.md.
 
 use silpgate::gateway::session::{SessionPolicy, count_turn};
@@ -37,9 +38,42 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Journal messages (4 distinct keys each, in windows of 64, each flushed) short of the 65,536
+/// keys that make a checkpoint due: the most a crash leaves to replay.
+const JOURNALED: u64 = 16_000;
+
+/// The writer that leaves a full journal: it commits and flushes, then exits without closing
+/// the store (no destructor runs), as a crash after the last flush would.
+fn fill_journal(dir: &Path) -> ! {
+    let store = SledStore::open(dir, None).expect("store opens");
+    let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4, partition: None };
+    for i in 0..JOURNALED {
+        let (_, s) = count_turn(&store, &format!("journaled-{i:09}"), 0, &policy).unwrap();
+        let changes = Changes {
+            sessions: vec![s],
+            freezes: vec![Freeze {
+                ir_hash: format!("sha256:{:064x}", u64::MAX - i),
+                frontend: Frontend::Code,
+                output: format!("cancel(journaled{i})"),
+            }],
+            ledger: vec![(format!("journaled-{i:012}"), LedgerState::Published)],
+            ..Changes::default()
+        };
+        store.commit(&changes, i).unwrap();
+        if i % 64 == 63 {
+            store.flush().unwrap();
+        }
+    }
+    store.flush().unwrap();
+    std::process::exit(0)
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
+    }
+    if let Some(dir) = std::env::args().skip_while(|a| a != "--fill-journal").nth(1) {
+        fill_journal(Path::new(&dir));
     }
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this as a quick smoke test.
     let n: u64 = if std::env::args().any(|a| a == "--bench") { 1_000_000 } else { 2_000 };
@@ -94,10 +128,29 @@ fn main() {
     let lookup_us = started.elapsed().as_secs_f64() * 1e6 / lookups as f64;
     drop(store);
     let disk = dir_size(&dir);
+    let started = Instant::now();
+    let store = SledStore::open(&dir, None).expect("store reopens");
+    let clean_open = started.elapsed();
+    drop(store);
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--fill-journal")
+        .arg(&dir)
+        .status()
+        .expect("the journal writer runs");
+    assert!(status.success(), "the journal writer failed");
+    let started = Instant::now();
+    let store = SledStore::open(&dir, None).expect("store opens, replaying its journal");
+    let replay_open = started.elapsed();
+    let last = format!("journaled-{:09}", JOURNALED - 1);
+    assert_eq!(store.session_by_token(&last).unwrap().map(|s| s.turns), Some(1), "the journal was replayed");
+    assert_eq!(store.sessions().unwrap().len() as u64, n + JOURNALED);
+    drop(store);
     println!("wrote {n} sessions, {n} lock records, {n} ledger entries in {:.1} s", elapsed.as_secs_f64());
     println!("live data  {:>8.1} MiB", live as f64 / 1048576.0);
     println!("disk       {:>8.1} MiB  ({:.2}x live)", disk as f64 / 1048576.0, disk as f64 / live as f64);
     println!("lookup     {lookup_us:>8.1} µs per session, mean of {lookups}");
     println!("RSS growth {:>8.1} MiB", (rss_after.saturating_sub(rss_before)) as f64 / 1024.0);
+    println!("open       {:>8.2} s closed cleanly", clean_open.as_secs_f64());
+    println!("open       {:>8.2} s with {JOURNALED} messages journaled (a crash after the last flush)", replay_open.as_secs_f64());
     let _ = std::fs::remove_dir_all(&dir);
 }

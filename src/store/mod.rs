@@ -722,14 +722,11 @@ impl Store for SledStore {
 
 /// Writes what the journal holds into the keyed records and trims it ([`staged`]).
 fn checkpoint(staged: &Staged, db: &sled::Db) -> Result<usize, StoreError> {
-    staged.checkpoint(
-        |key, value| {
-            match value {
-                Some(value) => db.insert(key, value).map(drop),
-                None => db.remove(key).map(drop),
-            }
-            .map_err(unavailable)
-        },
-        |trim| db.apply_batch(trim).map_err(unavailable),
-    )
+    staged.checkpoint(|key, value| {
+        match value {
+            Some(value) => db.insert(key, value).map(drop),
+            None => db.remove(key).map(drop),
+        }
+        .map_err(unavailable)
+    })
 }

@@ -11,11 +11,12 @@
 //! Writes move down the layers and stay readable in each until the next one holds them:
 //! staged, appending (a flush in progress), journaled, checkpointing, sled.
 //!
-//! A checkpoint writes its keys one at a time rather than as one sled batch: a batch holds
-//! sled's global write lock for as long as it takes (tens of milliseconds for a busy second),
-//! and every journal append would wait behind it. A crash mid-checkpoint loses nothing: the
-//! journal records it was writing are trimmed only after all of it is written, and replaying
-//! them writes every key they touched to its last value again.
+//! A checkpoint writes its keys, and then removes the journal records, one at a time rather than
+//! as one sled batch: a batch holds sled's global write lock for as long as it takes (tens of
+//! milliseconds for a busy second), and every journal append would wait behind it. A crash
+//! mid-checkpoint loses nothing: the journal records are removed only after every key is
+//! written, oldest first, and replaying the ones left writes every key they touched to the
+//! value it already has.
 
 use super::journal::{self, WriteMap};
 use sled::IVec;
@@ -185,13 +186,10 @@ impl Staged {
     }
 
     /// Writes everything journaled into sled's keyed records through `put` (a value, or `None`
-    /// to remove the key), then has `trim` remove the journal records that held it. Returns the
-    /// number of keys written. If a step fails, the writes stay journaled for the next one.
-    pub(super) fn checkpoint<E>(
-        &self,
-        mut put: impl FnMut(&IVec, Option<&IVec>) -> Result<(), E>,
-        trim: impl FnOnce(sled::Batch) -> Result<(), E>,
-    ) -> Result<usize, E> {
+    /// to remove the key), then removes the journal records that held it, oldest first, the
+    /// same way. Returns the number of keys written. If a step fails, the writes stay
+    /// journaled for the next one.
+    pub(super) fn checkpoint<E>(&self, mut put: impl FnMut(&[u8], Option<&IVec>) -> Result<(), E>) -> Result<usize, E> {
         let _turn = lock(&self.checkpoints);
         let (taken, records) = {
             let mut maps = lock(&self.maps);
@@ -200,13 +198,12 @@ impl Staged {
             maps.checkpointing = Some(taken.clone());
             (taken, records)
         };
-        let written = taken.iter().try_for_each(|(key, value)| put(key, value.as_ref())).and_then(|()| {
-            let mut batch = sled::Batch::default();
-            for seq in records.first..=records.last {
-                batch.remove(journal::key(seq));
-            }
-            trim(batch)
-        });
+        // Removed one by one, oldest first: a crash part-way leaves the newer records, and
+        // replaying those over this checkpoint writes the same values again.
+        let written = taken
+            .iter()
+            .try_for_each(|(key, value)| put(key, value.as_ref()))
+            .and_then(|()| (records.first..=records.last).try_for_each(|seq| put(&journal::key(seq), None)));
         let mut maps = lock(&self.maps);
         maps.checkpointing = None;
         match written {
@@ -251,13 +248,10 @@ mod tests {
 
     fn checkpoint(staged: &Staged, db: &sled::Db) -> usize {
         staged
-            .checkpoint(
-                |key, value| match value {
-                    Some(value) => db.insert(key, value).map(drop),
-                    None => db.remove(key).map(drop),
-                },
-                |trim| db.apply_batch(trim),
-            )
+            .checkpoint(|key, value| match value {
+                Some(value) => db.insert(key, value).map(drop),
+                None => db.remove(key).map(drop),
+            })
             .unwrap()
     }
 
@@ -297,15 +291,12 @@ mod tests {
         assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "newer writes stay on top");
 
         staged.append(|_, _| Ok::<_, &str>(())).unwrap();
-        let failed = staged.checkpoint(
-            |_, _| {
-                assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "readable while checkpointing");
-                Err("disk full")
-            },
-            |_| Ok(()),
-        );
+        let failed = staged.checkpoint(|_, _| {
+            assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "readable while checkpointing");
+            Err("disk full")
+        });
         assert_eq!(failed, Err("disk full"));
         assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())));
-        assert_eq!(staged.checkpoint(|_, _| Ok::<_, &str>(()), |_| Ok(())), Ok(1), "still journaled");
+        assert_eq!(staged.checkpoint(|_, _| Ok::<_, &str>(())), Ok(1), "still journaled");
     }
 }
