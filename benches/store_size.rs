@@ -38,9 +38,11 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Journal messages (4 distinct keys each, in windows of 64, each flushed) short of the 65,536
-/// keys that make a checkpoint due: the most a crash leaves to replay.
-const JOURNALED: u64 = 16_000;
+/// Journal messages (5 distinct keys each: a new conversation's session, a lock record and its
+/// index, a ledger entry and its time index; in windows of 64, each flushed) just short of the
+/// 65,536 keys that make a checkpoint due: the most a crash leaves to replay while checkpoints
+/// keep up.
+const JOURNALED: u64 = 13_000;
 
 /// The writer that leaves a full journal: it commits and flushes, then exits without closing
 /// the store (no destructor runs), as a crash after the last flush would.
