@@ -113,7 +113,8 @@ fn store(c: &mut Criterion) {
                 seq += 1;
                 let id = format!("relay-{seq}");
                 assert_eq!(store.ledger(&id).unwrap(), None);
-                let (_, s) = count_turn(&store, &format!("relay-conversation-{}", seq % 200), seq, &policy).unwrap();
+                let (_, s) =
+                    count_turn(&store, &format!("relay-conversation-{}", seq % 200), seq, &policy).unwrap();
                 let changes = Changes {
                     sessions: vec![s],
                     freezes: vec![Freeze {

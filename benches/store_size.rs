@@ -153,6 +153,9 @@ fn main() {
     println!("lookup     {lookup_us:>8.1} µs per session, mean of {lookups}");
     println!("RSS growth {:>8.1} MiB", (rss_after.saturating_sub(rss_before)) as f64 / 1024.0);
     println!("open       {:>8.2} s closed cleanly", clean_open.as_secs_f64());
-    println!("open       {:>8.2} s with {JOURNALED} messages journaled (a crash after the last flush)", replay_open.as_secs_f64());
+    println!(
+        "open       {:>8.2} s with {JOURNALED} messages journaled (a crash after the last flush)",
+        replay_open.as_secs_f64()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

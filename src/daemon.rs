@@ -71,7 +71,9 @@ fn core_store(store: &Arc<SledStore>) -> Arc<dyn Store> {
     #[cfg(feature = "bench-memory-store")]
     {
         let _ = store;
-        tracing::warn!("This build keeps its state in memory (feature bench-memory-store): nothing survives a restart.");
+        tracing::warn!(
+            "This build keeps its state in memory (feature bench-memory-store): nothing survives a restart."
+        );
         Arc::new(crate::gateway::store::MemoryStore::new())
     }
     #[cfg(not(feature = "bench-memory-store"))]

@@ -389,7 +389,7 @@ async fn sigkill_at_ten_random_points_of_twenty_thousand_loses_nothing_and_count
     const CONVERSATIONS: usize = 50;
     let config = names.config(&dir.join("store"), "", true);
     let (connection, channel) = queue_backlog(&config, &dir, &names, N, CONVERSATIONS).await;
-    let mut random = support::Random::from_clock();
+    let mut random = support::random::Random::from_clock();
     eprintln!("kill points from seed {}", random.seed());
     let mut points: Vec<u64> = (0..10).map(|_| 200 + random.below(N as u64 * 8 / 10)).collect();
     points.sort_unstable();

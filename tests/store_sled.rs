@@ -593,7 +593,11 @@ fn a_store_of_layout_5_opens_as_the_current_layout_with_everything_it_held() {
         let store = SledStore::open(&dir, None).unwrap();
         let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
         let (_, session) = count_turn(&store, "conv-5", 10, &policy).unwrap();
-        let freeze = Freeze { ir_hash: format!("sha256:{:064}", 5), frontend: Frontend::Code, output: "cancel(x5)".into() };
+        let freeze = Freeze {
+            ir_hash: format!("sha256:{:064}", 5),
+            frontend: Frontend::Code,
+            output: "cancel(x5)".into(),
+        };
         let changes = Changes {
             sessions: vec![session],
             freezes: vec![freeze],

@@ -126,7 +126,8 @@ pub(super) fn replay(db: &sled::Db) -> Result<Replayed, StoreError> {
     let mut damaged: Option<(u64, Damaged)> = None;
     for entry in db.scan_prefix(PREFIX) {
         let (record_key, record) = entry.map_err(unavailable)?;
-        let seq = <[u8; 8]>::try_from(&record_key[PREFIX.len()..]).map(u64::from_be_bytes).unwrap_or(u64::MAX);
+        let seq =
+            <[u8; 8]>::try_from(&record_key[PREFIX.len()..]).map(u64::from_be_bytes).unwrap_or(u64::MAX);
         if let Some((bad, why)) = damaged {
             return Err(StoreError::Corrupt(format!(
                 "journal record {bad} is damaged ({why}) and record {seq} follows it: state acknowledged after it would be lost"

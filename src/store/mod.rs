@@ -44,8 +44,8 @@ pub use migrate::SCHEMA_VERSION;
 use serde::{Deserialize, Serialize};
 use staged::{Checkpoint, Found, Staged, Writes};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Retention of the ledger and of expired sessions.
 #[derive(Debug, Clone, Copy)]
@@ -309,7 +309,10 @@ impl SledStore {
     }
 
     /// Starts a checkpoint in the background if one is due and none is running.
-    fn start_checkpoint(&self, due: Checkpoint) -> Option<tokio::task::JoinHandle<Result<usize, StoreError>>> {
+    fn start_checkpoint(
+        &self,
+        due: Checkpoint,
+    ) -> Option<tokio::task::JoinHandle<Result<usize, StoreError>>> {
         if due == Checkpoint::NotDue || self.checkpointing.swap(true, Ordering::AcqRel) {
             return None;
         }

@@ -120,7 +120,12 @@ impl Staged {
     /// The value of `key` in memory, newest first.
     pub(super) fn get(&self, key: &[u8]) -> Found {
         let maps = lock(&self.maps);
-        let layers = [Some(&maps.staged), maps.appending.as_deref(), Some(&maps.journaled), maps.checkpointing.as_deref()];
+        let layers = [
+            Some(&maps.staged),
+            maps.appending.as_deref(),
+            Some(&maps.journaled),
+            maps.checkpointing.as_deref(),
+        ];
         for layer in layers.into_iter().flatten() {
             if let Some(value) = layer.get(key) {
                 return Found::Staged(value.clone());
@@ -189,7 +194,10 @@ impl Staged {
     /// to remove the key), then removes the journal records that held it, oldest first, the
     /// same way. Returns the number of keys written. If a step fails, the writes stay
     /// journaled for the next one.
-    pub(super) fn checkpoint<E>(&self, mut put: impl FnMut(&[u8], Option<&IVec>) -> Result<(), E>) -> Result<usize, E> {
+    pub(super) fn checkpoint<E>(
+        &self,
+        mut put: impl FnMut(&[u8], Option<&IVec>) -> Result<(), E>,
+    ) -> Result<usize, E> {
         let _turn = lock(&self.checkpoints);
         let (taken, records) = {
             let mut maps = lock(&self.maps);
