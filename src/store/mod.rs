@@ -93,6 +93,11 @@ pub struct SledStore {
     staged: Arc<Staged>,
     /// A checkpoint runs in the background; the next one is not started beside it.
     checkpointing: Arc<AtomicBool>,
+    /// Taken around every write and sync this store hands sled. sled 0.34 has open reports of
+    /// deadlocks under concurrent inserts, removals and flushes (spacejam/sled#1412); with the
+    /// checkpoint on a thread of its own, this keeps sled's writers one at a time, as they were
+    /// when one batch per flush was all it received. Reads stay concurrent.
+    disk: Arc<Mutex<()>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,6 +225,7 @@ impl SledStore {
             read_only,
             staged: Arc::default(),
             checkpointing: Arc::default(),
+            disk: Arc::default(),
         }
     }
 
@@ -277,7 +283,7 @@ impl SledStore {
         if waiting > staged::LIMIT {
             self.append()?;
             if self.staged.checkpoint_due() != Checkpoint::NotDue {
-                checkpoint(&self.staged, &self.db)?;
+                checkpoint(&self.staged, &self.db, &self.disk)?;
             }
         }
         Ok(())
@@ -285,14 +291,23 @@ impl SledStore {
 
     /// Appends everything staged to the journal as one record (not yet synced).
     fn append(&self) -> Result<(), StoreError> {
-        self.staged.append(|key, record| self.db.insert(key, record).map(drop).map_err(unavailable))
+        self.staged.append(|key, record| {
+            let _disk = one_at_a_time(&self.disk);
+            self.db.insert(key, record).map(drop).map_err(unavailable)
+        })
+    }
+
+    /// Makes everything handed to sled durable.
+    fn sync(&self) -> Result<(), StoreError> {
+        let _disk = one_at_a_time(&self.disk);
+        self.db.flush().map(drop).map_err(unavailable)
     }
 
     /// Writes everything committed into sled's keyed records. Scans call it first: they read
     /// those records alone.
     fn settle(&self) -> Result<(), StoreError> {
         self.append()?;
-        checkpoint(&self.staged, &self.db).map(drop)
+        checkpoint(&self.staged, &self.db, &self.disk).map(drop)
     }
 
     /// Writes everything committed into the keyed records now and trims the journal; returns
@@ -305,7 +320,7 @@ impl SledStore {
     pub fn checkpoint(&self) -> Result<usize, StoreError> {
         self.writable()?;
         self.append()?;
-        checkpoint(&self.staged, &self.db)
+        checkpoint(&self.staged, &self.db, &self.disk)
     }
 
     /// Starts a checkpoint in the background if one is due and none is running.
@@ -316,9 +331,10 @@ impl SledStore {
         if due == Checkpoint::NotDue || self.checkpointing.swap(true, Ordering::AcqRel) {
             return None;
         }
-        let (staged, db, running) = (self.staged.clone(), self.db.clone(), self.checkpointing.clone());
+        let (staged, db, disk, running) =
+            (self.staged.clone(), self.db.clone(), self.disk.clone(), self.checkpointing.clone());
         Some(tokio::task::spawn_blocking(move || {
-            let written = checkpoint(&staged, &db);
+            let written = checkpoint(&staged, &db, &disk);
             running.store(false, Ordering::Release);
             if let Err(e) = &written {
                 tracing::warn!(error = %e, "A checkpoint of the store failed; its writes stay in the journal.");
@@ -548,7 +564,7 @@ impl Drop for SledStore {
         if self.read_only {
             return;
         }
-        if let Err(e) = self.settle().and_then(|()| self.db.flush().map(drop).map_err(unavailable)) {
+        if let Err(e) = self.settle().and_then(|()| self.sync()) {
             tracing::warn!(error = %e, "Could not write the store's last changes.");
         }
     }
@@ -683,10 +699,10 @@ impl Store for SledStore {
             return Ok(());
         }
         self.append()?;
-        self.db.flush().map_err(unavailable)?;
+        self.sync()?;
         self.flushed.fetch_max(target, Ordering::AcqRel);
         if self.staged.checkpoint_due() != Checkpoint::NotDue {
-            checkpoint(&self.staged, &self.db)?;
+            checkpoint(&self.staged, &self.db, &self.disk)?;
         }
         Ok(())
     }
@@ -705,11 +721,14 @@ impl Store for SledStore {
             }
             let covers = self.written.load(Ordering::Acquire);
             self.append()?;
-            let db = self.db.clone();
-            tokio::task::spawn_blocking(move || db.flush())
-                .await
-                .map_err(unavailable)?
-                .map_err(unavailable)?;
+            let (db, disk) = (self.db.clone(), self.disk.clone());
+            tokio::task::spawn_blocking(move || {
+                let _disk = one_at_a_time(&disk);
+                db.flush()
+            })
+            .await
+            .map_err(unavailable)?
+            .map_err(unavailable)?;
             self.flushed.fetch_max(covers, Ordering::AcqRel);
             // Behind, the flush waits for the checkpoint: memory must not keep growing.
             let due = self.staged.checkpoint_due();
@@ -724,12 +743,18 @@ impl Store for SledStore {
 }
 
 /// Writes what the journal holds into the keyed records and trims it ([`staged`]).
-fn checkpoint(staged: &Staged, db: &sled::Db) -> Result<usize, StoreError> {
+fn checkpoint(staged: &Staged, db: &sled::Db, disk: &Mutex<()>) -> Result<usize, StoreError> {
     staged.checkpoint(|key, value| {
+        let _disk = one_at_a_time(disk);
         match value {
             Some(value) => db.insert(key, value).map(drop),
             None => db.remove(key).map(drop),
         }
         .map_err(unavailable)
     })
+}
+
+/// The turn of one writer to sled ([`SledStore`]'s `disk`).
+fn one_at_a_time(disk: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
+    disk.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
