@@ -1,6 +1,6 @@
 //! Who may come in through the HTTP server's doors (`/nlip`, its WebSocket upgrades, `/a2a`,
 //! `/mcp`): the bearer token and the per-client rate limit, and the responses that refuse a
-//! request for either, as NLIP error messages.
+//! request for either, as NLIP error messages; and which browser origins may drive them.
 
 use super::Front;
 use super::auth::{Identity, Refusal};
@@ -22,6 +22,33 @@ pub(crate) fn message_response(status: StatusCode, message: &Message, encoding: 
 /// An NLIP error message as an HTTP response.
 pub(crate) fn error_response(status: StatusCode, code: &str, message: &str, encoding: Encoding) -> Response {
     message_response(status, &reply::error_message(code, message, &Location::None), encoding)
+}
+
+/// True when a request from a browser page may go on: it carries no `Origin` (programs send
+/// none), or its origin is in `http.allowed_origins`, or it is a page this machine serves
+/// (`localhost`, `127.0.0.1`, `[::1]`, any port). A page elsewhere must not drive a gateway it
+/// reaches through the visitor's browser: that is DNS rebinding, where the page's origin stays
+/// its own name however its address resolves.
+pub(crate) fn origin_allowed(allowed_origins: &[String], headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(origin)) || is_loopback_origin(origin)
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    let Ok(uri) = origin.parse::<axum::http::Uri>() else {
+        return false;
+    };
+    let web = matches!(uri.scheme_str(), Some("http" | "https"));
+    let bare = uri.path_and_query().is_none_or(|p| p.as_str() == "/" || p.as_str().is_empty());
+    web && bare
+        && uri
+            .host()
+            .is_some_and(|h| matches!(h.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "[::1]"))
 }
 
 /// Why a request goes no further than authentication.
@@ -80,4 +107,40 @@ pub(crate) fn rate_limited_response(retry_after: u64) -> Response {
     );
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(origin: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+        headers
+    }
+
+    #[test]
+    fn pages_of_this_machine_and_listed_origins_pass_and_others_do_not() {
+        let listed = vec!["https://app.example.com".to_owned()];
+        assert!(origin_allowed(&listed, &HeaderMap::new()));
+        for origin in [
+            "https://app.example.com",
+            "http://localhost:8080",
+            "http://127.0.0.1",
+            "http://[::1]:3000",
+            "HTTP://LOCALHOST:1",
+        ] {
+            assert!(origin_allowed(&listed, &from(origin)), "{origin}");
+        }
+        for origin in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example:80",
+            "null",
+            "file://localhost",
+            "http://evil.example/?localhost",
+        ] {
+            assert!(!origin_allowed(&listed, &from(origin)), "{origin}");
+        }
+    }
 }

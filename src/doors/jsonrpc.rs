@@ -3,7 +3,7 @@
 //! that order; and JSON-RPC error bodies.
 
 use super::Front;
-use super::admission::{Denied, authenticate};
+use super::admission::{Denied, authenticate, origin_allowed};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 
 /// Why a request from a browser page of another origin is refused.
-const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page may not drive this endpoint";
+const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page elsewhere may not drive this endpoint";
 
 /// A request that passed every check: its body, and the client it counts against.
 pub(crate) struct Admitted {
@@ -27,7 +27,7 @@ pub(crate) async fn admit(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Admitted, Response> {
-    if foreign_origin(front, headers) {
+    if !origin_allowed(&front.allowed_origins, headers) {
         return Err(reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, FOREIGN_ORIGIN)));
     }
     let identity = authenticate(front, headers, peer).map_err(Denied::into_response)?;
@@ -51,15 +51,6 @@ pub(crate) async fn admit(
         }
     };
     Ok(Admitted { body, client })
-}
-
-/// True for a request from a browser page whose origin is not in `http.allowed_origins`: the
-/// MCP transport asks servers to check `Origin`, so that a page cannot reach a server on the
-/// visitor's machine (DNS rebinding). Programs send no `Origin` and are not affected.
-fn foreign_origin(front: &Front, headers: &HeaderMap) -> bool {
-    headers.get(header::ORIGIN).is_some_and(|origin| {
-        !origin.to_str().is_ok_and(|o| front.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)))
-    })
 }
 
 /// A JSON response.

@@ -102,10 +102,7 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
 /// The refusal of an upgrade from a browser page of an origin not allowed: a page must not be
 /// able to drive a gateway it reaches from the visitor's machine (programs send no `Origin`).
 fn foreign_origin(front: &Front, headers: &axum::http::HeaderMap) -> Option<Response> {
-    let origin = headers.get(header::ORIGIN)?;
-    let allowed =
-        origin.to_str().is_ok_and(|o| front.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
-    if allowed {
+    if super::admission::origin_allowed(&front.allowed_origins, headers) {
         return None;
     }
     let message = reply::error_message(
