@@ -335,36 +335,53 @@ fn a2a_and_mcp_agents_are_checked_when_the_configuration_is_read() {
     assert!(error("protocol = \"grpc\"\nurl = \"http://127.0.0.1:9\"").contains("grpc"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_errors() {
-    let daemon = gateway_for("mcp-door", "", 30_000).await;
+/// What the Python MCP client (tests/interop/mcp_client.py) saw of `/mcp`, meeting it in `mode`
+/// (`None`: the handshake-era session API).
+async fn python_mcp_client(url: String, mode: Option<&str>) -> Value {
     let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
     let mut client = Command::new(&python);
-    client
-        .arg(format!("{}/tests/interop/mcp_client.py", env!("CARGO_MANIFEST_DIR")))
-        .arg(format!("http://{}/mcp", daemon.http));
+    client.arg(format!("{}/tests/interop/mcp_client.py", env!("CARGO_MANIFEST_DIR"))).arg(url);
+    client.args(mode);
     let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
         .await
         .unwrap();
-    assert!(out.status.success(), "the MCP client failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
-    assert_eq!(seen["tools"], json!(["silp_compile", "silp_decode", "silp_validate", "silp_hash"]));
-    assert_eq!(seen["schemas"]["silp_decode"]["required"], json!(["text"]), "{seen}");
-    assert_eq!(seen["ok"]["silp_decode"]["ir"]["intent"], "!CANCEL", "{seen}");
-    assert_eq!(seen["ok"]["silp_compile"]["output"], r#"{"intent":"!CANCEL","act":"order9"}"#, "{seen}");
-    assert_eq!(seen["ok"]["silp_validate"]["valid"], true, "{seen}");
-    assert_eq!(seen["ok"]["silp_hash"]["ir_hash"], seen["ok"]["silp_compile"]["ir_hash"], "{seen}");
-    let errors = &seen["errors"];
-    for tool in ["silp_decode", "silp_compile", "silp_validate", "silp_hash"] {
-        assert_eq!(errors[tool]["isError"], true, "{tool}: {errors}");
+    assert!(out.status.success(), "the MCP client ({mode:?}) failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the client prints JSON")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_errors_in_every_mode() {
+    let daemon = gateway_for("mcp-door", "", 30_000).await;
+    // Pinned to the stateless revision, probing for it, forcing the handshake, and the
+    // handshake-era session API: the same tools, results and errors every way.
+    for (mode, protocol, discovered) in [
+        // Pinned, the SDK makes up the discovery it skipped from the version it was given.
+        (Some("2026-07-28"), "2026-07-28", json!(["2026-07-28"])),
+        (Some("auto"), "2026-07-28", json!(["2026-07-28"])),
+        (Some("legacy"), "2025-11-25", json!(null)),
+        (None, "2025-11-25", json!(null)),
+    ] {
+        let seen = python_mcp_client(format!("http://{}/mcp", daemon.http), mode).await;
+        assert_eq!(seen["protocol"], protocol, "{mode:?}: {seen}");
+        assert_eq!(seen["discovered"], discovered, "{mode:?}: {seen}");
+        assert_eq!(seen["tools"], json!(["silp_compile", "silp_decode", "silp_validate", "silp_hash"]));
+        assert_eq!(seen["schemas"]["silp_decode"]["required"], json!(["text"]), "{seen}");
+        assert_eq!(seen["ok"]["silp_decode"]["ir"]["intent"], "!CANCEL", "{seen}");
+        assert_eq!(seen["ok"]["silp_compile"]["output"], r#"{"intent":"!CANCEL","act":"order9"}"#, "{seen}");
+        assert_eq!(seen["ok"]["silp_validate"]["valid"], true, "{seen}");
+        assert_eq!(seen["ok"]["silp_hash"]["ir_hash"], seen["ok"]["silp_compile"]["ir_hash"], "{seen}");
+        let errors = &seen["errors"];
+        for tool in ["silp_decode", "silp_compile", "silp_validate", "silp_hash"] {
+            assert_eq!(errors[tool]["isError"], true, "{tool}: {errors}");
+        }
+        assert_eq!(errors["silp_decode"]["structured"]["code"], "invalid_syntax");
+        assert_eq!(errors["silp_decode"]["structured"]["span"], json!([0, 13]), "the span of the open call");
+        assert_eq!(errors["silp_compile"]["structured"]["code"], "decode_failed");
+        assert_eq!(errors["silp_validate"]["structured"]["code"], "invalid_syntax");
+        assert!(errors["silp_validate"]["structured"]["span"].is_array(), "{errors}");
+        assert_eq!(errors["silp_hash"]["structured"]["code"], "invalid_arguments");
+        assert!(errors["silp_hash"]["text"].as_str().unwrap().contains("must be an object"), "{errors}");
     }
-    assert_eq!(errors["silp_decode"]["structured"]["code"], "invalid_syntax");
-    assert_eq!(errors["silp_decode"]["structured"]["span"], json!([0, 13]), "the span of the open call");
-    assert_eq!(errors["silp_compile"]["structured"]["code"], "decode_failed");
-    assert_eq!(errors["silp_validate"]["structured"]["code"], "invalid_syntax");
-    assert!(errors["silp_validate"]["structured"]["span"].is_array(), "{errors}");
-    assert_eq!(errors["silp_hash"]["structured"]["code"], "invalid_arguments");
-    assert!(errors["silp_hash"]["text"].as_str().unwrap().contains("must be an object"), "{errors}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
