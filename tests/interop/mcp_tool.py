@@ -11,7 +11,8 @@ Tools:
   calls' `_meta` (`silp/renewal`); a `natural` payload is answered, in natural language,
   with `calls=N renewals=[turns]`;
 - `inspect(silp_encoding, silp_payload, priority)`: answers what it was given, as structured
-  content (not a SILP wrapper);
+  content (not a SILP wrapper), with the protocol version the call came in and how many
+  standing event streams (`GET /mcp`) clients have opened so far;
 - `broken(silp_encoding, silp_payload)`: always fails, so the result has isError;
 - `strict(silp_encoding, silp_payload)`: refuses anything but SILP code with a JSON-RPC error
   (invalid params), as a tool whose contract is violated does.
@@ -64,11 +65,22 @@ class Seen(BaseModel):
     saw_encoding: str
     saw_payload: str
     priority: str
+    protocol: str | None
+    standing_streams: int
+
+
+STANDING_STREAMS = 0
 
 
 @server.tool(description="Says what it was given")
-def inspect(silp_encoding: str, silp_payload: str, priority: str = "none") -> Seen:
-    return Seen(saw_encoding=silp_encoding, saw_payload=silp_payload, priority=priority)
+def inspect(silp_encoding: str, silp_payload: str, ctx: Context, priority: str = "none") -> Seen:
+    return Seen(
+        saw_encoding=silp_encoding,
+        saw_payload=silp_payload,
+        priority=priority,
+        protocol=ctx.protocol_version,
+        standing_streams=STANDING_STREAMS,
+    )
 
 
 @server.tool(description="Always fails")
@@ -83,5 +95,17 @@ def strict(silp_encoding: str, silp_payload: str) -> str:
     return silp_payload
 
 
+def counting_streams(app):
+    """The app, counting the standing event streams (`GET`) clients open."""
+
+    async def counted(scope, receive, send):
+        global STANDING_STREAMS
+        if scope["type"] == "http" and scope["method"] == "GET":
+            STANDING_STREAMS += 1
+        await app(scope, receive, send)
+
+    return counted
+
+
 if __name__ == "__main__":
-    listening.serve(lambda _port: server.streamable_http_app(), int(sys.argv[1]))
+    listening.serve(lambda _port: counting_streams(server.streamable_http_app()), int(sys.argv[1]))

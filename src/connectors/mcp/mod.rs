@@ -1,6 +1,9 @@
 //! Tools that speak MCP (streamable HTTP), reached with the official Rust SDK (`rmcp`) as the
-//! client. One MCP session per agent, opened at the first call (`initialize`) and again after
-//! it broke. Each parcel is one `tools/call` of the agent's `tool`; its arguments are the
+//! client. The first call meets the server: `server/discover` at MCP 2026-07-28, after which
+//! every request is self-contained and there is no session; a server of the handshake era
+//! answers the probe with an error, and is met with `initialize` instead (one session per
+//! agent). Either way the meeting is repeated after a connection broke, and no standing event
+//! stream is kept ([`posts_only`]). Each parcel is one `tools/call` of the agent's `tool`; its arguments are the
 //! agent's fixed `arguments` plus the SILP wrapper of draft -02 §7.2:
 //! - `silp_encoding`: `code`, `json` or `ir` for the envelope's SILP part (the first, in the
 //!   message's own content or a submessage), `natural` when it carries none;
@@ -19,6 +22,8 @@
 //! (an unknown tool, arguments the tool's schema refuses) is the tool refusing the message
 //! (`mcp_refused`).
 
+mod posts_only;
+
 use super::{Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::code::Code;
 use crate::config::McpReach;
@@ -26,11 +31,12 @@ use crate::gateway::session::is_renewal_notice;
 use crate::nlip::reply::{Location, error_message};
 use crate::nlip::{Content, Format, Message, Submessage};
 use futures_util::future::BoxFuture;
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::RunningService;
+use posts_only::PostsOnly;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
+use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value};
 use std::time::Duration;
 use tokio::sync::{Mutex, Semaphore};
@@ -65,7 +71,7 @@ impl McpAgent {
             url: agent.url.clone(),
             tool: reach.tool.clone(),
             arguments: reach.arguments.clone(),
-            // Every call is bounded by `timeout` here; the session's event stream is not.
+            // Every call is bounded by `timeout` here, and the client keeps no other stream.
             client: super::http::streaming_client(name, agent)?,
             timeout: Duration::from_millis(agent.timeout_ms.max(1)),
             session: Mutex::new(None),
@@ -85,20 +91,24 @@ impl McpAgent {
             return Ok(open.peer().clone());
         }
         let config = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
-        let transport = StreamableHttpClientTransport::with_client(self.client.clone(), config);
+        let transport = StreamableHttpClientTransport::with_client(PostsOnly(self.client.clone()), config);
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("silpgate", env!("CARGO_PKG_VERSION")),
         );
-        let opened = tokio::time::timeout(self.timeout, info.serve(transport))
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: None,
+        };
+        let opened = tokio::time::timeout(self.timeout, info.serve_with_lifecycle(transport, lifecycle))
             .await
             .map_err(|_| {
                 self.unavailable(
                     Code::Timeout.as_str(),
-                    "MCP initialize did not finish within timeout_ms".into(),
+                    "meeting the MCP server (server/discover, else initialize) did not finish within timeout_ms".into(),
                 )
             })?
-            .map_err(|e| self.unavailable(Code::AgentUnavailable.as_str(), format!("MCP initialize: {e}")))?;
+            .map_err(|e| self.unavailable(Code::AgentUnavailable.as_str(), format!("meeting the MCP server: {e}")))?;
         let peer = opened.peer().clone();
         *session = Some(opened);
         Ok(peer)
