@@ -505,45 +505,94 @@ async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, 
     (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
 }
 
+/// The A2A SDK's client, speaking A2A 1.0 or (through its own 0.3 transport) 0.3 to
+/// silpgate's front door, which passes the messages on to an A2A agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_a2a_sdk_client_reaches_an_a2a_agent_through_silpgates_front_door() {
+async fn an_a2a_sdk_client_of_1_0_or_0_3_reaches_an_a2a_agent_through_silpgates_front_door() {
     let agent = PythonServer::start("a2a_agent.py");
     let daemon = gateway_from("a2a-front", &a2a_agent(agent.port), "a2a", 30_000).await;
+    for version in ["1.0", "0.3"] {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let ir = ir_request(3, "unused")["content"].to_string();
+        let mut client = Command::new(&python);
+        client
+            .arg(format!("{}/tests/interop/a2a_client.py", env!("CARGO_MANIFEST_DIR")))
+            .arg(format!("http://{}", daemon.http))
+            .args([ir.as_str(), version]);
+        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the A2A {version} client failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let transport = if version == "1.0" { "JsonRpcTransport" } else { "CompatJsonRpcTransport" };
+        assert_eq!(seen["transports"], json!([transport]), "{seen}");
+        let card = &seen["card"];
+        assert_eq!(card["name"], "silpgate-test", "{card}");
+        let url = format!("http://{}/a2a", daemon.http);
+        let interfaces = card["supportedInterfaces"].as_array().unwrap();
+        let versions: Vec<(&str, &str)> = interfaces
+            .iter()
+            .map(|i| (i["url"].as_str().unwrap(), i["protocolVersion"].as_str().unwrap()))
+            .collect();
+        assert_eq!(versions, [(url.as_str(), "1.0"), (url.as_str(), "0.3.0")], "{card}");
+        assert_eq!(card["skills"][0]["id"], "to-agent", "the routes are the skills: {card}");
+        assert_eq!(
+            card["capabilities"]["streaming"], true,
+            "so the SDK sent the IR with SendStreamingMessage: {card}"
+        );
+        // The IR went in as a data part, reached the agent as SILP code, and the agent's code
+        // answer came back as the IR, in the client's context.
+        let answer = &seen["ir_answer"][0]["message"];
+        assert_eq!(answer["contextId"], "front-ctx-1", "{version}: {seen}");
+        assert_eq!(answer["role"], "ROLE_AGENT", "{version}: {seen}");
+        let part = &answer["parts"][0];
+        assert_eq!(part["metadata"]["nlip"]["subformat"], "silp-ir", "{version}: {seen}");
+        assert_eq!(part["data"]["intent"], "!BOOK", "{version}: {seen}");
+        assert_eq!(order_in(&part["data"].to_string()), Some(3), "{version}: {seen}");
+        // The agent's failed task reaches the client as a failed task with the agent's words.
+        let task = &seen["fail_answer"][0]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{version}: {seen}");
+        assert_eq!(task["contextId"], "front-ctx-2", "{version}: {seen}");
+        let text = task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.starts_with("a2a_task_failed") && text.contains("the warehouse is on fire"),
+            "{version}: {seen}"
+        );
+    }
+}
+
+/// The A2A 0.3 conformance linter (`a2a-lint --live`, from the package registry) reads the
+/// door's card as a 0.3 card and sends it `message/send` and `message/stream` in 0.3's shapes,
+/// at the card's `url`; the messages reach an A2A agent behind the door.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_0_3_linter_passes_the_door_live() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_from("a2a-lint", &a2a_agent(agent.port), "a2a", 30_000).await;
     let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
-    let ir = ir_request(3, "unused")["content"].to_string();
-    let mut client = Command::new(&python);
-    client
-        .arg(format!("{}/tests/interop/a2a_client.py", env!("CARGO_MANIFEST_DIR")))
-        .arg(format!("http://{}", daemon.http))
-        .arg(ir);
-    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+    let linter = std::path::Path::new(&python).with_file_name("a2a-lint");
+    let mut lint = Command::new(&linter);
+    lint.args([format!("http://{}", daemon.http).as_str(), "--live", "--json"]);
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(lint, gateway::LONG))
         .await
         .unwrap();
-    assert!(out.status.success(), "the A2A client failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
-    let card = &seen["card"];
-    assert_eq!(card["name"], "silpgate-test", "{card}");
-    assert_eq!(card["supportedInterfaces"][0]["url"], format!("http://{}/a2a", daemon.http), "{card}");
-    assert_eq!(card["skills"][0]["id"], "to-agent", "the routes are the skills: {card}");
-    assert_eq!(
-        card["capabilities"]["streaming"], true,
-        "so the SDK sent the IR with SendStreamingMessage: {card}"
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a2a-lint failed ({:?}):\n{printed}{}",
+        linter,
+        String::from_utf8_lossy(&out.stderr)
     );
-    // The IR went in as a data part, reached the agent as SILP code, and the agent's code
-    // answer came back as the IR, in the client's context.
-    let answer = &seen["ir_answer"][0]["message"];
-    assert_eq!(answer["contextId"], "front-ctx-1", "{seen}");
-    assert_eq!(answer["role"], "ROLE_AGENT", "{seen}");
-    let part = &answer["parts"][0];
-    assert_eq!(part["metadata"]["nlip"]["subformat"], "silp-ir", "{seen}");
-    assert_eq!(part["data"]["intent"], "!BOOK", "{seen}");
-    assert_eq!(order_in(&part["data"].to_string()), Some(3), "{seen}");
-    // The agent's failed task reaches the client as a failed task with the agent's words.
-    let task = &seen["fail_answer"][0]["task"];
-    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{seen}");
-    assert_eq!(task["contextId"], "front-ctx-2", "{seen}");
-    let text = task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
-    assert!(text.starts_with("a2a_task_failed") && text.contains("the warehouse is on fire"), "{seen}");
+    let report: Value = serde_json::from_str(&printed).expect("a2a-lint --json prints JSON");
+    let findings = report["findings"].as_array().unwrap();
+    let errors: Vec<&Value> = findings.iter().filter(|f| f["level"] == "error").collect();
+    assert!(errors.is_empty(), "{report}");
+    assert!(["A", "B"].contains(&report["summary"]["grade"].as_str().unwrap()), "{report}");
+    assert!(report["liveRoundTripMs"].is_number(), "message/send answered: {report}");
+    assert_eq!(report["streamEvents"], 1, "message/stream answered: {report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

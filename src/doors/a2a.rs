@@ -12,7 +12,7 @@
 
 use super::jsonrpc::{error, reply};
 use super::{Front, ToSender};
-use crate::a2a::{VERSION, map};
+use crate::a2a::{VERSION, map, v0_3};
 use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
 use axum::Router;
@@ -27,6 +27,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+/// A2A 1.0's own media type.
+const A2A_MEDIA_TYPE: &str = "application/a2a+json";
+
 /// JSON-RPC error codes of A2A 1.0.
 const TASK_NOT_FOUND: i64 = -32001;
 const VERSION_NOT_SUPPORTED: i64 = -32009;
@@ -39,8 +42,13 @@ pub(crate) fn router() -> Router<Arc<Front>> {
     Router::new().route("/.well-known/agent-card.json", get(card)).route("/a2a", post(post_a2a))
 }
 
-/// The card: the gateway's name, one JSON-RPC interface at `/a2a` under `http.public_url`
-/// (never the request's `Host`, which would let a client write the card others read), the routes that take A2A messages as skills, SILP as an extension.
+/// The card: the gateway's name, the JSON-RPC interface at `/a2a` under `http.public_url`
+/// (never the request's `Host`, which would let a client write the card others read), the
+/// routes that take A2A messages as skills, SILP as an extension. One card for both
+/// generations: 1.0 reads `supportedInterfaces`, which names the interface for 1.0 and for
+/// 0.3, and the security schemes' `httpAuthSecurityScheme`; 0.3 reads the top-level `url`,
+/// `protocolVersion` and `preferredTransport`, `security`, and the schemes' `type`. Each
+/// generation's readers pass over the other's fields.
 async fn card(State(front): State<Arc<Front>>) -> Response {
     let config = front.gateway().config();
     let skills: Vec<Value> = config
@@ -53,11 +61,18 @@ async fn card(State(front): State<Arc<Front>>) -> Response {
                    "description": format!("messages to {} ({mode} SILP payloads)", r.destination)})
         })
         .collect();
+    let url = format!("{}/a2a", front.public_url);
     let mut card = json!({
         "name": config.gateway.name,
         "description": "silpgate: an NLIP gateway that carries SILP payloads between agents",
         "version": env!("CARGO_PKG_VERSION"),
-        "supportedInterfaces": [{"url": format!("{}/a2a", front.public_url), "protocolBinding": "JSONRPC", "protocolVersion": VERSION}],
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": VERSION},
+            {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v0_3::VERSION},
+        ],
+        "url": url,
+        "protocolVersion": v0_3::VERSION,
+        "preferredTransport": "JSONRPC",
         "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{
             "uri": "https://datatracker.ietf.org/doc/draft-hwang-silp-protocol/",
             "description": "SILP payloads: a text part with metadata.silp_encoding = code, or a data part holding the IR; metadata.nlip names a part's NLIP format and subformat",
@@ -69,8 +84,12 @@ async fn card(State(front): State<Arc<Front>>) -> Response {
         "skills": skills,
     });
     if !front.auth.is_open() {
-        card["securitySchemes"] = json!({"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}});
+        card["securitySchemes"] = json!({"bearer": {
+            "httpAuthSecurityScheme": {"scheme": "Bearer"},
+            "type": "http", "scheme": "bearer",
+        }});
         card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
+        card["security"] = json!([{"bearer": []}]);
     }
     reply(StatusCode::OK, &card)
 }
@@ -92,21 +111,45 @@ async fn post_a2a(
         }
     };
     let id = request.get("id").cloned().unwrap_or(Value::Null);
-    // Without the header a client may mean 0.3, whose shapes differ; 1.x is what is served.
-    let version = headers.get("a2a-version").and_then(|v| v.to_str().ok()).unwrap_or(VERSION);
-    if !version.trim().starts_with("1.") && version.trim() != "1" {
-        let why = format!("A2A version '{version}' is not supported; this agent speaks {VERSION}");
-        return reply(StatusCode::OK, &error(id, VERSION_NOT_SUPPORTED, &why));
+    let Some(asked) = request.get("method").and_then(Value::as_str) else {
+        return reply(StatusCode::OK, &error(id, -32600, "a request is one JSON-RPC object with a method"));
+    };
+    // The method's name says the generation: 0.3's are `message/send` and the like.
+    let (generation, method) = match v0_3::method_as_1_0(asked) {
+        Some(method) => (Generation::V0_3, method),
+        None => (Generation::V1_0, asked),
+    };
+    // Without the header a client may mean either; with it, it must match the method's.
+    if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok()).map(str::trim)
+        && !generation.accepts(version)
+    {
+        let why = match generation {
+            Generation::V1_0 => format!(
+                "A2A version '{version}' is not supported with method '{asked}'; this agent speaks {VERSION} (and 0.3's method names)"
+            ),
+            Generation::V0_3 => format!("method '{asked}' is A2A 0.3's; A2A {version} names it {method}"),
+        };
+        let code = if generation == Generation::V1_0 { VERSION_NOT_SUPPORTED } else { -32601 };
+        return reply(StatusCode::OK, &error(id, code, &why));
     }
-    let body = match request.get("method").and_then(Value::as_str) {
-        None => error(id, -32600, "a request is one JSON-RPC object with a method"),
-        Some(method @ ("SendMessage" | "SendStreamingMessage")) => {
-            match send_message(&front, &headers, &client, request.get("params")).await {
-                // The stream is the one final answer: silpgate sends no interim task events.
-                Ok(result) if method == "SendStreamingMessage" => {
-                    return event_stream(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    let content_type = generation.content_type(&headers);
+    let body = match method {
+        "SendMessage" | "SendStreamingMessage" => {
+            let params = request.get("params");
+            let message = params.and_then(|p| p.get("message"));
+            let message = message
+                .map(|m| if generation == Generation::V0_3 { v0_3::message_from(m) } else { m.clone() });
+            match send_message(&front, &headers, &client, message.as_ref()).await {
+                Ok(result) => {
+                    let result =
+                        if generation == Generation::V0_3 { v0_3::result_to(&result) } else { result };
+                    let response = json!({"jsonrpc": "2.0", "id": id, "result": result});
+                    // The stream is the one final answer: silpgate sends no interim task events.
+                    if method == "SendStreamingMessage" {
+                        return event_stream(&response);
+                    }
+                    response
                 }
-                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
                 Err(Refusal::Params(why)) => error(id, -32602, &why),
                 Err(Refusal::Quota(limit)) => {
                     let why = format!(
@@ -116,12 +159,45 @@ async fn post_a2a(
                 }
             }
         }
-        Some("GetTask" | "CancelTask" | "SubscribeToTask") => {
+        "GetTask" | "CancelTask" | "SubscribeToTask" => {
             error(id, TASK_NOT_FOUND, "silpgate keeps no tasks: every answer comes with SendMessage")
         }
-        Some(method) => error(id, -32601, &format!("method '{method}' is not served here")),
+        _ => error(id, -32601, &format!("method '{asked}' is not served here")),
     };
-    reply(StatusCode::OK, &body)
+    reply_as(StatusCode::OK, &body, content_type)
+}
+
+/// Which generation of A2A a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Generation {
+    V1_0,
+    V0_3,
+}
+
+impl Generation {
+    /// True when an `A2A-Version` header of `version` may come with this generation's methods.
+    fn accepts(self, version: &str) -> bool {
+        match self {
+            Generation::V1_0 => version == "1" || version.starts_with("1."),
+            Generation::V0_3 => version == "0.3" || version.starts_with("0.3."),
+        }
+    }
+
+    /// The media type of the answer: A2A 1.0's own when the client named it, else plain JSON,
+    /// which every client of either generation reads.
+    fn content_type(self, headers: &HeaderMap) -> &'static str {
+        let names_a2a = [header::CONTENT_TYPE, header::ACCEPT].iter().any(|name| {
+            headers.get(name).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(A2A_MEDIA_TYPE))
+        });
+        if self == Generation::V1_0 && names_a2a { A2A_MEDIA_TYPE } else { "application/json" }
+    }
+}
+
+/// A JSON-RPC response of media type `content_type`.
+fn reply_as(status: StatusCode, body: &Value, content_type: &'static str) -> Response {
+    let mut response = reply(status, body);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 /// A `SendStreamingMessage` answer: one server-sent event holding the JSON-RPC response.
@@ -152,9 +228,9 @@ async fn send_message(
     front: &Front,
     headers: &HeaderMap,
     client: &str,
-    params: Option<&Value>,
+    message: Option<&Value>,
 ) -> Result<Value, Refusal> {
-    let message = params.and_then(|p| p.get("message")).ok_or("SendMessage needs params.message")?;
+    let message = message.ok_or("SendMessage needs params.message")?;
     let parts =
         message.get("parts").and_then(Value::as_array).ok_or("params.message.parts must be an array")?;
     if parts.is_empty() {

@@ -1,13 +1,18 @@
-"""An A2A 1.0 client built with the Python a2a-sdk, for silpgate's A2A front door.
+"""An A2A client built with the Python a2a-sdk, for silpgate's A2A front door.
 
-Usage: python a2a_client.py BASE_URL IR_JSON
+Usage: python a2a_client.py BASE_URL IR_JSON [VERSION]
+
+VERSION is the generation of A2A to speak: `1.0` (the default), or `0.3`, for which the
+card's interfaces are narrowed to the one it names for 0.3, so that the SDK speaks 0.3 there
+through its own 0.3 transport (`message/send`, `message/stream`, 0.3's shapes).
 
 Resolves the agent card at BASE_URL, then sends two messages through the SDK's JSON-RPC
 transport: the IR (a data part, no metadata) in context "front-ctx-1" with a streaming client
 (SendStreamingMessage, as the SDK chooses when the card offers streaming), and the text
-"fail now" in context "front-ctx-2" with a non-streaming one (SendMessage). Prints one JSON object: {"card": the card,
-"ir_answer": the first response, "fail_answer": the second}, each response as the SDK read it
-(protobuf JSON).
+"fail now" in context "front-ctx-2" with a non-streaming one (SendMessage). Prints one JSON
+object: {"card": the card, "transports": the names of the SDK's transports that spoke,
+"ir_answer": the first response, "fail_answer": the second}, each response as the SDK read
+it (protobuf JSON).
 """
 
 import asyncio
@@ -20,7 +25,7 @@ from google.protobuf import struct_pb2
 from a2a.client import ClientConfig, create_client
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.helpers.proto_helpers import new_text_part
-from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest
+from a2a.types.a2a_pb2 import AgentCard, Message, Part, Role, SendMessageRequest
 
 import httpx
 
@@ -35,17 +40,27 @@ async def send(client, parts, context):
     return answers
 
 
-async def main(base: str, ir_json: str) -> None:
+async def main(base: str, ir_json: str, version: str) -> None:
     async with httpx.AsyncClient() as http:
         card = await A2ACardResolver(http, base).get_agent_card()
-    streaming = await create_client(base, ClientConfig(streaming=True))
-    plain = await create_client(base, ClientConfig(streaming=False))
+    target = base
+    if version != "1.0":
+        target = AgentCard()
+        target.CopyFrom(card)
+        del target.supported_interfaces[:]
+        target.supported_interfaces.extend(
+            i for i in card.supported_interfaces if i.protocol_version.startswith(version)
+        )
+    streaming = await create_client(target, ClientConfig(streaming=True))
+    plain = await create_client(target, ClientConfig(streaming=False))
     data = struct_pb2.Value()
     ParseDict(json.loads(ir_json), data)
     ir_answer = await send(streaming, [Part(data=data)], "front-ctx-1")
     fail_answer = await send(plain, [new_text_part("fail now")], "front-ctx-2")
-    print(json.dumps({"card": MessageToDict(card), "ir_answer": ir_answer, "fail_answer": fail_answer}))
+    # Which of the SDK's transports spoke: JsonRpcTransport (1.0) or CompatJsonRpcTransport (0.3).
+    transports = sorted({type(c._transport).__name__ for c in (streaming, plain)})
+    print(json.dumps({"card": MessageToDict(card), "transports": transports, "ir_answer": ir_answer, "fail_answer": fail_answer}))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "1.0"))

@@ -1,0 +1,321 @@
+//! A2A 0.3 on the wire, translated to and from the 1.0 shapes the rest of silpgate speaks, so
+//! that one set of handlers serves both generations. Much of the installed base still speaks
+//! 0.3. What differs, and nothing else:
+//! - method names: `message/send`, `message/stream`, `tasks/get`, `tasks/cancel`,
+//!   `tasks/resubscribe` for 1.0's `SendMessage`, `SendStreamingMessage`, `GetTask`,
+//!   `CancelTask`, `SubscribeToTask`;
+//! - a part says its `kind` (`text`, `data`, `file`); a data part holds an object; a file part
+//!   holds `{bytes | uri, mimeType, name}` where 1.0 has `raw`/`url`, `mediaType`, `filename`;
+//! - roles are `user`/`agent`, task states `completed`, `input-required`, … (1.0:
+//!   `ROLE_USER`, `TASK_STATE_COMPLETED`, …);
+//! - a result is the Message or Task itself, carrying `kind`, where 1.0 wraps it in
+//!   `{"message": …}` or `{"task": …}`.
+//!
+//! 0.3's data parts take only objects. Other JSON content travels as `{"value": …}` with
+//! `metadata.silpgate_wrapped_value = true`, and is unwrapped on the way back.
+
+use serde_json::{Map, Value, json};
+
+/// The 0.3 protocol version, as cards and interfaces name it.
+pub(crate) const VERSION: &str = "0.3.0";
+
+/// Marks a 0.3 data part whose object only wraps JSON that is not one.
+const WRAPPED: &str = "silpgate_wrapped_value";
+
+/// The 1.0 method a 0.3 method is, or `None` when `method` is not a 0.3 method.
+pub(crate) fn method_as_1_0(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "message/send" => "SendMessage",
+        "message/stream" => "SendStreamingMessage",
+        "tasks/get" => "GetTask",
+        "tasks/cancel" => "CancelTask",
+        "tasks/resubscribe" => "SubscribeToTask",
+        _ => return None,
+    })
+}
+
+/// The 0.3 method for a 1.0 one (the connector's requests to a 0.3 agent).
+pub(crate) fn method_as_0_3(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "SendMessage" => "message/send",
+        "SendStreamingMessage" => "message/stream",
+        "GetTask" => "tasks/get",
+        "CancelTask" => "tasks/cancel",
+        "SubscribeToTask" => "tasks/resubscribe",
+        _ => return None,
+    })
+}
+
+/// A 0.3 message in 1.0's shape. Fields 1.0 does not know are left for 1.0's reader to judge.
+pub(crate) fn message_from(message: &Value) -> Value {
+    let Some(object) = message.as_object() else {
+        return message.clone();
+    };
+    let mut out = object.clone();
+    out.remove("kind");
+    if let Some(role) = object.get("role").and_then(Value::as_str) {
+        out.insert("role".into(), Value::String(role_from(role)));
+    }
+    if let Some(parts) = object.get("parts").and_then(Value::as_array) {
+        out.insert("parts".into(), Value::Array(parts.iter().map(part_from).collect()));
+    }
+    Value::Object(out)
+}
+
+/// A 1.0 message in 0.3's shape.
+pub(crate) fn message_to(message: &Value) -> Value {
+    let Some(object) = message.as_object() else {
+        return message.clone();
+    };
+    let mut out = object.clone();
+    out.insert("kind".into(), json!("message"));
+    if let Some(role) = object.get("role").and_then(Value::as_str) {
+        out.insert("role".into(), Value::String(role_to(role)));
+    }
+    if let Some(parts) = object.get("parts").and_then(Value::as_array) {
+        out.insert("parts".into(), Value::Array(parts.iter().map(part_to).collect()));
+    }
+    Value::Object(out)
+}
+
+/// A 1.0 task in 0.3's shape: its state, status message, artifacts and history translated.
+pub(crate) fn task_to(task: &Value) -> Value {
+    let Some(object) = task.as_object() else {
+        return task.clone();
+    };
+    let mut out = object.clone();
+    out.insert("kind".into(), json!("task"));
+    if let Some(status) = object.get("status") {
+        out.insert("status".into(), status_to(status));
+    }
+    translate_list(&mut out, "history", message_to);
+    translate_list(&mut out, "artifacts", |artifact| {
+        let mut artifact = artifact.clone();
+        if let Some(parts) = artifact.get("parts").and_then(Value::as_array) {
+            artifact["parts"] = Value::Array(parts.iter().map(part_to).collect());
+        }
+        artifact
+    });
+    Value::Object(out)
+}
+
+/// A 0.3 task in 1.0's shape.
+pub(crate) fn task_from(task: &Value) -> Value {
+    let Some(object) = task.as_object() else {
+        return task.clone();
+    };
+    let mut out = object.clone();
+    out.remove("kind");
+    if let Some(status) = object.get("status").and_then(Value::as_object) {
+        let mut status = status.clone();
+        if let Some(state) = status.get("state").and_then(Value::as_str) {
+            let state = format!("TASK_STATE_{}", state.replace('-', "_").to_ascii_uppercase());
+            status.insert("state".into(), Value::String(state.replace("CANCELLED", "CANCELED")));
+        }
+        if let Some(message) = status.get("message") {
+            let message = message_from(message);
+            status.insert("message".into(), message);
+        }
+        out.insert("status".into(), Value::Object(status));
+    }
+    translate_list(&mut out, "history", message_from);
+    translate_list(&mut out, "artifacts", |artifact| {
+        let mut artifact = artifact.clone();
+        if let Some(parts) = artifact.get("parts").and_then(Value::as_array) {
+            artifact["parts"] = Value::Array(parts.iter().map(part_from).collect());
+        }
+        artifact
+    });
+    Value::Object(out)
+}
+
+/// A 1.0 `SendMessage` result (`{"message"}` or `{"task"}`) as 0.3's result.
+pub(crate) fn result_to(result: &Value) -> Value {
+    if let Some(message) = result.get("message") {
+        message_to(message)
+    } else if let Some(task) = result.get("task") {
+        task_to(task)
+    } else {
+        result.clone()
+    }
+}
+
+/// A 0.3 `message/send` result (a Message or a Task, by `kind`) as 1.0's.
+pub(crate) fn result_from(result: &Value) -> Value {
+    match result.get("kind").and_then(Value::as_str) {
+        Some("message") => json!({"message": message_from(result)}),
+        Some("task") => json!({"task": task_from(result)}),
+        // Without a kind: a task has a status, a message has parts.
+        _ if result.get("status").is_some() => json!({"task": task_from(result)}),
+        _ => json!({"message": message_from(result)}),
+    }
+}
+
+fn status_to(status: &Value) -> Value {
+    let Some(object) = status.as_object() else {
+        return status.clone();
+    };
+    let mut out = object.clone();
+    if let Some(state) = object.get("state").and_then(Value::as_str) {
+        let state = state.strip_prefix("TASK_STATE_").unwrap_or(state).to_ascii_lowercase().replace('_', "-");
+        out.insert("state".into(), Value::String(state));
+    }
+    if let Some(message) = object.get("message") {
+        out.insert("message".into(), message_to(message));
+    }
+    Value::Object(out)
+}
+
+fn translate_list(object: &mut Map<String, Value>, key: &str, each: impl Fn(&Value) -> Value) {
+    if let Some(items) = object.get(key).and_then(Value::as_array) {
+        let translated = items.iter().map(each).collect();
+        object.insert(key.into(), Value::Array(translated));
+    }
+}
+
+fn role_from(role: &str) -> String {
+    match role {
+        "user" => "ROLE_USER".into(),
+        "agent" => "ROLE_AGENT".into(),
+        other => other.to_owned(),
+    }
+}
+
+fn role_to(role: &str) -> String {
+    match role {
+        "ROLE_USER" => "user".into(),
+        "ROLE_AGENT" => "agent".into(),
+        other => other.to_owned(),
+    }
+}
+
+/// A 1.0 part in 0.3's shape.
+fn part_to(part: &Value) -> Value {
+    let Some(object) = part.as_object() else {
+        return part.clone();
+    };
+    let mut out = Map::new();
+    let mut metadata = object.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    if let Some(text) = object.get("text") {
+        out.insert("kind".into(), json!("text"));
+        out.insert("text".into(), text.clone());
+    } else if let Some(data) = object.get("data") {
+        out.insert("kind".into(), json!("data"));
+        if data.is_object() {
+            out.insert("data".into(), data.clone());
+        } else {
+            out.insert("data".into(), json!({"value": data}));
+            metadata.insert(WRAPPED.into(), Value::Bool(true));
+        }
+    } else {
+        let mut file = Map::new();
+        if let Some(raw) = object.get("raw") {
+            file.insert("bytes".into(), raw.clone());
+        }
+        if let Some(url) = object.get("url") {
+            file.insert("uri".into(), url.clone());
+        }
+        if let Some(media_type) = object.get("mediaType") {
+            file.insert("mimeType".into(), media_type.clone());
+        }
+        if let Some(name) = object.get("filename") {
+            file.insert("name".into(), name.clone());
+        }
+        out.insert("kind".into(), json!("file"));
+        out.insert("file".into(), Value::Object(file));
+    }
+    if !metadata.is_empty() {
+        out.insert("metadata".into(), Value::Object(metadata));
+    }
+    Value::Object(out)
+}
+
+/// A 0.3 part in 1.0's shape. A part of no kind 0.3 knows is passed on as it is, for 1.0's
+/// reader to refuse with its path.
+fn part_from(part: &Value) -> Value {
+    let Some(object) = part.as_object() else {
+        return part.clone();
+    };
+    let mut metadata = object.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let wrapped = metadata.remove(WRAPPED).is_some_and(|w| w == Value::Bool(true));
+    let mut out = Map::new();
+    match object.get("kind").and_then(Value::as_str) {
+        Some("text") => {
+            out.insert("text".into(), object.get("text").cloned().unwrap_or(Value::Null));
+        }
+        Some("data") => {
+            let data = object.get("data").cloned().unwrap_or(Value::Null);
+            let data = if wrapped { data.get("value").cloned().unwrap_or(Value::Null) } else { data };
+            out.insert("data".into(), data);
+            out.insert("mediaType".into(), json!("application/json"));
+        }
+        Some("file") => {
+            let file = object.get("file").and_then(Value::as_object).cloned().unwrap_or_default();
+            if let Some(bytes) = file.get("bytes") {
+                out.insert("raw".into(), bytes.clone());
+            }
+            if let Some(uri) = file.get("uri") {
+                out.insert("url".into(), uri.clone());
+            }
+            if let Some(mime_type) = file.get("mimeType") {
+                out.insert("mediaType".into(), mime_type.clone());
+            }
+            if let Some(name) = file.get("name") {
+                out.insert("filename".into(), name.clone());
+            }
+        }
+        _ => return part.clone(),
+    }
+    if !metadata.is_empty() {
+        out.insert("metadata".into(), Value::Object(metadata));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_goes_to_0_3_and_back_unchanged() {
+        let message = json!({"messageId": "m1", "role": "ROLE_AGENT", "contextId": "c1", "parts": [
+            {"text": "hello", "metadata": {"nlip": {"format": "text", "subformat": "english"}}},
+            {"data": {"silp": "v1", "intent": "!BOOK"}, "mediaType": "application/json"},
+            {"data": [1, 2], "mediaType": "application/json"},
+            {"raw": "AAE=", "mediaType": "application/octet-stream"},
+            {"url": "https://example.com/f", "mediaType": "text/plain", "filename": "f"},
+        ]});
+        let old = message_to(&message);
+        assert_eq!(old["kind"], "message");
+        assert_eq!(old["role"], "agent");
+        let kinds: Vec<&str> =
+            old["parts"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["text", "data", "data", "file", "file"]);
+        assert_eq!(old["parts"][2]["data"], json!({"value": [1, 2]}));
+        assert_eq!(old["parts"][3]["file"], json!({"bytes": "AAE=", "mimeType": "application/octet-stream"}));
+        assert_eq!(message_from(&old), message);
+    }
+
+    #[test]
+    fn a_task_result_goes_to_0_3_and_back() {
+        let result = json!({"task": {"id": "t1", "contextId": "c1", "status": {"state": "TASK_STATE_INPUT_REQUIRED",
+            "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "which day?"}]}}}});
+        let old = result_to(&result);
+        assert_eq!(old["kind"], "task");
+        assert_eq!(old["status"]["state"], "input-required");
+        assert_eq!(old["status"]["message"]["parts"][0], json!({"kind": "text", "text": "which day?"}));
+        assert_eq!(result_from(&old), result);
+        let canceled = result_to(&json!({"task": {"id": "t", "status": {"state": "TASK_STATE_CANCELED"}}}));
+        assert_eq!(canceled["status"]["state"], "canceled");
+        assert_eq!(result_from(&canceled)["task"]["status"]["state"], "TASK_STATE_CANCELED");
+    }
+
+    #[test]
+    fn methods_map_both_ways_and_others_are_not_0_3() {
+        for method in ["message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe"] {
+            assert_eq!(method_as_0_3(method_as_1_0(method).unwrap()), Some(method));
+        }
+        assert_eq!(method_as_1_0("SendMessage"), None);
+        assert_eq!(method_as_0_3("message/send"), None);
+    }
+}
