@@ -162,6 +162,29 @@ async fn an_a2a_agent_reads_silp_code_and_its_answer_comes_back_as_ir_in_the_con
     assert_eq!(conversation_of(&answer), Some("a2a-conv-7"), "the conversation token comes back: {answer}");
 }
 
+/// An agent whose card is a 0.3 card, which takes only 0.3's methods: silpgate reaches it in
+/// 0.3's names and shapes, and reads its answers, immediate or a task polled to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_0_3_agent_is_reached_in_0_3_and_its_messages_and_tasks_are_answers() {
+    let agent = PythonServer::start("a2a_agent_v0_3.py");
+    let daemon = gateway_for("a2a-old", &a2a_agent(agent.port), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", ir_request(4, "a2a-old-1").to_string().as_bytes()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["subformat"], "silp-ir", "{answer}");
+    assert_eq!(order_in(&answer["content"].to_string()), Some(4), "{answer}");
+    assert_eq!(conversation_of(&answer), Some("a2a-old-1"), "{answer}");
+    let (_, answer) = post(&daemon.http, "/nlip", &text_request("hello there", "a2a-old-2")).await;
+    assert_eq!(answer["content"], "echo: hello there (context a2a-old-2)", "{answer}");
+    // A task that works for two seconds: sent without blocking, polled with tasks/get.
+    let (status, answer) = post(&daemon.http, "/nlip", &text_request("slow job", "a2a-old-3")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], "finished: slow job", "{answer}");
+    let (_, answer) = post(&daemon.http, "/nlip", &text_request("fail now", "a2a-old-4")).await;
+    assert_eq!(error_code(&answer), "a2a_task_failed", "{answer}");
+    assert!(answer.to_string().contains("the warehouse is on fire"), "{answer}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_agent_gets_text_with_the_conversation_as_its_context() {
     let agent = PythonServer::start("a2a_agent.py");

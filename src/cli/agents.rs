@@ -204,7 +204,8 @@ async fn check_a2a(config: &Config, name: &str, agent: &A2aReach) -> Result<Stri
     let client =
         A2aAgent::new(name, agent, reply_timeout, config.nlip.limits()).map_err(|e| e.to_string())?;
     let card = client.card().await.map_err(|e| e.to_string())?;
-    let endpoint = A2aAgent::jsonrpc_url(&card).map_err(|why| format!("agent card: {why}"))?;
+    let endpoint = A2aAgent::jsonrpc_endpoint(&card).map_err(|why| format!("agent card: {why}"))?;
+    let generation = if endpoint.speaks_0_3 { "A2A 0.3" } else { "A2A 1.0" };
     let name = card.get("name").and_then(Value::as_str).unwrap_or("(unnamed)");
     let skills: Vec<&str> = card
         .get("skills")
@@ -212,11 +213,11 @@ async fn check_a2a(config: &Config, name: &str, agent: &A2aReach) -> Result<Stri
         .map(|s| s.iter().filter_map(|s| s.get("id").and_then(Value::as_str)).collect())
         .unwrap_or_default();
     let streaming = card.pointer("/capabilities/streaming").and_then(Value::as_bool).unwrap_or(false);
-    let mut endpoint = endpoint;
+    let mut endpoint = endpoint.url;
     let _ = endpoint.set_username("");
     let _ = endpoint.set_password(None);
     Ok(format!(
-        "card '{name}', JSON-RPC {endpoint}, skills {}; streaming {}",
+        "card '{name}', {generation} JSON-RPC {endpoint}, skills {}; streaming {}",
         if skills.is_empty() { "-".to_owned() } else { skills.join(",") },
         if streaming { "yes" } else { "no" }
     ))

@@ -1,8 +1,13 @@
-//! Agents that speak A2A 1.0 (JSON-RPC binding). silpgate reads the agent card at
+//! Agents that speak A2A 1.0 or 0.3 (JSON-RPC binding). silpgate reads the agent card at
 //! `<url>/.well-known/agent-card.json` once (again after a failure) for the JSON-RPC interface,
 //! then sends each parcel as a `SendMessage` with the header `A2A-Version: 1.0`, the envelope
 //! mapped as [`crate::a2a::map`] says, and `returnImmediately` so that no HTTP request is held open for a
 //! long task.
+//!
+//! A card that names no 1.x JSON-RPC interface but a 0.3 one (in `supportedInterfaces`, or
+//! 0.3's top-level `url` with `preferredTransport` JSONRPC) is an agent of 0.3: it gets the
+//! same calls in 0.3's names and shapes (`message/send` with `blocking: false`, `tasks/get`;
+//! [`crate::a2a::v0_3`]) with `A2A-Version: 0.3`, and its answers are read back as 1.0's.
 //!
 //! The answer is a Message, or a Task. A task that is not finished is polled with `GetTask`
 //! (20 ms, doubling to 500 ms) until it ends or `gateway.reply_timeout_ms` passes since the
@@ -18,8 +23,8 @@
 //! the agent refusing the message (`a2a_refused`), and the asker is told its words.
 
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
-use crate::a2a::VERSION;
 use crate::a2a::map::{self, TaskState};
+use crate::a2a::{VERSION, v0_3};
 use crate::code::Code;
 use crate::config::A2aReach;
 use crate::nlip::Message;
@@ -44,7 +49,7 @@ pub(crate) struct A2aAgent {
     name: String,
     base: String,
     client: reqwest::Client,
-    endpoint: OnceCell<reqwest::Url>,
+    endpoint: OnceCell<Endpoint>,
     slots: Semaphore,
     reply_timeout: Duration,
     rpc_ids: AtomicU64,
@@ -53,6 +58,13 @@ pub(crate) struct A2aAgent {
     /// Answers are held to these, as any inbound message; a response body may be twice
     /// `max_bytes` (JSON-RPC framing, base64 parts) before its NLIP form is checked.
     limits: crate::nlip::Limits,
+}
+
+/// Where the agent takes JSON-RPC calls, and in which generation of A2A.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Endpoint {
+    pub url: reqwest::Url,
+    pub speaks_0_3: bool,
 }
 
 /// A JSON-RPC error the agent answered with.
@@ -122,29 +134,43 @@ impl A2aAgent {
         })
     }
 
-    /// The JSON-RPC URL of an agent card: its first A2A 1.x JSON-RPC interface.
-    pub(crate) fn jsonrpc_url(card: &Value) -> Result<reqwest::Url, String> {
+    /// The JSON-RPC endpoint of an agent card: its first A2A 1.x JSON-RPC interface, else its
+    /// first 0.3 one (listed in `supportedInterfaces`, or 0.3's own `url` and
+    /// `preferredTransport`).
+    pub(crate) fn jsonrpc_endpoint(card: &Value) -> Result<Endpoint, String> {
         let interfaces = card.get("supportedInterfaces").and_then(Value::as_array);
-        let jsonrpc = interfaces.into_iter().flatten().find(|i| {
-            let binding = i.get("protocolBinding").and_then(Value::as_str).unwrap_or_default();
-            let version = i.get("protocolVersion").and_then(Value::as_str).unwrap_or(VERSION);
-            binding.eq_ignore_ascii_case("JSONRPC") && version.starts_with("1.")
-        });
-        let url = jsonrpc
-            .and_then(|i| i.get("url"))
-            .and_then(Value::as_str)
-            .ok_or("the agent card names no A2A 1.0 JSON-RPC interface (supportedInterfaces)")?;
-        reqwest::Url::parse(url).map_err(|e| format!("the card's JSON-RPC url '{url}': {e}"))
+        let jsonrpc = |generation: &str| {
+            interfaces.into_iter().flatten().find(|i| {
+                let binding = i.get("protocolBinding").and_then(Value::as_str).unwrap_or_default();
+                let version = i.get("protocolVersion").and_then(Value::as_str).unwrap_or(VERSION);
+                binding.eq_ignore_ascii_case("JSONRPC") && version.starts_with(generation)
+            })
+        };
+        let (url, speaks_0_3) = if let Some(current) = jsonrpc("1.") {
+            (current.get("url"), false)
+        } else if let Some(old) = jsonrpc("0.3") {
+            (old.get("url"), true)
+        } else {
+            let transport = card.get("preferredTransport").and_then(Value::as_str).unwrap_or("JSONRPC");
+            let version = card.get("protocolVersion").and_then(Value::as_str).unwrap_or(v0_3::VERSION);
+            let old_card = transport.eq_ignore_ascii_case("JSONRPC") && version.starts_with("0.3");
+            (card.get("url").filter(|_| old_card), true)
+        };
+        let url = url.and_then(Value::as_str).ok_or(
+            "the agent card names no A2A JSON-RPC interface of 1.0 (supportedInterfaces) or 0.3 (url, preferredTransport)",
+        )?;
+        let url = reqwest::Url::parse(url).map_err(|e| format!("the card's JSON-RPC url '{url}': {e}"))?;
+        Ok(Endpoint { url, speaks_0_3 })
     }
 
     /// The JSON-RPC endpoint, from the card (read once, again after a failure).
-    async fn endpoint(&self) -> Result<&reqwest::Url, DeliveryError> {
+    async fn endpoint(&self) -> Result<&Endpoint, DeliveryError> {
         self.endpoint
             .get_or_try_init(|| async {
                 let card = self.card().await?;
-                let url = Self::jsonrpc_url(&card)
+                let endpoint = Self::jsonrpc_endpoint(&card)
                     .map_err(|why| self.unavailable(Code::A2aCardInvalid.as_str(), why))?;
-                self.trusted(url)
+                Ok(Endpoint { url: self.trusted(endpoint.url)?, ..endpoint })
             })
             .await
     }
@@ -165,9 +191,42 @@ impl A2aAgent {
         Ok(url)
     }
 
-    /// One JSON-RPC call: its result, or the agent's JSON-RPC error.
+    /// One JSON-RPC call of a 1.0 method: its result, or the agent's JSON-RPC error. An agent
+    /// of 0.3 is called by the method's 0.3 name with 0.3's params, and its result is read
+    /// back as 1.0's.
     async fn call(&self, method: &str, params: Value) -> Result<Result<Value, Fault>, DeliveryError> {
-        let endpoint = self.endpoint().await?.clone();
+        let endpoint = self.endpoint().await?;
+        if !endpoint.speaks_0_3 {
+            return self.call_as(&endpoint.url, method, params, VERSION).await;
+        }
+        let old_method = v0_3::method_as_0_3(method).unwrap_or(method);
+        let params = match method {
+            "SendMessage" => {
+                let message = params.get("message").map(v0_3::message_to).unwrap_or_default();
+                let blocking = !params
+                    .pointer("/configuration/returnImmediately")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                json!({"message": message, "configuration": {"blocking": blocking}})
+            }
+            _ => params,
+        };
+        let answered = self.call_as(&endpoint.url, old_method, params, "0.3").await?;
+        Ok(answered.map(|result| match method {
+            "SendMessage" => v0_3::result_from(&result),
+            _ => v0_3::task_from(&result),
+        }))
+    }
+
+    /// One JSON-RPC call as it goes on the wire.
+    async fn call_as(
+        &self,
+        endpoint: &reqwest::Url,
+        method: &str,
+        params: Value,
+        version: &str,
+    ) -> Result<Result<Value, Fault>, DeliveryError> {
+        let endpoint = endpoint.clone();
         let id = self.rpc_ids.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!(
             "agent deliver",
@@ -187,8 +246,8 @@ impl A2aAgent {
             .post(endpoint)
             .headers(trace)
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json")
-            .header("A2A-Version", VERSION)
+            .header(ACCEPT, "application/json, application/a2a+json")
+            .header("A2A-Version", version)
             .body(body.to_string());
         let result = async {
             let response = request.send().await.map_err(|e| super::http::unreachable(&self.name, e))?;
@@ -393,15 +452,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_jsonrpc_interface_of_a_card_is_found_and_a_card_without_one_is_refused() {
-        let card = json!({"supportedInterfaces": [
+    fn the_jsonrpc_interface_of_a_card_is_found_1_0_first_and_a_card_without_one_is_refused() {
+        let endpoint =
+            |card: Value| A2aAgent::jsonrpc_endpoint(&card).map(|e| (e.url.to_string(), e.speaks_0_3));
+        let both = json!({"url": "http://a/top", "protocolVersion": "0.3.0", "supportedInterfaces": [
             {"url": "http://a/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
             {"url": "http://a/old", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
             {"url": "http://a/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]});
-        assert_eq!(A2aAgent::jsonrpc_url(&card).unwrap().as_str(), "http://a/rpc");
-        let old = json!({"url": "http://a/", "preferredTransport": "JSONRPC"});
-        assert!(A2aAgent::jsonrpc_url(&old).unwrap_err().contains("no A2A 1.0 JSON-RPC interface"));
+        assert_eq!(endpoint(both).unwrap(), ("http://a/rpc".into(), false));
+        let listed_old = json!({"supportedInterfaces": [
+            {"url": "http://a/old", "protocolBinding": "JSONRPC", "protocolVersion": "0.3.0"}]});
+        assert_eq!(endpoint(listed_old).unwrap(), ("http://a/old".into(), true));
+        let old = json!({"url": "http://a/", "protocolVersion": "0.3.0", "preferredTransport": "JSONRPC"});
+        assert_eq!(endpoint(old).unwrap(), ("http://a/".into(), true));
+        let old_grpc = json!({"url": "http://a/", "protocolVersion": "0.3.0", "preferredTransport": "GRPC"});
+        assert!(endpoint(old_grpc).unwrap_err().contains("no A2A JSON-RPC interface"));
         let bad = json!({"supportedInterfaces": [{"url": "::", "protocolBinding": "JSONRPC"}]});
-        assert!(A2aAgent::jsonrpc_url(&bad).is_err());
+        assert!(endpoint(bad).is_err());
     }
 }

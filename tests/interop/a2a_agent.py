@@ -96,8 +96,8 @@ class Agent(AgentExecutor):
         return None
 
 
-def app(port: int) -> Starlette:
-    card = AgentCard(
+def card(port: int) -> AgentCard:
+    return AgentCard(
         name="test-a2a-agent",
         description="Echoes text, answers SILP code, runs slow, failing and rejected tasks",
         version="1.0.0",
@@ -109,8 +109,12 @@ def app(port: int) -> Starlette:
         default_output_modes=["text/plain", "application/json"],
         skills=[AgentSkill(id="echo", name="echo", description="echoes", tags=["test"])],
     )
-    handler = DefaultRequestHandlerV2(agent_executor=Agent(), task_store=InMemoryTaskStore(), agent_card=card)
-    routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/")
+
+
+def app(port: int) -> Starlette:
+    agent_card = card(port)
+    handler = DefaultRequestHandlerV2(agent_executor=Agent(), task_store=InMemoryTaskStore(), agent_card=agent_card)
+    routes = create_agent_card_routes(agent_card) + create_jsonrpc_routes(handler, rpc_url="/")
     return Starlette(routes=routes)
 
 
