@@ -528,13 +528,14 @@ async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, 
     (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
 }
 
-/// The A2A SDK's client, speaking A2A 1.0 or (through its own 0.3 transport) 0.3 to
-/// silpgate's front door, which passes the messages on to an A2A agent.
+/// The A2A SDK's client, speaking A2A 1.0 over JSON-RPC, 0.3 (through its own 0.3 transport)
+/// or 1.0 over HTTP+JSON to silpgate's front door, which passes the messages on to an A2A
+/// agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_a2a_sdk_client_of_1_0_or_0_3_reaches_an_a2a_agent_through_silpgates_front_door() {
+async fn an_a2a_sdk_client_of_every_interface_reaches_an_a2a_agent_through_silpgates_front_door() {
     let agent = PythonServer::start("a2a_agent.py");
     let daemon = gateway_from("a2a-front", &a2a_agent(agent.port), "a2a", 30_000).await;
-    for version in ["1.0", "0.3"] {
+    for version in ["1.0", "0.3", "HTTP+JSON"] {
         let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
         let ir = ir_request(3, "unused")["content"].to_string();
         let mut client = Command::new(&python);
@@ -551,17 +552,29 @@ async fn an_a2a_sdk_client_of_1_0_or_0_3_reaches_an_a2a_agent_through_silpgates_
             String::from_utf8_lossy(&out.stderr)
         );
         let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
-        let transport = if version == "1.0" { "JsonRpcTransport" } else { "CompatJsonRpcTransport" };
+        let transport = match version {
+            "1.0" => "JsonRpcTransport",
+            "0.3" => "CompatJsonRpcTransport",
+            _ => "RestTransport",
+        };
         assert_eq!(seen["transports"], json!([transport]), "{seen}");
         let card = &seen["card"];
         assert_eq!(card["name"], "silpgate-test", "{card}");
         let url = format!("http://{}/a2a", daemon.http);
         let interfaces = card["supportedInterfaces"].as_array().unwrap();
-        let versions: Vec<(&str, &str)> = interfaces
+        let named: Vec<(&str, &str, &str)> = interfaces
             .iter()
-            .map(|i| (i["url"].as_str().unwrap(), i["protocolVersion"].as_str().unwrap()))
+            .map(|i| {
+                let field = |name: &str| i[name].as_str().unwrap();
+                (field("url"), field("protocolBinding"), field("protocolVersion"))
+            })
             .collect();
-        assert_eq!(versions, [(url.as_str(), "1.0"), (url.as_str(), "0.3.0")], "{card}");
+        let url = url.as_str();
+        assert_eq!(
+            named,
+            [(url, "JSONRPC", "1.0"), (url, "HTTP+JSON", "1.0"), (url, "JSONRPC", "0.3.0")],
+            "{card}"
+        );
         assert_eq!(card["skills"][0]["id"], "to-agent", "the routes are the skills: {card}");
         assert_eq!(
             card["capabilities"]["streaming"], true,
@@ -658,6 +671,42 @@ async fn the_a2a_door_refuses_what_it_cannot_take_with_a2a_errors() {
         "{rejected}"
     );
     assert_eq!(rejected["id"], 5);
+    // 0.3's method names, with a 1.0 header, are not 1.0's.
+    let (_, old_name) =
+        call(r#"{"jsonrpc":"2.0","id":7,"method":"message/send","params":{}}"#, "A2A-Version: 1.0\r\n").await;
+    assert_eq!(old_name["error"]["code"], -32601, "{old_name}");
+}
+
+/// The HTTP+JSON binding's failures: the HTTP status, and a `google.rpc.Status` body naming
+/// A2A's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_door_over_http_json_refuses_with_statuses_and_reasons() {
+    let daemon = gateway_from("a2a-rest-errors", "", "a2a", 30_000).await;
+    let reason = |body: &Value| body["error"]["details"][0]["reason"].as_str().unwrap_or_default().to_owned();
+    let (status, empty) =
+        post_with(&daemon.http, "/a2a/message:send", br#"{"message":{"parts":[]}}"#, "").await;
+    assert_eq!((status, reason(&empty).as_str()), (400, "INVALID_PARAMS"), "{empty}");
+    assert_eq!(empty["error"]["status"], "INVALID_ARGUMENT", "{empty}");
+    let (status, not_json) = post_with(&daemon.http, "/a2a/message:send", b"{", "").await;
+    assert_eq!((status, reason(&not_json).as_str()), (400, "INVALID_REQUEST"), "{not_json}");
+    let (status, old) =
+        post_with(&daemon.http, "/a2a/message:send", br#"{"message":{}}"#, "A2A-Version: 0.3\r\n").await;
+    assert_eq!((status, reason(&old).as_str()), (400, "VERSION_NOT_SUPPORTED"), "{old}");
+    let (status, cancel) = post_with(&daemon.http, "/a2a/tasks/t-1:cancel", b"", "").await;
+    assert_eq!((status, reason(&cancel).as_str()), (404, "TASK_NOT_FOUND"), "{cancel}");
+    let (status, task) = daemon.get("/a2a/tasks/t-1");
+    let task: Value = serde_json::from_str(&task).unwrap();
+    assert_eq!((status, reason(&task).as_str()), (404, "TASK_NOT_FOUND"), "{task}");
+    // No route takes it: a rejected task, as over JSON-RPC.
+    let (status, rejected) = post_with(
+        &daemon.http,
+        "/a2a/message:send",
+        br#"{"message":{"contextId":"c","parts":[{"text":"hi"}]}}"#,
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{rejected}");
+    assert_eq!(rejected["task"]["status"]["state"], "TASK_STATE_REJECTED", "{rejected}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,10 +1,11 @@
 """An A2A client built with the Python a2a-sdk, for silpgate's A2A front door.
 
-Usage: python a2a_client.py BASE_URL IR_JSON [VERSION]
+Usage: python a2a_client.py BASE_URL IR_JSON [INTERFACE]
 
-VERSION is the generation of A2A to speak: `1.0` (the default), or `0.3`, for which the
-card's interfaces are narrowed to the one it names for 0.3, so that the SDK speaks 0.3 there
-through its own 0.3 transport (`message/send`, `message/stream`, 0.3's shapes).
+INTERFACE is the card's interface to speak: `1.0` (the default: the SDK's own choice, JSON-RPC
+1.0), `0.3` (its JSON-RPC 0.3 interface, which the SDK speaks through its own 0.3 transport:
+`message/send`, `message/stream`, 0.3's shapes) or `HTTP+JSON` (the HTTP+JSON binding of
+1.0). For the last two the card's interfaces are narrowed to that one before the SDK picks.
 
 Resolves the agent card at BASE_URL, then sends two messages through the SDK's JSON-RPC
 transport: the IR (a data part, no metadata) in context "front-ctx-1" with a streaming client
@@ -40,19 +41,21 @@ async def send(client, parts, context):
     return answers
 
 
-async def main(base: str, ir_json: str, version: str) -> None:
+async def main(base: str, ir_json: str, interface: str) -> None:
     async with httpx.AsyncClient() as http:
         card = await A2ACardResolver(http, base).get_agent_card()
     target = base
-    if version != "1.0":
+    if interface != "1.0":
         target = AgentCard()
         target.CopyFrom(card)
         del target.supported_interfaces[:]
         target.supported_interfaces.extend(
-            i for i in card.supported_interfaces if i.protocol_version.startswith(version)
+            i for i in card.supported_interfaces
+            if i.protocol_binding == interface or i.protocol_version.startswith(interface)
         )
-    streaming = await create_client(target, ClientConfig(streaming=True))
-    plain = await create_client(target, ClientConfig(streaming=False))
+    config = {"supported_protocol_bindings": ["HTTP+JSON"]} if interface == "HTTP+JSON" else {}
+    streaming = await create_client(target, ClientConfig(streaming=True, **config))
+    plain = await create_client(target, ClientConfig(streaming=False, **config))
     data = struct_pb2.Value()
     ParseDict(json.loads(ir_json), data)
     ir_answer = await send(streaming, [Part(data=data)], "front-ctx-1")

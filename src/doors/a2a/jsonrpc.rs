@@ -1,0 +1,117 @@
+//! The JSON-RPC binding of the A2A door, `POST /a2a`, for A2A 1.0 and 0.3 alike: a request's
+//! generation is its method's name, 0.3's params and results translated at the edge
+//! ([`crate::a2a::v0_3`]); an `A2A-Version` header, when sent, must agree with it.
+
+use super::A2A_MEDIA_TYPE;
+use super::operation::{self, Failure};
+use crate::a2a::{VERSION, v0_3};
+use crate::doors::Front;
+use crate::doors::jsonrpc::{error, reply};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub(super) async fn post_a2a(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (bytes, client) = match super::super::jsonrpc::admit(&front, peer, &headers, body).await {
+        Ok(admitted) => (admitted.body, admitted.client),
+        Err(refused) => return refused,
+    };
+    let request: Value = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(e) => {
+            return failed(Value::Null, &Failure::Parse(format!("the body is not JSON: {e}")));
+        }
+    };
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    let Some(asked) = request.get("method").and_then(Value::as_str) else {
+        return failed(id, &Failure::InvalidRequest("a request is one JSON-RPC object with a method".into()));
+    };
+    // The method's name says the generation: 0.3's are `message/send` and the like.
+    let (generation, method) = match v0_3::method_as_1_0(asked) {
+        Some(method) => (Generation::V0_3, method),
+        None => (Generation::V1_0, asked),
+    };
+    // Without the header a client may mean either; with it, it must match the method's.
+    if let Some(version) = headers.get("a2a-version").and_then(|v| v.to_str().ok()).map(str::trim)
+        && !generation.accepts(version)
+    {
+        let failure = match generation {
+            Generation::V1_0 => Failure::VersionNotSupported(format!(
+                "A2A version '{version}' is not supported with method '{asked}'; this agent speaks {VERSION} (and 0.3's method names)"
+            )),
+            Generation::V0_3 => Failure::MethodNotFound(format!(
+                "method '{asked}' is A2A 0.3's; A2A {version} names it {method}"
+            )),
+        };
+        return failed(id, &failure);
+    }
+    let content_type = generation.content_type(&headers);
+    let body = match method {
+        "SendMessage" | "SendStreamingMessage" => {
+            let params = request.get("params");
+            let message = params.and_then(|p| p.get("message"));
+            let message = message
+                .map(|m| if generation == Generation::V0_3 { v0_3::message_from(m) } else { m.clone() });
+            match operation::send_message(&front, &headers, &client, message.as_ref()).await {
+                Ok(result) => {
+                    let result =
+                        if generation == Generation::V0_3 { v0_3::result_to(&result) } else { result };
+                    let response = json!({"jsonrpc": "2.0", "id": id, "result": result});
+                    // The stream is the one final answer: silpgate sends no interim task events.
+                    if method == "SendStreamingMessage" {
+                        return super::event_stream(&response);
+                    }
+                    response
+                }
+                Err(failure) => return failed(id, &failure),
+            }
+        }
+        "GetTask" | "CancelTask" | "SubscribeToTask" => return failed(id, &operation::no_such_task()),
+        _ => return failed(id, &Failure::MethodNotFound(format!("method '{asked}' is not served here"))),
+    };
+    super::reply_as(StatusCode::OK, &body, content_type)
+}
+
+/// A JSON-RPC error response: HTTP 200, but 429 for the quota, which is about the client.
+fn failed(id: Value, failure: &Failure) -> Response {
+    let status = match failure {
+        Failure::TooManyConversations(_) => failure.http_status(),
+        _ => StatusCode::OK,
+    };
+    reply(status, &error(id, failure.jsonrpc_code(), &failure.message()))
+}
+
+/// Which generation of A2A a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Generation {
+    V1_0,
+    V0_3,
+}
+
+impl Generation {
+    /// True when an `A2A-Version` header of `version` may come with this generation's methods.
+    fn accepts(self, version: &str) -> bool {
+        match self {
+            Generation::V1_0 => version == "1" || version.starts_with("1."),
+            Generation::V0_3 => version == "0.3" || version.starts_with("0.3."),
+        }
+    }
+
+    /// The media type of the answer: A2A 1.0's own when the client named it, else plain JSON,
+    /// which every client of either generation reads.
+    fn content_type(self, headers: &HeaderMap) -> &'static str {
+        let names_a2a = [header::CONTENT_TYPE, header::ACCEPT].iter().any(|name| {
+            headers.get(name).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains(A2A_MEDIA_TYPE))
+        });
+        if self == Generation::V1_0 && names_a2a { A2A_MEDIA_TYPE } else { "application/json" }
+    }
+}

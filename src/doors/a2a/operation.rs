@@ -1,0 +1,195 @@
+//! The A2A operations silpgate serves, whichever binding brings them, and the failures they
+//! answer with, which each binding renders in its own way: a JSON-RPC error code, or an HTTP
+//! status with a `google.rpc.Status`-shaped body.
+
+use super::super::{Front, ToSender};
+use crate::a2a::map;
+use crate::gateway::Transport;
+use crate::nlip::{Content, Format, Message, Submessage};
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Ids of the tasks and messages this door writes: unique within the process.
+static IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Why an A2A request is not served, in A2A's own terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// The body is not JSON.
+    Parse(String),
+    /// Not a request this binding reads.
+    InvalidRequest(String),
+    MethodNotFound(String),
+    /// Its params are not a message silpgate takes (the NLIP limits included).
+    InvalidParams(String),
+    TaskNotFound(String),
+    VersionNotSupported(String),
+    /// The client is at its conversation quota (`http.max_conversations_per_client`).
+    TooManyConversations(usize),
+}
+
+impl From<&str> for Failure {
+    fn from(why: &str) -> Self {
+        Failure::InvalidParams(why.to_owned())
+    }
+}
+
+impl Failure {
+    /// The JSON-RPC error code.
+    pub(super) fn jsonrpc_code(&self) -> i64 {
+        match self {
+            Failure::Parse(_) => -32700,
+            Failure::InvalidRequest(_) | Failure::TooManyConversations(_) => -32600,
+            Failure::MethodNotFound(_) => -32601,
+            Failure::InvalidParams(_) => -32602,
+            Failure::TaskNotFound(_) => -32001,
+            Failure::VersionNotSupported(_) => -32009,
+        }
+    }
+
+    /// The HTTP status: HTTP+JSON's for every failure; JSON-RPC's only for the quota, which
+    /// is about the client rather than the request.
+    pub(super) fn http_status(&self) -> StatusCode {
+        match self {
+            Failure::TooManyConversations(_) => StatusCode::TOO_MANY_REQUESTS,
+            Failure::MethodNotFound(_) | Failure::TaskNotFound(_) => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    pub(super) fn message(&self) -> String {
+        match self {
+            Failure::Parse(why)
+            | Failure::InvalidRequest(why)
+            | Failure::MethodNotFound(why)
+            | Failure::InvalidParams(why)
+            | Failure::TaskNotFound(why)
+            | Failure::VersionNotSupported(why) => why.clone(),
+            Failure::TooManyConversations(limit) => format!(
+                "too_many_conversations: this client has {limit} live conversations, the most it may have"
+            ),
+        }
+    }
+
+    /// The HTTP+JSON error body: `code` (the HTTP status), `status` (its gRPC name),
+    /// `message`, and an `ErrorInfo` detail naming A2A's reason.
+    pub(super) fn rest_body(&self) -> Value {
+        let (status, reason) = match self {
+            Failure::Parse(_) | Failure::InvalidRequest(_) => ("INVALID_ARGUMENT", "INVALID_REQUEST"),
+            Failure::InvalidParams(_) => ("INVALID_ARGUMENT", "INVALID_PARAMS"),
+            Failure::MethodNotFound(_) => ("NOT_FOUND", "METHOD_NOT_FOUND"),
+            Failure::TaskNotFound(_) => ("NOT_FOUND", "TASK_NOT_FOUND"),
+            Failure::VersionNotSupported(_) => ("FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"),
+            Failure::TooManyConversations(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_CONVERSATIONS"),
+        };
+        json!({"error": {
+            "code": self.http_status().as_u16(),
+            "status": status,
+            "message": self.message(),
+            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                         "domain": "a2a-protocol.org", "metadata": {}}],
+        }})
+    }
+}
+
+/// `GetTask`, `CancelTask`, `SubscribeToTask`: silpgate keeps no tasks.
+pub(super) fn no_such_task() -> Failure {
+    Failure::TaskNotFound("silpgate keeps no tasks: every answer comes with SendMessage".into())
+}
+
+/// One `SendMessage` (its 1.0 request: `message`, `configuration`): the result
+/// (`{"message"}` or `{"task"}`), or why it is refused. The envelope it makes meets the
+/// limits and the conversation quota of every door.
+pub(super) async fn send_message(
+    front: &Front,
+    headers: &HeaderMap,
+    client: &str,
+    message: Option<&Value>,
+) -> Result<Value, Failure> {
+    let message = message.ok_or("SendMessage needs params.message")?;
+    let parts =
+        message.get("parts").and_then(Value::as_array).ok_or("params.message.parts must be an array")?;
+    if parts.is_empty() {
+        return Err("params.message.parts is empty".into());
+    }
+    let mut envelope =
+        map::envelope(parts, "params.message.parts").map_err(|e| Failure::InvalidParams(e.to_string()))?;
+    let context = message.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty());
+    if let Some(context) = context {
+        envelope.push(Submessage::new(Format::Token, "conversation", Content::text(context)));
+    }
+    if let Some(messagetype) = message.pointer("/metadata/nlip/messagetype").and_then(Value::as_str) {
+        envelope.messagetype = Some(messagetype.to_owned());
+    }
+    // Built from A2A parts, it meets the limits /nlip decodes with: bytes, depth, values,
+    // submessages, the conversation token's length.
+    let encoding = crate::nlip::Encoding::Json;
+    if let Err(e) = crate::nlip::decode(&crate::nlip::encode(&envelope, encoding), encoding, &front.limits) {
+        return Err(Failure::InvalidParams(e.to_string()));
+    }
+    if let Err(limit) = front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
+        return Err(Failure::TooManyConversations(limit));
+    }
+    let parent = crate::telemetry::extract_http(headers);
+    let answer = front.request(envelope, Transport::Http, "a2a", parent).await;
+    let n = IDS.fetch_add(1, Ordering::Relaxed);
+    let task = |state: &str, message: &Message| {
+        let mut status_message = map::message(message, &format!("silpgate-m{n}"), map::ROLE_AGENT);
+        set_context(&mut status_message, context);
+        let mut task =
+            json!({"id": format!("silpgate-t{n}"), "status": {"state": state, "message": status_message}});
+        if let Some(context) = context.or(message.conversation_token()) {
+            task["contextId"] = Value::String(context.to_owned());
+        }
+        json!({"task": task})
+    };
+    Ok(match answer {
+        ToSender::Reply { reply, .. } if reply.is_error() => {
+            task(state_for(crate::nlip::reply::error_code(&reply).as_deref()), &reply)
+        }
+        ToSender::Reply { reply, .. } => {
+            let mut answer = map::message(&reply, &format!("silpgate-m{n}"), map::ROLE_AGENT);
+            set_context(&mut answer, context);
+            json!({"message": answer})
+        }
+        ToSender::Accepted(ids) => {
+            let mut answer =
+                map::message(&crate::nlip::reply::accepted(&ids), &format!("silpgate-m{n}"), map::ROLE_AGENT);
+            set_context(&mut answer, context);
+            json!({"message": answer})
+        }
+        ToSender::Refused { message, code, .. } => task(state_for(Some(&code)), &message),
+    })
+}
+
+/// The state of the task an NLIP error ends.
+fn state_for(code: Option<&str>) -> &'static str {
+    if code.is_some_and(|c| REJECTIONS.contains(&c)) { "TASK_STATE_REJECTED" } else { "TASK_STATE_FAILED" }
+}
+
+/// The codes of a message refused for what it is (by silpgate or by the agent), as opposed to
+/// one that could not be handled: an A2A task that was rejected rather than one that failed.
+const REJECTIONS: [&str; 13] = [
+    "invalid_encoding",
+    "invalid_envelope",
+    "too_large",
+    "too_complex",
+    "invalid_syntax",
+    "unsupported_version",
+    "unsupported_frontend",
+    "decode_failed",
+    "no_route",
+    "invalid_ping",
+    "a2a_task_rejected",
+    "a2a_refused",
+    "mcp_refused",
+];
+
+/// The asker's context on an answer that carries none of its own.
+fn set_context(message: &mut Value, context: Option<&str>) {
+    if let (Some(context), None) = (context, message.get("contextId")) {
+        message["contextId"] = Value::String(context.to_owned());
+    }
+}
