@@ -185,6 +185,41 @@ async fn an_a2a_0_3_agent_is_reached_in_0_3_and_its_messages_and_tasks_are_answe
     assert!(answer.to_string().contains("the warehouse is on fire"), "{answer}");
 }
 
+/// An agent whose card offers streaming: silpgate sends `SendStreamingMessage` and reads the
+/// task's events (status updates, artifact chunks appended) to its end, without a `GetTask`;
+/// a message or a failed task comes the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_that_streams_is_read_as_it_streams_and_never_polled() {
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let daemon = gateway_for("a2a-stream", &a2a_agent(agent.port), 30_000).await;
+    let (status, answer) =
+        post(&daemon.http, "/nlip", &text_request("progress report", "a2a-stream-1")).await;
+    assert_eq!(status, 200, "{answer}");
+    let parts: Vec<&str> = std::iter::once(&answer["content"])
+        .chain(answer["submessages"].as_array().unwrap().iter().map(|s| &s["content"]))
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(parts[..3], ["part 1 ", "part 2 ", "part 3 "], "the artifact's chunks, appended: {answer}");
+    assert_eq!(conversation_of(&answer), Some("a2a-stream-1"), "{answer}");
+    let (_, answer) = post(&daemon.http, "/nlip", &text_request("hello there", "a2a-stream-2")).await;
+    assert_eq!(answer["content"], "echo: hello there (context a2a-stream-2)", "{answer}");
+    let (_, answer) = post(&daemon.http, "/nlip", &text_request("fail now", "a2a-stream-3")).await;
+    assert_eq!(error_code(&answer), "a2a_task_failed", "{answer}");
+    let seen = agent_seen(agent.port).await;
+    assert_eq!(seen, json!(["SendStreamingMessage", "SendStreamingMessage", "SendStreamingMessage"]));
+}
+
+/// The JSON-RPC methods a2a_agent_streaming.py was called with.
+async fn agent_seen(port: u16) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(b"GET /seen HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    serde_json::from_slice(&raw[split + 4..]).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_agent_gets_text_with_the_conversation_as_its_context() {
     let agent = PythonServer::start("a2a_agent.py");

@@ -106,17 +106,8 @@ pub(crate) fn task_from(task: &Value) -> Value {
     };
     let mut out = object.clone();
     out.remove("kind");
-    if let Some(status) = object.get("status").and_then(Value::as_object) {
-        let mut status = status.clone();
-        if let Some(state) = status.get("state").and_then(Value::as_str) {
-            let state = format!("TASK_STATE_{}", state.replace('-', "_").to_ascii_uppercase());
-            status.insert("state".into(), Value::String(state.replace("CANCELLED", "CANCELED")));
-        }
-        if let Some(message) = status.get("message") {
-            let message = message_from(message);
-            status.insert("message".into(), message);
-        }
-        out.insert("status".into(), Value::Object(status));
+    if let Some(status) = object.get("status") {
+        out.insert("status".into(), status_from(status));
     }
     translate_list(&mut out, "history", message_from);
     translate_list(&mut out, "artifacts", |artifact| {
@@ -127,6 +118,37 @@ pub(crate) fn task_from(task: &Value) -> Value {
         artifact
     });
     Value::Object(out)
+}
+
+/// A 0.3 stream event (a Message, a Task, a `status-update` or an `artifact-update`, by
+/// `kind`) as 1.0's `StreamResponse`.
+pub(crate) fn stream_event_from(event: &Value) -> Value {
+    let update = |event: &Value| {
+        let mut update = event.as_object().cloned().unwrap_or_default();
+        update.remove("kind");
+        update.remove("final");
+        update
+    };
+    match event.get("kind").and_then(Value::as_str) {
+        Some("status-update") => {
+            let mut update = update(event);
+            if let Some(status) = event.get("status") {
+                update.insert("status".into(), status_from(status));
+            }
+            json!({"statusUpdate": update})
+        }
+        Some("artifact-update") => {
+            let mut update = update(event);
+            if let Some(parts) = event.pointer("/artifact/parts").and_then(Value::as_array) {
+                let parts = Value::Array(parts.iter().map(part_from).collect());
+                if let Some(artifact) = update.get_mut("artifact") {
+                    artifact["parts"] = parts;
+                }
+            }
+            json!({"artifactUpdate": update})
+        }
+        _ => result_from(event),
+    }
 }
 
 /// A 1.0 `SendMessage` result (`{"message"}` or `{"task"}`) as 0.3's result.
@@ -149,6 +171,21 @@ pub(crate) fn result_from(result: &Value) -> Value {
         _ if result.get("status").is_some() => json!({"task": task_from(result)}),
         _ => json!({"message": message_from(result)}),
     }
+}
+
+fn status_from(status: &Value) -> Value {
+    let Some(object) = status.as_object() else {
+        return status.clone();
+    };
+    let mut out = object.clone();
+    if let Some(state) = object.get("state").and_then(Value::as_str) {
+        let state = format!("TASK_STATE_{}", state.replace('-', "_").to_ascii_uppercase());
+        out.insert("state".into(), Value::String(state.replace("CANCELLED", "CANCELED")));
+    }
+    if let Some(message) = object.get("message") {
+        out.insert("message".into(), message_from(message));
+    }
+    Value::Object(out)
 }
 
 fn status_to(status: &Value) -> Value {
@@ -308,6 +345,24 @@ mod tests {
         let canceled = result_to(&json!({"task": {"id": "t", "status": {"state": "TASK_STATE_CANCELED"}}}));
         assert_eq!(canceled["status"]["state"], "canceled");
         assert_eq!(result_from(&canceled)["task"]["status"]["state"], "TASK_STATE_CANCELED");
+    }
+
+    #[test]
+    fn stream_events_of_0_3_read_as_1_0s() {
+        let status = json!({"kind": "status-update", "taskId": "t", "contextId": "c", "final": false,
+            "status": {"state": "working", "message": {"kind": "message", "role": "agent", "messageId": "m",
+            "parts": [{"kind": "text", "text": "half way"}]}}});
+        let read = stream_event_from(&status);
+        assert_eq!(read["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING", "{read}");
+        assert_eq!(read["statusUpdate"]["status"]["message"]["parts"][0], json!({"text": "half way"}));
+        assert!(read["statusUpdate"].get("final").is_none());
+        let artifact = json!({"kind": "artifact-update", "taskId": "t", "append": true,
+            "artifact": {"artifactId": "a", "parts": [{"kind": "data", "data": {"x": 1}}]}});
+        let read = stream_event_from(&artifact);
+        assert_eq!(read["artifactUpdate"]["artifact"]["parts"][0]["data"], json!({"x": 1}), "{read}");
+        assert_eq!(read["artifactUpdate"]["append"], true);
+        let message = json!({"kind": "message", "role": "agent", "messageId": "m", "parts": []});
+        assert_eq!(stream_event_from(&message)["message"]["role"], "ROLE_AGENT");
     }
 
     #[test]

@@ -9,6 +9,13 @@
 //! same calls in 0.3's names and shapes (`message/send` with `blocking: false`, `tasks/get`;
 //! [`crate::a2a::v0_3`]) with `A2A-Version: 0.3`, and its answers are read back as 1.0's.
 //!
+//! When the card offers streaming (`capabilities.streaming`) and someone waits for the answer,
+//! the parcel goes as a `SendStreamingMessage` instead, and silpgate reads the agent's events
+//! as they come (each held to the answer limit): a Message ends the exchange; a Task, its
+//! status updates and its artifact updates (appended or replaced, by artifact id) build the
+//! task until its state is final. A stream that ends or breaks before that leaves the task to
+//! be polled, as below.
+//!
 //! The answer is a Message, or a Task. A task that is not finished is polled with `GetTask`
 //! (20 ms, doubling to 500 ms) until it ends or `gateway.reply_timeout_ms` passes since the
 //! delivery began (then the asker hears `timeout`); a notice (nobody waits) is delivered once
@@ -22,6 +29,7 @@
 //! 408 or 429, or the JSON-RPC internal error is transient; another JSON-RPC error or 4xx is
 //! the agent refusing the message (`a2a_refused`), and the asker is told its words.
 
+use super::events::{EventError, Events};
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::a2a::map::{self, TaskState};
 use crate::a2a::{VERSION, v0_3};
@@ -65,6 +73,8 @@ pub(crate) struct A2aAgent {
 pub(crate) struct Endpoint {
     pub url: reqwest::Url,
     pub speaks_0_3: bool,
+    /// The card offers `SendStreamingMessage`.
+    pub streams: bool,
 }
 
 /// A JSON-RPC error the agent answered with.
@@ -160,7 +170,8 @@ impl A2aAgent {
             "the agent card names no A2A JSON-RPC interface of 1.0 (supportedInterfaces) or 0.3 (url, preferredTransport)",
         )?;
         let url = reqwest::Url::parse(url).map_err(|e| format!("the card's JSON-RPC url '{url}': {e}"))?;
-        Ok(Endpoint { url, speaks_0_3 })
+        let streams = card.pointer("/capabilities/streaming").and_then(Value::as_bool).unwrap_or(false);
+        Ok(Endpoint { url, speaks_0_3, streams })
     }
 
     /// The JSON-RPC endpoint, from the card (read once, again after a failure).
@@ -226,9 +237,23 @@ impl A2aAgent {
         params: Value,
         version: &str,
     ) -> Result<Result<Value, Fault>, DeliveryError> {
-        let endpoint = endpoint.clone();
-        let id = self.rpc_ids.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::info_span!(
+        let span = self.span(method, endpoint);
+        let result = async {
+            let response = self
+                .post(endpoint, method, params, version, "application/json, application/a2a+json", &span)
+                .await?;
+            self.read_reply(method, response).await
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(e) = &result {
+            span.record("error.type", e.code());
+        }
+        result
+    }
+
+    fn span(&self, method: &str, endpoint: &reqwest::Url) -> tracing::Span {
+        tracing::info_span!(
             "agent deliver",
             otel.name = method,
             otel.kind = "client",
@@ -237,55 +262,63 @@ impl A2aAgent {
             server.address = endpoint.host_str().unwrap_or_default(),
             silpgate.agent = %self.name,
             error.type = tracing::field::Empty,
-        );
+        )
+    }
+
+    /// Posts one JSON-RPC request: the response, unless it is a redirect or a status that is
+    /// worth trying again.
+    async fn post(
+        &self,
+        endpoint: &reqwest::Url,
+        method: &str,
+        params: Value,
+        version: &str,
+        accept: &'static str,
+        span: &tracing::Span,
+    ) -> Result<reqwest::Response, DeliveryError> {
+        let id = self.rpc_ids.fetch_add(1, Ordering::Relaxed);
         let mut trace = HeaderMap::new();
-        crate::telemetry::inject_http(&span, &mut trace);
+        crate::telemetry::inject_http(span, &mut trace);
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let request = self
             .client
-            .post(endpoint)
+            .post(endpoint.clone())
             .headers(trace)
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, application/a2a+json")
+            .header(ACCEPT, accept)
             .header("A2A-Version", version)
             .body(body.to_string());
-        let result = async {
-            let response = request.send().await.map_err(|e| super::http::unreachable(&self.name, e))?;
-            let status = response.status();
-            if let Some(location) = super::http::redirect_of(&response) {
-                return Err(super::http::redirected(&self.name, status, &location));
-            }
-            let bytes =
-                super::http::read_bounded(response, self.limits.max_bytes.saturating_mul(2), &self.name)
-                    .await?;
-            let transient = status.is_server_error()
-                || status == reqwest::StatusCode::REQUEST_TIMEOUT
-                || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
-            if transient {
-                return Err(
-                    self.unavailable(Code::AgentUnavailable.as_str(), format!("{method}: HTTP {status}"))
-                );
-            }
-            let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
-            match parsed {
-                Some(reply) if reply.get("result").is_some() => Ok(Ok(reply["result"].clone())),
-                Some(reply) if reply.get("error").is_some() => Ok(Err(Fault {
-                    code: reply.pointer("/error/code").and_then(Value::as_i64).unwrap_or_default(),
-                    message: reply.pointer("/error/message").and_then(Value::as_str).unwrap_or("").to_owned(),
-                })),
-                _ if !status.is_success() => Ok(Err(Fault { code: 0, message: format!("HTTP {status}") })),
-                _ => Err(self.unavailable(
-                    "a2a_invalid_answer",
-                    format!("{method}: the answer is not a JSON-RPC response"),
-                )),
-            }
+        let response = request.send().await.map_err(|e| super::http::unreachable(&self.name, e))?;
+        let status = response.status();
+        if let Some(location) = super::http::redirect_of(&response) {
+            return Err(super::http::redirected(&self.name, status, &location));
         }
-        .instrument(span.clone())
-        .await;
-        if let Err(e) = &result {
-            span.record("error.type", e.code());
+        let transient = status.is_server_error()
+            || status == reqwest::StatusCode::REQUEST_TIMEOUT
+            || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+        if transient {
+            return Err(self.unavailable(Code::AgentUnavailable.as_str(), format!("{method}: HTTP {status}")));
         }
-        result
+        Ok(response)
+    }
+
+    /// A JSON-RPC response body: its result, or the agent's JSON-RPC error.
+    async fn read_reply(
+        &self,
+        method: &str,
+        response: reqwest::Response,
+    ) -> Result<Result<Value, Fault>, DeliveryError> {
+        let status = response.status();
+        let bytes =
+            super::http::read_bounded(response, self.limits.max_bytes.saturating_mul(2), &self.name).await?;
+        match serde_json::from_slice::<Value>(&bytes).ok().as_ref().and_then(outcome_of) {
+            Some(outcome) => Ok(outcome),
+            None if !status.is_success() => Ok(Err(Fault { code: 0, message: format!("HTTP {status}") })),
+            None => Err(self.unavailable(
+                "a2a_invalid_answer",
+                format!("{method}: the answer is not a JSON-RPC response"),
+            )),
+        }
     }
 
     /// A JSON-RPC error as a delivery failure: the agent's internal error is transient, any
@@ -316,6 +349,10 @@ impl A2aAgent {
     async fn send(&self, parcel: &Parcel) -> Result<Option<Message>, DeliveryError> {
         let started = Instant::now();
         let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
+        let endpoint = self.endpoint().await?.clone();
+        if endpoint.streams && parcel.answer_to != AnswerTo::Nobody {
+            return self.send_streaming(parcel, &endpoint, started + self.reply_timeout).await.map(Some);
+        }
         let message = map::message(&parcel.envelope, &parcel.message_id, map::ROLE_USER);
         let params = json!({"message": message, "configuration": {"returnImmediately": true}});
         let result = match self.call("SendMessage", params).await? {
@@ -337,6 +374,105 @@ impl A2aAgent {
             return Ok(None);
         }
         Ok(Some(self.wait_for(task, started + self.reply_timeout, request).await))
+    }
+
+    /// Sends one parcel as a `SendStreamingMessage` and reads the agent's events until the
+    /// answer is final, or the deadline passes. Once the agent has taken the message (its
+    /// response began), nothing is retried: a stream that breaks leaves the task to be polled.
+    async fn send_streaming(
+        &self,
+        parcel: &Parcel,
+        endpoint: &Endpoint,
+        deadline: Instant,
+    ) -> Result<Message, DeliveryError> {
+        let request = &parcel.envelope;
+        let message = map::message(request, &parcel.message_id, map::ROLE_USER);
+        let (method, params, version) = if endpoint.speaks_0_3 {
+            ("message/stream", json!({"message": v0_3::message_to(&message)}), "0.3")
+        } else {
+            ("SendStreamingMessage", json!({"message": message}), VERSION)
+        };
+        let read =
+            |result: Value| if endpoint.speaks_0_3 { v0_3::stream_event_from(&result) } else { result };
+        let span = self.span(method, &endpoint.url);
+        let answered = async {
+            let response = self.post(&endpoint.url, method, params, version, "text/event-stream", &span).await?;
+            let is_stream = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            let mut progress = Progress::default();
+            if !is_stream {
+                // One JSON-RPC response instead of a stream: an error, or the answer at once.
+                return match self.read_reply(method, response).await? {
+                    Ok(result) => Ok(match progress.take(&read(result)) {
+                        Some(done) => self.answer_of_final(done, request),
+                        None => self.after_stream(&progress, deadline, request).await,
+                    }),
+                    Err(fault) => Err(self.refused(method, fault, request)),
+                };
+            }
+            let mut events = Events::new(response, self.limits.max_bytes.saturating_mul(2));
+            loop {
+                let next = match tokio::time::timeout_at(deadline.into(), events.next()).await {
+                    Ok(next) => next,
+                    // The deadline: polling at once answers `timeout`, or the task's end.
+                    Err(_) => break,
+                };
+                let data = match next {
+                    Ok(Some(data)) => data,
+                    Ok(None) => break,
+                    Err(EventError::TooLarge(limit)) => {
+                        let text = format!("agent {}: an event of its stream is larger than {limit} bytes", self.name);
+                        return Ok(self.error_answer(Code::AnswerTooLarge.as_str(), &text, request));
+                    }
+                    Err(EventError::Read(e)) => {
+                        tracing::debug!(agent = %self.name, error = %e, "the task's stream broke; polling it");
+                        break;
+                    }
+                };
+                match serde_json::from_str::<Value>(&data).ok().as_ref().and_then(outcome_of) {
+                    Some(Ok(result)) => {
+                        if let Some(done) = progress.take(&read(result)) {
+                            return Ok(self.answer_of_final(done, request));
+                        }
+                    }
+                    Some(Err(fault)) => return Err(self.refused(method, fault, request)),
+                    None => {
+                        let text = format!("agent {}: {method}: an event is not a JSON-RPC response", self.name);
+                        return Ok(self.error_answer(Code::A2aInvalidAnswer.as_str(), &text, request));
+                    }
+                }
+            }
+            Ok(self.after_stream(&progress, deadline, request).await)
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(e) = &answered {
+            span.record("error.type", e.code());
+        }
+        answered
+    }
+
+    /// The answer once a stream ended without one: the task, polled to its end.
+    async fn after_stream(&self, progress: &Progress, deadline: Instant, request: &Message) -> Message {
+        match &progress.task {
+            Some(task) => self.wait_for(task, deadline, request).await,
+            None => {
+                let text = format!("agent {}: its stream ended before a task or a message", self.name);
+                self.error_answer(Code::A2aInvalidAnswer.as_str(), &text, request)
+            }
+        }
+    }
+
+    fn answer_of_final(&self, done: Final, request: &Message) -> Message {
+        match done {
+            Final::Message(message) => {
+                self.answer_of_parts(message.get("parts"), "result.message.parts", request)
+            }
+            Final::Task(task) => self.answer_of_task(&task, request),
+        }
     }
 
     /// Polls a task until it ends or the deadline passes.
@@ -423,6 +559,77 @@ impl A2aAgent {
     }
 }
 
+/// What a stream has said so far of the task it reports.
+#[derive(Debug, Default)]
+struct Progress {
+    task: Option<Value>,
+}
+
+/// The end of a stream: the answer, or the task in its final state.
+#[derive(Debug, PartialEq)]
+enum Final {
+    Message(Value),
+    Task(Value),
+}
+
+impl Progress {
+    /// Takes one event (a 1.0 `StreamResponse`): the end, once there is one.
+    fn take(&mut self, event: &Value) -> Option<Final> {
+        if let Some(message) = event.get("message") {
+            return Some(Final::Message(message.clone()));
+        }
+        if let Some(task) = event.get("task") {
+            self.task = Some(task.clone());
+        } else if let Some(update) = event.get("statusUpdate") {
+            self.task_of(update)["status"] = update.get("status").cloned().unwrap_or(Value::Null);
+        } else if let Some(update) = event.get("artifactUpdate") {
+            let artifact = update.get("artifact").cloned().unwrap_or(Value::Null);
+            let append = update.get("append").and_then(Value::as_bool).unwrap_or(false);
+            let task = self.task_of(update);
+            if !task.get("artifacts").is_some_and(Value::is_array) {
+                task["artifacts"] = json!([]);
+            }
+            let artifacts = task["artifacts"].as_array_mut().expect("made an array above");
+            let id = artifact.get("artifactId");
+            match artifacts.iter_mut().find(|a| id.is_some() && a.get("artifactId") == id) {
+                Some(known) if append => {
+                    let more = artifact.get("parts").and_then(Value::as_array).cloned().unwrap_or_default();
+                    if let Some(parts) = known.get_mut("parts").and_then(Value::as_array_mut) {
+                        parts.extend(more);
+                    } else {
+                        known["parts"] = Value::Array(more);
+                    }
+                }
+                Some(known) => *known = artifact,
+                None => artifacts.push(artifact),
+            }
+        }
+        let task = self.task.as_ref()?;
+        (TaskState::of(task) != TaskState::Pending).then(|| Final::Task(task.clone()))
+    }
+
+    /// The task an update is about, begun from the update when no Task came first.
+    fn task_of(&mut self, update: &Value) -> &mut Value {
+        self.task.get_or_insert_with(|| {
+            json!({"id": update.get("taskId").cloned().unwrap_or_default(),
+                   "contextId": update.get("contextId").cloned().unwrap_or_default()})
+        })
+    }
+}
+
+/// A JSON-RPC response's result or error; `None` when it is neither.
+fn outcome_of(reply: &Value) -> Option<Result<Value, Fault>> {
+    if let Some(result) = reply.get("result") {
+        return Some(Ok(result.clone()));
+    }
+    reply.get("error").map(|_| {
+        Err(Fault {
+            code: reply.pointer("/error/code").and_then(Value::as_i64).unwrap_or_default(),
+            message: reply.pointer("/error/message").and_then(Value::as_str).unwrap_or("").to_owned(),
+        })
+    })
+}
+
 /// The request's tokens on the answer: an A2A agent keeps the context, not NLIP's tokens, so
 /// silpgate echoes them for it (ECMA-430 §6.2), once.
 fn echo_tokens(answer: &mut Message, request: &Message) {
@@ -469,5 +676,40 @@ mod tests {
         assert!(endpoint(old_grpc).unwrap_err().contains("no A2A JSON-RPC interface"));
         let bad = json!({"supportedInterfaces": [{"url": "::", "protocolBinding": "JSONRPC"}]});
         assert!(endpoint(bad).is_err());
+    }
+
+    #[test]
+    fn a_stream_builds_the_task_from_its_events_until_its_state_is_final() {
+        let mut progress = Progress::default();
+        let submitted =
+            json!({"task": {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_SUBMITTED"}}});
+        assert_eq!(progress.take(&submitted), None);
+        let working = json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING"}}});
+        assert_eq!(progress.take(&working), None);
+        let first = json!({"artifactUpdate": {"taskId": "t", "artifact": {"artifactId": "a", "parts": [{"text": "one"}]}}});
+        let more = json!({"artifactUpdate": {"taskId": "t", "append": true, "artifact": {"artifactId": "a", "parts": [{"text": "two"}]}}});
+        let other = json!({"artifactUpdate": {"taskId": "t", "artifact": {"artifactId": "b", "parts": [{"text": "three"}]}}});
+        for event in [first, more, other] {
+            assert_eq!(progress.take(&event), None);
+        }
+        let done = json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"}}});
+        let Some(Final::Task(task)) = progress.take(&done) else {
+            panic!("a completed task ends the stream")
+        };
+        let parts = map::task_parts(&task);
+        let texts: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+        assert_eq!(texts, ["one", "two", "three"]);
+        assert_eq!(task["contextId"], "c");
+
+        // Updates with no Task before them begin one; a message ends the stream at once.
+        let mut progress = Progress::default();
+        assert_eq!(
+            progress
+                .take(&json!({"statusUpdate": {"taskId": "u", "status": {"state": "TASK_STATE_WORKING"}}})),
+            None
+        );
+        assert_eq!(progress.task.as_ref().unwrap()["id"], "u");
+        let message = json!({"message": {"parts": [{"text": "hi"}]}});
+        assert_eq!(progress.take(&message), Some(Final::Message(json!({"parts": [{"text": "hi"}]}))));
     }
 }

@@ -16,6 +16,7 @@
 
 pub(crate) mod a2a;
 pub(crate) mod amqp;
+mod events;
 pub(crate) mod http;
 pub(crate) mod mcp;
 pub(crate) mod ws;

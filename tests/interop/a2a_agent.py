@@ -6,6 +6,9 @@ What it does depends on the first text it receives (its SILP-aware part reads th
 `silp-code` part silpgate sends, and answers in SILP code):
 - a text starting with "slow": a task that works for two seconds, then completes with an
   artifact;
+- a text starting with "progress": a task that works for three steps of half a second,
+  reporting each (a status message "step N/3") and appending a chunk to its artifact
+  ("part N"), then completes;
 - a text starting with "fail": a task that fails with a status message;
 - a text starting with "reject": a task that is rejected;
 - a text starting with "ask": a task that wants input (and so never completes here);
@@ -36,6 +39,7 @@ from a2a.types.a2a_pb2 import (
     Message,
     Part,
     Role,
+    TaskState,
 )
 
 
@@ -57,12 +61,21 @@ class Agent(AgentExecutor):
         message = context.message
         texts = [p.text for p in message.parts if p.HasField("text")]
         first = texts[0] if texts else ""
-        if first.startswith(("slow", "fail", "reject", "ask")):
+        if first.startswith(("slow", "fail", "reject", "ask", "progress")):
             task = context.current_task or new_task_from_user_message(message)
             await event_queue.enqueue_event(task)
             updater = TaskUpdater(event_queue, task.id, task.context_id)
             await updater.start_work()
-            if first.startswith("slow"):
+            if first.startswith("progress"):
+                for step in (1, 2, 3):
+                    await asyncio.sleep(0.5)
+                    said = updater.new_agent_message([new_text_part(f"step {step}/3")])
+                    await updater.update_status(TaskState.TASK_STATE_WORKING, message=said)
+                    await updater.add_artifact(
+                        [new_text_part(f"part {step} ")], artifact_id="result", name="result", append=step > 1
+                    )
+                await updater.complete()
+            elif first.startswith("slow"):
                 await asyncio.sleep(2)
                 await updater.add_artifact([new_text_part(f"finished: {first}")], name="result")
                 await updater.complete()
@@ -96,7 +109,7 @@ class Agent(AgentExecutor):
         return None
 
 
-def card(port: int) -> AgentCard:
+def card(port: int, streaming: bool = False) -> AgentCard:
     return AgentCard(
         name="test-a2a-agent",
         description="Echoes text, answers SILP code, runs slow, failing and rejected tasks",
@@ -104,15 +117,15 @@ def card(port: int) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=f"http://127.0.0.1:{port}/", protocol_binding="JSONRPC", protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=streaming, push_notifications=False),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[AgentSkill(id="echo", name="echo", description="echoes", tags=["test"])],
     )
 
 
-def app(port: int) -> Starlette:
-    agent_card = card(port)
+def app(port: int, streaming: bool = False) -> Starlette:
+    agent_card = card(port, streaming)
     handler = DefaultRequestHandlerV2(agent_executor=Agent(), task_store=InMemoryTaskStore(), agent_card=agent_card)
     routes = create_agent_card_routes(agent_card) + create_jsonrpc_routes(handler, rpc_url="/")
     return Starlette(routes=routes)

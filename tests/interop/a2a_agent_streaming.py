@@ -1,0 +1,55 @@
+"""The agent of a2a_agent.py with a card that offers streaming, so that its clients send
+`SendStreamingMessage`; it records the JSON-RPC methods it is called with, and answers
+`GET /seen` with them, in order.
+
+Usage: python a2a_agent_streaming.py PORT (0: any free port; it prints `listening PORT`)
+"""
+
+import json
+import sys
+
+import listening
+from starlette.responses import JSONResponse
+
+import a2a_agent
+
+SEEN = []
+
+
+def recording(app):
+    async def recorded(scope, receive, send):
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        if scope["method"] == "GET" and scope["path"] == "/seen":
+            await JSONResponse(SEEN)(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            SEEN.append(json.loads(body).get("method"))
+        except ValueError:
+            SEEN.append(None)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return recorded
+
+
+if __name__ == "__main__":
+    listening.serve(lambda port: recording(a2a_agent.app(port, streaming=True)), int(sys.argv[1]))
