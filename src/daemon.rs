@@ -132,7 +132,9 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let amqp = config.amqp.clone().map(|amqp| {
         Amqp::new(config.clone(), amqp, core_store.clone(), cluster.clone(), intake.clone(), (link, broker))
     });
+    let a2a_tasks = crate::doors::a2a::tasks::TaskBook::load(Some(store.kept("a2a_tasks")?), &config.a2a)?;
     let front = Arc::new(Front {
+        a2a_tasks: Arc::new(a2a_tasks),
         broker: amqp.as_ref().map(Amqp::health),
         cluster,
         auth,

@@ -545,6 +545,12 @@ async fn the_mcp_and_a2a_endpoints_ask_for_the_token_and_refuse_foreign_origins(
 
 /// One POST with extra header lines, on a fresh connection, bounded.
 async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, Value) {
+    let (status, body) = post_raw(addr, path, body, headers).await;
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// A POST as it goes on the wire: the status and the body as text (server-sent events too).
+async fn post_raw(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
     let head = format!(
@@ -560,7 +566,7 @@ async fn post_with(addr: &str, path: &str, body: &[u8], headers: &str) -> (u16, 
         .unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
     let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
+    (status, String::from_utf8_lossy(&raw[split + 4..]).into_owned())
 }
 
 /// The A2A SDK's client, speaking A2A 1.0 over JSON-RPC, 0.3 (through its own 0.3 transport)
@@ -664,6 +670,112 @@ async fn the_a2a_0_3_linter_passes_the_door_live() {
     assert!(["A", "B"].contains(&report["summary"]["grade"].as_str().unwrap()), "{report}");
     assert!(report["liveRoundTripMs"].is_number(), "message/send answered: {report}");
     assert_eq!(report["streamEvents"], 1, "message/stream answered: {report}");
+}
+
+/// A request sent with `returnImmediately` is answered at once with a working task, which the
+/// door keeps for its client alone: `GetTask`, `SubscribeToTask` (as it stands, then as it
+/// ended), `ListTasks`, `CancelTask`, over JSON-RPC and HTTP+JSON, and across a restart, where
+/// a task that was still working is found failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let names = Names::new("a2a-tasks");
+    let dir = broker::temp_dir("a2a-tasks");
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
+    let config = gateway::config(
+        &names,
+        &dir.join("store"),
+        false,
+        30_000,
+        &format!("{}{route}", a2a_agent(agent.port)),
+    )
+    .replace("plain = true\n", "plain = true\ntokens = [\"alice-token\", \"bob-token\"]\n");
+    let daemon = gateway::start(&config, &dir, false).await;
+    let (alice, bob) = ("Authorization: Bearer alice-token\r\n", "Authorization: Bearer bob-token\r\n");
+    let rpc = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+    };
+    let send = |text: &str, context: &str| {
+        rpc(
+            "SendMessage",
+            json!({"message": {"messageId": context, "role": "ROLE_USER", "contextId": context,
+            "parts": [{"text": text}]}, "configuration": {"returnImmediately": true}}),
+        )
+    };
+    let call = |body: String, who: &'static str| {
+        let http = daemon.http.clone();
+        async move { post_with(&http, "/a2a", body.as_bytes(), who).await.1 }
+    };
+
+    let started = Instant::now();
+    let answer = call(send("slow job", "kept-1"), alice).await;
+    assert!(started.elapsed() < Duration::from_millis(1_500), "answered at once: {answer}");
+    let task = &answer["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{answer}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    let by_id = json!({"id": id});
+    assert_eq!(call(rpc("GetTask", by_id.clone()), bob).await["error"]["code"], -32001, "bob sees nothing");
+    assert_eq!(
+        call(rpc("GetTask", by_id.clone()), alice).await["result"]["status"]["state"],
+        "TASK_STATE_WORKING"
+    );
+
+    let (status, stream) =
+        post_raw(&daemon.http, "/a2a", rpc("SubscribeToTask", by_id.clone()).as_bytes(), alice).await;
+    assert_eq!(status, 200, "{stream}");
+    let events: Vec<Value> = stream
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let states: Vec<&Value> = events.iter().map(|e| &e["result"]["task"]["status"]["state"]).collect();
+    assert_eq!(states, [&json!("TASK_STATE_WORKING"), &json!("TASK_STATE_COMPLETED")], "{stream}");
+
+    let done = call(rpc("GetTask", by_id.clone()), alice).await;
+    assert_eq!(done["result"]["artifacts"][0]["parts"][0]["text"], "finished: slow job", "{done}");
+    assert_eq!(call(rpc("CancelTask", by_id.clone()), alice).await["error"]["code"], -32002);
+    assert_eq!(call(rpc("ListTasks", json!({})), alice).await["result"]["totalSize"], 1);
+    assert_eq!(call(rpc("ListTasks", json!({})), bob).await["result"]["totalSize"], 0);
+    // Over HTTP+JSON, the same task.
+    let (status, rest) = get_with(&daemon.http, &format!("/a2a/tasks/{id}"), alice).await;
+    assert_eq!((status, &rest["status"]["state"]), (200, &json!("TASK_STATE_COMPLETED")), "{rest}");
+
+    // Canceled while the agent works: it stays canceled when the answer comes.
+    let second = call(send("slow job", "kept-2"), alice).await;
+    let second = second["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let canceled = call(rpc("CancelTask", json!({"id": second})), alice).await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+
+    // Killed while a third works: after the restart the first is as it ended, the third failed.
+    let third = call(send("slow job", "kept-3"), alice).await;
+    let third = third["result"]["task"]["id"].as_str().unwrap().to_owned();
+    daemon.kill();
+    let daemon = gateway::start(&config, &dir, false).await;
+    let call = |body: String| {
+        let http = daemon.http.clone();
+        async move { post_with(&http, "/a2a", body.as_bytes(), alice).await.1 }
+    };
+    let first = call(rpc("GetTask", by_id)).await;
+    assert_eq!(first["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{first}");
+    let interrupted = call(rpc("GetTask", json!({"id": third}))).await;
+    assert_eq!(interrupted["result"]["status"]["state"], "TASK_STATE_FAILED", "{interrupted}");
+    let said = interrupted["result"]["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("send the message again"), "{interrupted}");
+    let second = call(rpc("GetTask", json!({"id": second}))).await;
+    assert_eq!(second["result"]["status"]["state"], "TASK_STATE_CANCELED", "{second}");
+}
+
+/// A GET with `headers`: the status and the body as JSON.
+async fn get_with(addr: &str, path: &str, headers: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_slice(&raw[split + 4..]).unwrap_or(Value::Null))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

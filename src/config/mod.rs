@@ -7,6 +7,7 @@
 //! own: `agents.rs` (`[[agents]]`, one kind of agent each), `http.rs`, `amqp.rs`, `cluster.rs`,
 //! `streams.rs`, `routes.rs`.
 
+mod a2a;
 mod agents;
 mod amqp;
 mod cluster;
@@ -14,6 +15,7 @@ mod http;
 mod routes;
 mod streams;
 
+pub use a2a::A2aConfig;
 pub use agents::{
     A2aReach, AgentConfig, AmqpReach, BodyEncoding, FrameEncoding, HttpReach, McpReach, Outbound, Reach,
     WsReach,
@@ -45,6 +47,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The HTTP and WebSocket listener.
     pub http: HttpConfig,
+    /// silpgate's own A2A door (`/a2a`): the tasks it keeps.
+    pub a2a: A2aConfig,
     /// The RabbitMQ connection (AMQP 0-9-1). Absent: no broker, HTTP and WebSocket only.
     pub amqp: Option<AmqpConfig>,
     /// Cluster mode: several instances share the work through partitions on the broker

@@ -55,6 +55,8 @@ pub(crate) struct Front {
     pub broker: Option<Arc<crate::broker::health::BrokerHealth>>,
     /// The cluster side, in cluster mode (`GET /cluster`).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The tasks the A2A door keeps.
+    pub a2a_tasks: Arc<a2a::tasks::TaskBook>,
 }
 
 /// The error message for a message over a rate limit.

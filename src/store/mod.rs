@@ -754,6 +754,49 @@ fn checkpoint(staged: &Staged, db: &sled::Db, disk: &Mutex<()>) -> Result<usize,
     })
 }
 
+/// Records a door keeps beside the core's state (the A2A door's tasks), in a sled tree of
+/// their own. They are written straight through, one insert and one flush each: each is one
+/// client's request, not the relay's traffic, and it is read back by that client. The tree
+/// is outside the journal, the layout's keys and the cluster changelog.
+#[derive(Clone)]
+pub struct KeptRecords {
+    tree: sled::Tree,
+    disk: Arc<Mutex<()>>,
+}
+
+impl KeptRecords {
+    /// Stores `value` under `key`, durably before it returns.
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let _disk = one_at_a_time(&self.disk);
+        self.tree.insert(key, value).map_err(unavailable)?;
+        self.tree.flush().map(drop).map_err(unavailable)
+    }
+
+    pub fn remove(&self, key: &str) -> Result<(), StoreError> {
+        let _disk = one_at_a_time(&self.disk);
+        self.tree.remove(key).map(drop).map_err(unavailable)
+    }
+
+    /// Every record, in key order.
+    pub fn all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.tree
+            .iter()
+            .map(|entry| {
+                let (key, value) = entry.map_err(unavailable)?;
+                Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
+            })
+            .collect()
+    }
+}
+
+impl SledStore {
+    /// The kept records named `name` (a tree of their own).
+    pub fn kept(&self, name: &str) -> Result<KeptRecords, StoreError> {
+        let tree = self.db.open_tree(format!("kept:{name}")).map_err(unavailable)?;
+        Ok(KeptRecords { tree, disk: self.disk.clone() })
+    }
+}
+
 /// The turn of one writer to sled ([`SledStore`]'s `disk`).
 fn one_at_a_time(disk: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
     disk.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

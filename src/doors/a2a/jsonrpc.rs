@@ -55,36 +55,65 @@ pub(super) async fn post_a2a(
         return failed(id, &failure);
     }
     let content_type = generation.content_type(&headers);
-    let body = match method {
+    let old = generation == Generation::V0_3;
+    let params = request.get("params").cloned().unwrap_or(Value::Null);
+    let respond = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+    // 0.3's tasks and results are translated back; 1.0's go as they are.
+    let task_out = |task: Value| if old { v0_3::task_to(&task) } else { task };
+    let outcome = match method {
         "SendMessage" | "SendStreamingMessage" => {
-            let params = request.get("params");
-            let message = params.and_then(|p| p.get("message"));
-            let message = message
-                .map(|m| if generation == Generation::V0_3 { v0_3::message_from(m) } else { m.clone() });
-            match operation::send_message(&front, &headers, &client, message.as_ref()).await {
-                Ok(result) => {
-                    let result =
-                        if generation == Generation::V0_3 { v0_3::result_to(&result) } else { result };
-                    let response = json!({"jsonrpc": "2.0", "id": id, "result": result});
-                    // The stream is the one final answer: silpgate sends no interim task events.
-                    if method == "SendStreamingMessage" {
-                        return super::event_stream(&response);
-                    }
-                    response
+            let request = if old { send_request_from_0_3(&params) } else { params };
+            operation::send_message(&front, &headers, &client, &request).await.map(|result| {
+                let result = if old { v0_3::result_to(&result) } else { result };
+                // The stream is the one final answer: silpgate sends no interim task events.
+                if method == "SendStreamingMessage" {
+                    return Answer::Stream(vec![respond(result)]);
                 }
-                Err(failure) => return failed(id, &failure),
-            }
+                Answer::One(respond(result))
+            })
         }
-        "GetTask" | "CancelTask" | "SubscribeToTask" => return failed(id, &operation::no_such_task()),
-        _ => return failed(id, &Failure::MethodNotFound(format!("method '{asked}' is not served here"))),
+        "GetTask" => operation::get_task(&front, &client, &params).map(|t| Answer::One(respond(task_out(t)))),
+        "CancelTask" => {
+            operation::cancel_task(&front, &client, &params).map(|t| Answer::One(respond(task_out(t))))
+        }
+        "ListTasks" if !old => Ok(Answer::One(respond(operation::list_tasks(&front, &client, &params)))),
+        "SubscribeToTask" => operation::subscribe(&front, &client, &params).await.map(|(now, ended)| {
+            let event = |task: Value| {
+                if old { respond(v0_3::task_to(&task)) } else { respond(json!({"task": task})) }
+            };
+            Answer::Stream(std::iter::once(now).chain(ended).map(event).collect())
+        }),
+        _ => Err(Failure::MethodNotFound(format!("method '{asked}' is not served here"))),
     };
-    super::reply_as(StatusCode::OK, &body, content_type)
+    match outcome {
+        Ok(Answer::One(body)) => super::reply_as(StatusCode::OK, &body, content_type),
+        Ok(Answer::Stream(events)) => super::event_stream(&events),
+        Err(failure) => failed(id, &failure),
+    }
+}
+
+/// What a JSON-RPC request is answered with.
+enum Answer {
+    One(Value),
+    /// Server-sent events, one JSON-RPC response each.
+    Stream(Vec<Value>),
+}
+
+/// A 0.3 `message/send` request as 1.0's: its message translated, `blocking: false` as
+/// `returnImmediately`.
+fn send_request_from_0_3(params: &Value) -> Value {
+    let mut request =
+        json!({"message": params.get("message").map(v0_3::message_from).unwrap_or(Value::Null)});
+    if params.pointer("/configuration/blocking").and_then(Value::as_bool) == Some(false) {
+        request["configuration"] = json!({"returnImmediately": true});
+    }
+    request
 }
 
 /// A JSON-RPC error response: HTTP 200, but 429 for the quota, which is about the client.
 fn failed(id: Value, failure: &Failure) -> Response {
     let status = match failure {
-        Failure::TooManyConversations(_) => failure.http_status(),
+        Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => failure.http_status(),
         _ => StatusCode::OK,
     };
     reply(status, &error(id, failure.jsonrpc_code(), &failure.message()))

@@ -9,13 +9,15 @@
 //! the answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
 //! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
 //! NLIP error, its status message carrying the error. `SendStreamingMessage` is answered with
-//! one server-sent event holding that same response. silpgate keeps no tasks: `GetTask` and
-//! `CancelTask` answer TaskNotFound. Bearer tokens, the per-client rate limit and the `Origin`
-//! check apply as on `/mcp`; the card is public, as discovery needs.
+//! one server-sent event holding that same response. A message sent with `returnImmediately`
+//! is answered at once with a working task, which the door keeps ([`tasks`]) for `GetTask`,
+//! `ListTasks`, `CancelTask` and `SubscribeToTask`. Bearer tokens, the per-client rate limit
+//! and the `Origin` check apply as on `/mcp`; the card is public, as discovery needs.
 
 mod jsonrpc;
 mod operation;
 mod rest;
+pub(crate) mod tasks;
 
 use super::Front;
 use super::jsonrpc::reply;
@@ -100,10 +102,12 @@ fn reply_as(status: StatusCode, body: &Value, content_type: &'static str) -> Res
     response
 }
 
-/// A streamed answer: one server-sent event holding `event` (a JSON-RPC response, or in
-/// HTTP+JSON the stream response itself).
-fn event_stream(event: &Value) -> Response {
-    let mut out = Response::new(Body::from(format!("data: {event}\n\n")));
+/// A streamed answer: one server-sent event for each of `events` (JSON-RPC responses, or in
+/// HTTP+JSON the stream responses themselves). They are all known when it is sent: the
+/// answer, or a task as it stood and as it ended.
+fn event_stream(events: &[Value]) -> Response {
+    let body: String = events.iter().map(|event| format!("data: {event}\n\n")).collect();
+    let mut out = Response::new(Body::from(body));
     out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     out.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     out

@@ -8,6 +8,7 @@ use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -28,6 +29,9 @@ pub(super) enum Failure {
     VersionNotSupported(String),
     /// The client is at its conversation quota (`http.max_conversations_per_client`).
     TooManyConversations(usize),
+    TaskNotCancelable(String),
+    /// Every kept task is still working, and there are `a2a.max_tasks` of them.
+    TooManyTasks(usize),
 }
 
 impl From<&str> for Failure {
@@ -41,7 +45,10 @@ impl Failure {
     pub(super) fn jsonrpc_code(&self) -> i64 {
         match self {
             Failure::Parse(_) => -32700,
-            Failure::InvalidRequest(_) | Failure::TooManyConversations(_) => -32600,
+            Failure::InvalidRequest(_) | Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => {
+                -32600
+            }
+            Failure::TaskNotCancelable(_) => -32002,
             Failure::MethodNotFound(_) => -32601,
             Failure::InvalidParams(_) => -32602,
             Failure::TaskNotFound(_) => -32001,
@@ -53,7 +60,7 @@ impl Failure {
     /// is about the client rather than the request.
     pub(super) fn http_status(&self) -> StatusCode {
         match self {
-            Failure::TooManyConversations(_) => StatusCode::TOO_MANY_REQUESTS,
+            Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => StatusCode::TOO_MANY_REQUESTS,
             Failure::MethodNotFound(_) | Failure::TaskNotFound(_) => StatusCode::NOT_FOUND,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -66,7 +73,11 @@ impl Failure {
             | Failure::MethodNotFound(why)
             | Failure::InvalidParams(why)
             | Failure::TaskNotFound(why)
+            | Failure::TaskNotCancelable(why)
             | Failure::VersionNotSupported(why) => why.clone(),
+            Failure::TooManyTasks(limit) => format!(
+                "too_many_tasks: all {limit} tasks kept (a2a.max_tasks) are still working; send the message without returnImmediately, or later"
+            ),
             Failure::TooManyConversations(limit) => format!(
                 "too_many_conversations: this client has {limit} live conversations, the most it may have"
             ),
@@ -83,6 +94,8 @@ impl Failure {
             Failure::TaskNotFound(_) => ("NOT_FOUND", "TASK_NOT_FOUND"),
             Failure::VersionNotSupported(_) => ("FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"),
             Failure::TooManyConversations(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_CONVERSATIONS"),
+            Failure::TooManyTasks(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_TASKS"),
+            Failure::TaskNotCancelable(_) => ("FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"),
         };
         json!({"error": {
             "code": self.http_status().as_u16(),
@@ -94,20 +107,59 @@ impl Failure {
     }
 }
 
-/// `GetTask`, `CancelTask`, `SubscribeToTask`: silpgate keeps no tasks.
-pub(super) fn no_such_task() -> Failure {
-    Failure::TaskNotFound("silpgate keeps no tasks: every answer comes with SendMessage".into())
+/// The task `params.id` names.
+fn task_id(params: &Value) -> Result<&str, Failure> {
+    params
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::InvalidParams("params.id names no task".into()))
 }
 
-/// One `SendMessage` (its 1.0 request: `message`, `configuration`): the result
-/// (`{"message"}` or `{"task"}`), or why it is refused. The envelope it makes meets the
-/// limits and the conversation quota of every door.
-pub(super) async fn send_message(
+/// `GetTask` (`id`, `historyLength`).
+pub(super) fn get_task(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
+    let history = params.get("historyLength").and_then(Value::as_u64).map(|n| n as usize);
+    front.a2a_tasks.get(client, task_id(params)?, history)
+}
+
+/// `CancelTask` (`id`): the task, canceled. The agent still answers; its answer is dropped.
+pub(super) fn cancel_task(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
+    front.a2a_tasks.cancel(client, task_id(params)?)
+}
+
+/// `ListTasks` (`contextId`, `pageSize`: 50 by default, at most 100).
+pub(super) fn list_tasks(front: &Front, client: &str, params: &Value) -> Value {
+    let context = params.get("contextId").and_then(Value::as_str);
+    let size = params.get("pageSize").and_then(Value::as_u64).map_or(50, |n| n.clamp(1, 100) as usize);
+    front.a2a_tasks.list(client, context, size)
+}
+
+/// `SubscribeToTask` (`id`): the task as it stands, and, when it is still working, the task
+/// once it has ended (at the latest when the reply timeout has passed).
+pub(super) async fn subscribe(
     front: &Front,
-    headers: &HeaderMap,
     client: &str,
-    message: Option<&Value>,
-) -> Result<Value, Failure> {
+    params: &Value,
+) -> Result<(Value, Option<Value>), Failure> {
+    let id = task_id(params)?;
+    let now = front.a2a_tasks.get(client, id, None)?;
+    if crate::a2a::map::TaskState::of(&now) != crate::a2a::map::TaskState::Pending {
+        return Ok((now, None));
+    }
+    let wait = std::time::Duration::from_millis(front.gateway().config().gateway.reply_timeout_ms)
+        + std::time::Duration::from_secs(5);
+    let ended = front.a2a_tasks.ended(client, id, tokio::time::Instant::now() + wait).await?;
+    Ok((now, Some(ended)))
+}
+
+/// A message the door has taken: its envelope and the client's context.
+pub(super) struct Taken {
+    envelope: Message,
+    context: Option<String>,
+}
+
+/// Checks a `SendMessage`'s message (1.0's shape) and makes its envelope, which meets the
+/// limits and the conversation quota of every door.
+pub(super) fn take(front: &Front, client: &str, message: Option<&Value>) -> Result<Taken, Failure> {
     let message = message.ok_or("SendMessage needs params.message")?;
     let parts =
         message.get("parts").and_then(Value::as_array).ok_or("params.message.parts must be an array")?;
@@ -132,7 +184,39 @@ pub(super) async fn send_message(
     if let Err(limit) = front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
         return Err(Failure::TooManyConversations(limit));
     }
+    Ok(Taken { envelope, context: context.map(str::to_owned) })
+}
+
+/// One `SendMessage` (its 1.0 request: `message`, `configuration`): the result
+/// (`{"message"}` or `{"task"}`), or why it is refused. With `returnImmediately`, the result
+/// is a task, working, which the door keeps and the answer finishes ([`super::tasks`]).
+pub(super) async fn send_message(
+    front: &Arc<Front>,
+    headers: &HeaderMap,
+    client: &str,
+    request: &Value,
+) -> Result<Value, Failure> {
+    let message = request.get("message");
+    let taken = take(front, client, message)?;
     let parent = crate::telemetry::extract_http(headers);
+    let later = request.pointer("/configuration/returnImmediately").and_then(Value::as_bool).unwrap_or(false);
+    if !later {
+        return Ok(deliver(front, taken, parent).await);
+    }
+    let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null))?;
+    let id = task["id"].as_str().unwrap_or_default().to_owned();
+    let front = front.clone();
+    tokio::spawn(async move {
+        let answer = deliver(&front, taken, parent).await;
+        front.a2a_tasks.finish(&id, &answer);
+    });
+    Ok(json!({"task": task}))
+}
+
+/// Sends a taken message through the intake; the answer as A2A's result.
+async fn deliver(front: &Front, taken: Taken, parent: opentelemetry::Context) -> Value {
+    let Taken { envelope, context } = taken;
+    let context = context.as_deref();
     let answer = front.request(envelope, Transport::Http, "a2a", parent).await;
     let n = IDS.fetch_add(1, Ordering::Relaxed);
     let task = |state: &str, message: &Message| {
@@ -145,7 +229,7 @@ pub(super) async fn send_message(
         }
         json!({"task": task})
     };
-    Ok(match answer {
+    match answer {
         ToSender::Reply { reply, .. } if reply.is_error() => {
             task(state_for(crate::nlip::reply::error_code(&reply).as_deref()), &reply)
         }
@@ -161,7 +245,7 @@ pub(super) async fn send_message(
             json!({"message": answer})
         }
         ToSender::Refused { message, code, .. } => task(state_for(Some(&code)), &message),
-    })
+    }
 }
 
 /// The state of the task an NLIP error ends.

@@ -1,9 +1,9 @@
 //! The HTTP+JSON binding of the A2A door (A2A 1.0), at the same base URL as JSON-RPC:
 //! `POST /a2a/message:send` and `POST /a2a/message:stream` take a `SendMessageRequest` as the
 //! body and answer a `SendMessageResponse` (the stream: one server-sent event holding it);
-//! `GET /a2a/tasks/{id}`, `POST /a2a/tasks/{id}:cancel` and `/a2a/tasks/{id}:subscribe`
-//! answer TaskNotFound, as silpgate keeps no tasks. A failure is its HTTP status with a
-//! `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
+//! `GET /a2a/tasks/{id}` (`?historyLength=`), `POST /a2a/tasks/{id}:cancel`,
+//! `GET`/`POST /a2a/tasks/{id}:subscribe` and `GET /a2a/tasks` (`?contextId=&pageSize=`) reach
+//! the kept tasks. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
 //! order; an `A2A-Version` header, when sent, must be 1.x (0.3's HTTP binding is not served).
 
 use super::operation::{self, Failure};
@@ -13,11 +13,12 @@ use crate::doors::Front;
 use crate::doors::jsonrpc::admit;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
-use serde_json::Value;
+use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ pub(super) fn router() -> Router<Arc<Front>> {
     Router::new()
         .route("/a2a/message:send", post(|f, p, h, b| send(f, p, h, b, false)))
         .route("/a2a/message:stream", post(|f, p, h, b| send(f, p, h, b, true)))
+        .route("/a2a/tasks", get(list))
         .route("/a2a/tasks/{task}", get(task).post(task))
 }
 
@@ -47,8 +49,8 @@ async fn send(
         Ok(request) => request,
         Err(e) => return failed(&Failure::Parse(format!("the body is not JSON: {e}"))),
     };
-    match operation::send_message(&front, &headers, &admitted.client, request.get("message")).await {
-        Ok(result) if streaming => event_stream(&result),
+    match operation::send_message(&front, &headers, &admitted.client, &request).await {
+        Ok(result) if streaming => event_stream(&[result]),
         Ok(result) => reply_as(StatusCode::OK, &result, A2A_MEDIA_TYPE),
         Err(failure) => failed(&failure),
     }
@@ -59,19 +61,63 @@ async fn task(
     State(front): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(task): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(refused) = admit(&front, peer, &headers, body).await {
-        return refused;
-    }
+    let client = match admit(&front, peer, &headers, body).await {
+        Ok(admitted) => admitted.client,
+        Err(refused) => return refused,
+    };
     if let Some(failure) = version_refused(&headers) {
         return failed(&failure);
     }
-    match task.rsplit_once(':').map(|(_, verb)| verb) {
-        None | Some("cancel" | "subscribe") => failed(&operation::no_such_task()),
-        Some(verb) => failed(&Failure::MethodNotFound(format!("tasks have no operation '{verb}'"))),
+    let (id, verb) = match task.rsplit_once(':') {
+        Some((id, verb)) => (id, Some(verb)),
+        None => (task.as_str(), None),
+    };
+    let mut params = json!({"id": id});
+    if let Some(history) = query.get("historyLength").and_then(|n| n.parse::<u64>().ok()) {
+        params["historyLength"] = json!(history);
     }
+    let answered = match verb {
+        None => operation::get_task(&front, &client, &params)
+            .map(|task| reply_as(StatusCode::OK, &task, A2A_MEDIA_TYPE)),
+        Some("cancel") => operation::cancel_task(&front, &client, &params)
+            .map(|task| reply_as(StatusCode::OK, &task, A2A_MEDIA_TYPE)),
+        Some("subscribe") => operation::subscribe(&front, &client, &params).await.map(|(now, ended)| {
+            let events: Vec<Value> =
+                std::iter::once(now).chain(ended).map(|task| json!({"task": task})).collect();
+            event_stream(&events)
+        }),
+        Some(verb) => Err(Failure::MethodNotFound(format!("tasks have no operation '{verb}'"))),
+    };
+    answered.unwrap_or_else(|failure| failed(&failure))
+}
+
+/// `GET /a2a/tasks`: the client's tasks, the latest first.
+async fn list(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let client = match admit(&front, peer, &headers, body).await {
+        Ok(admitted) => admitted.client,
+        Err(refused) => return refused,
+    };
+    if let Some(failure) = version_refused(&headers) {
+        return failed(&failure);
+    }
+    let mut params = json!({});
+    if let Some(context) = query.get("contextId") {
+        params["contextId"] = json!(context);
+    }
+    if let Some(size) = query.get("pageSize").and_then(|n| n.parse::<u64>().ok()) {
+        params["pageSize"] = json!(size);
+    }
+    reply_as(StatusCode::OK, &operation::list_tasks(&front, &client, &params), A2A_MEDIA_TYPE)
 }
 
 /// A version this binding does not serve, named in `A2A-Version`.

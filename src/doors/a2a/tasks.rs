@@ -1,0 +1,323 @@
+//! The tasks the A2A door keeps: one for each request sent with `returnImmediately` (0.3:
+//! `blocking: false`), answered at once with the task still working, and finished when the
+//! answer comes. A task is seen only by the client that made it (another gets TaskNotFound,
+//! which reveals nothing), kept in the store (its own tree: [`KeptRecords`]) so that it
+//! outlives a restart, and bounded: `a2a.max_tasks` at most, each forgotten `a2a.task_ttl_secs`
+//! after it last changed.
+//!
+//! A task still working when silpgate stopped cannot finish any more (the request that would
+//! finish it is gone): it is found `FAILED` after the restart, saying so.
+//!
+//! Task ids are unguessable (128 random bits): an id is not a permission, but guessing one
+//! should not even tell that a task exists.
+
+use super::operation::Failure;
+use crate::a2a::map::TaskState;
+use crate::store::KeptRecords;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// One kept task, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Kept {
+    /// The client that made it (its client key).
+    owner: String,
+    /// The A2A 1.0 task.
+    task: Value,
+    /// When it last changed, in milliseconds since the Unix epoch.
+    updated: u64,
+}
+
+/// The kept tasks.
+pub(crate) struct TaskBook {
+    kept: Mutex<HashMap<String, Kept>>,
+    records: Option<KeptRecords>,
+    max: usize,
+    ttl_ms: u64,
+    /// Bumped on every change, so that a `SubscribeToTask` wakes to look again.
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+const INTERRUPTED: &str = "silpgate stopped before the agent answered; send the message again";
+
+impl TaskBook {
+    /// The tasks kept in `records` (none without a store), those still working marked
+    /// failed, those expired forgotten.
+    pub(crate) fn load(
+        records: Option<KeptRecords>,
+        config: &crate::config::A2aConfig,
+    ) -> Result<TaskBook, crate::gateway::store::StoreError> {
+        let book = TaskBook {
+            kept: Mutex::default(),
+            records,
+            max: config.max_tasks.max(1),
+            ttl_ms: config.task_ttl_secs.saturating_mul(1000),
+            changes: tokio::sync::watch::Sender::new(0),
+        };
+        let stored = book.records.as_ref().map(KeptRecords::all).transpose()?.unwrap_or_default();
+        let now = now_ms();
+        for (id, bytes) in stored {
+            let Ok(mut kept) = serde_json::from_slice::<Kept>(&bytes) else {
+                tracing::warn!(task = %id, "a kept A2A task cannot be read; forgetting it");
+                book.forget(&id);
+                continue;
+            };
+            if now.saturating_sub(kept.updated) > book.ttl_ms {
+                book.forget(&id);
+                continue;
+            }
+            if TaskState::of(&kept.task) == TaskState::Pending {
+                kept.task["status"] = status("TASK_STATE_FAILED", Some(INTERRUPTED));
+                kept.updated = now;
+                book.store(&id, &kept);
+            }
+            book.lock().insert(id, kept);
+        }
+        Ok(book)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new task for `owner`, working on `message` (the client's 1.0 message).
+    pub(super) fn open(&self, owner: &str, message: &Value) -> Result<Value, Failure> {
+        let id = format!("task-{}", crate::util::token::unguessable());
+        let context = message.get("contextId").cloned();
+        let mut task = json!({"id": id, "status": status("TASK_STATE_WORKING", None), "history": [message]});
+        if let Some(context) = context {
+            task["contextId"] = context;
+        }
+        let kept = Kept { owner: owner.to_owned(), task: task.clone(), updated: now_ms() };
+        {
+            let mut tasks = self.lock();
+            self.make_room(&mut tasks)?;
+            tasks.insert(id.clone(), kept.clone());
+        }
+        self.store(&id, &kept);
+        Ok(task)
+    }
+
+    /// Forgets expired tasks, then, at the bound, the oldest finished one.
+    fn make_room(&self, tasks: &mut HashMap<String, Kept>) -> Result<(), Failure> {
+        let now = now_ms();
+        let expired: Vec<String> = tasks
+            .iter()
+            .filter(|(_, k)| now.saturating_sub(k.updated) > self.ttl_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            tasks.remove(&id);
+            self.forget(&id);
+        }
+        if tasks.len() < self.max {
+            return Ok(());
+        }
+        let oldest_finished = tasks
+            .iter()
+            .filter(|(_, k)| TaskState::of(&k.task) != TaskState::Pending)
+            .min_by_key(|(_, k)| k.updated)
+            .map(|(id, _)| id.clone());
+        let id = oldest_finished.ok_or(Failure::TooManyTasks(self.max))?;
+        tasks.remove(&id);
+        self.forget(&id);
+        Ok(())
+    }
+
+    /// Finishes a task with the door's answer (`{"message"}` or `{"task"}`). A task canceled
+    /// meanwhile stays canceled.
+    pub(super) fn finish(&self, id: &str, answer: &Value) {
+        let kept = {
+            let mut tasks = self.lock();
+            let Some(kept) = tasks.get_mut(id) else { return };
+            if TaskState::of(&kept.task) != TaskState::Pending {
+                return;
+            }
+            let task = &mut kept.task;
+            if let Some(message) = answer.get("message") {
+                let parts = message.get("parts").cloned().unwrap_or_else(|| json!([]));
+                task["artifacts"] = json!([{"artifactId": "answer", "parts": parts}]);
+                task["status"] = status("TASK_STATE_COMPLETED", None);
+                push_history(task, message.clone());
+            } else if let Some(ended) = answer.pointer("/task/status") {
+                task["status"] = ended.clone();
+                if let Some(said) = ended.get("message") {
+                    push_history(task, said.clone());
+                }
+            }
+            kept.updated = now_ms();
+            kept.clone()
+        };
+        self.store(id, &kept);
+    }
+
+    /// `owner`'s task `id`, with at most `history_length` messages of its history.
+    pub(super) fn get(&self, owner: &str, id: &str, history_length: Option<usize>) -> Result<Value, Failure> {
+        let tasks = self.lock();
+        let kept = tasks
+            .get(id)
+            .filter(|k| k.owner == owner && now_ms().saturating_sub(k.updated) <= self.ttl_ms)
+            .ok_or_else(|| not_found(id))?;
+        let mut task = kept.task.clone();
+        if let (Some(keep), Some(history)) =
+            (history_length, task.get_mut("history").and_then(Value::as_array_mut))
+        {
+            let drop = history.len().saturating_sub(keep);
+            history.drain(..drop);
+        }
+        Ok(task)
+    }
+
+    /// `owner`'s tasks, the latest first, of one context when `context` is given.
+    pub(super) fn list(&self, owner: &str, context: Option<&str>, page_size: usize) -> Value {
+        let tasks = self.lock();
+        let mut mine: Vec<&Kept> = tasks
+            .values()
+            .filter(|k| k.owner == owner)
+            .filter(|k| context.is_none_or(|c| k.task.get("contextId").and_then(Value::as_str) == Some(c)))
+            .collect();
+        mine.sort_by_key(|k| std::cmp::Reverse(k.updated));
+        let total = mine.len();
+        let page: Vec<Value> = mine.into_iter().take(page_size.max(1)).map(|k| k.task.clone()).collect();
+        json!({"tasks": page, "nextPageToken": "", "pageSize": page_size, "totalSize": total})
+    }
+
+    /// Cancels `owner`'s task `id`, unless it has ended.
+    pub(super) fn cancel(&self, owner: &str, id: &str) -> Result<Value, Failure> {
+        let kept = {
+            let mut tasks = self.lock();
+            let kept = tasks.get_mut(id).filter(|k| k.owner == owner).ok_or_else(|| not_found(id))?;
+            if TaskState::of(&kept.task) != TaskState::Pending {
+                return Err(Failure::TaskNotCancelable(format!(
+                    "task {id} has ended; it cannot be canceled"
+                )));
+            }
+            kept.task["status"] = status("TASK_STATE_CANCELED", None);
+            kept.updated = now_ms();
+            kept.clone()
+        };
+        self.store(id, &kept);
+        Ok(kept.task)
+    }
+
+    /// `owner`'s task `id` once it has ended, or as it stands at `deadline`.
+    pub(super) async fn ended(
+        &self,
+        owner: &str,
+        id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Value, Failure> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            let task = self.get(owner, id, None)?;
+            if TaskState::of(&task) != TaskState::Pending {
+                return Ok(task);
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Ok(task),
+            }
+        }
+    }
+
+    /// Writes a task through to the store, and wakes those waiting on tasks. A store that
+    /// fails is logged: the task stays correct in memory, and only a restart would lose it.
+    fn store(&self, id: &str, kept: &Kept) {
+        if let Some(records) = &self.records {
+            let bytes = serde_json::to_vec(kept).expect("a task is JSON");
+            if let Err(e) = records.put(id, &bytes) {
+                tracing::error!(task = %id, error = %e, "an A2A task could not be stored");
+            }
+        }
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn forget(&self, id: &str) {
+        if let Some(records) = &self.records
+            && let Err(e) = records.remove(id)
+        {
+            tracing::warn!(task = %id, error = %e, "a forgotten A2A task could not be removed from the store");
+        }
+    }
+}
+
+fn not_found(id: &str) -> Failure {
+    Failure::TaskNotFound(format!("no task {id} of this client"))
+}
+
+fn status(state: &str, said: Option<&str>) -> Value {
+    let mut status = json!({"state": state, "timestamp": timestamp()});
+    if let Some(said) = said {
+        status["message"] = json!({"messageId": format!("status-{}", crate::util::token::unguessable()),
+            "role": crate::a2a::map::ROLE_AGENT, "parts": [{"text": said}]});
+    }
+    status
+}
+
+fn push_history(task: &mut Value, message: Value) {
+    match task.get_mut("history").and_then(Value::as_array_mut) {
+        Some(history) => history.push(message),
+        None => task["history"] = json!([message]),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as u64
+}
+
+/// Now, as A2A's timestamps are written (RFC 3339, UTC).
+fn timestamp() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::A2aConfig;
+
+    fn book(max_tasks: usize) -> TaskBook {
+        TaskBook::load(None, &A2aConfig { max_tasks, task_ttl_secs: 3600 }).unwrap()
+    }
+
+    fn message(context: &str) -> Value {
+        json!({"messageId": "m", "role": "ROLE_USER", "contextId": context, "parts": [{"text": "hi"}]})
+    }
+
+    #[test]
+    fn a_task_works_then_ends_with_the_answer_and_only_its_owner_sees_it() {
+        let tasks = book(10);
+        let task = tasks.open("alice", &message("c1")).unwrap();
+        let id = task["id"].as_str().unwrap();
+        assert_eq!(task["status"]["state"], "TASK_STATE_WORKING");
+        assert_eq!(tasks.get("bob", id, None).unwrap_err().jsonrpc_code(), -32001);
+        tasks.finish(id, &json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}}));
+        let done = tasks.get("alice", id, None).unwrap();
+        assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED");
+        assert_eq!(done["artifacts"][0]["parts"][0]["text"], "done");
+        assert_eq!(done["history"].as_array().unwrap().len(), 2);
+        assert_eq!(tasks.get("alice", id, Some(1)).unwrap()["history"].as_array().unwrap().len(), 1);
+        assert_eq!(tasks.cancel("alice", id).unwrap_err().jsonrpc_code(), -32002);
+        assert_eq!(tasks.list("alice", Some("c1"), 50)["totalSize"], 1);
+        assert_eq!(tasks.list("alice", Some("c2"), 50)["totalSize"], 0);
+        assert_eq!(tasks.list("bob", None, 50)["totalSize"], 0);
+    }
+
+    #[test]
+    fn a_canceled_task_stays_canceled_and_the_bound_forgets_the_oldest_finished() {
+        let tasks = book(2);
+        let first = tasks.open("a", &message("c")).unwrap();
+        let first = first["id"].as_str().unwrap();
+        assert_eq!(tasks.cancel("a", first).unwrap()["status"]["state"], "TASK_STATE_CANCELED");
+        tasks.finish(first, &json!({"message": {"parts": []}}));
+        assert_eq!(tasks.get("a", first, None).unwrap()["status"]["state"], "TASK_STATE_CANCELED");
+        let second = tasks.open("a", &message("c")).unwrap();
+        // Full: the finished (canceled) one makes room; then every kept task is working.
+        tasks.open("a", &message("c")).unwrap();
+        assert!(tasks.get("a", first, None).is_err());
+        assert!(tasks.get("a", second["id"].as_str().unwrap(), None).is_ok());
+        assert_eq!(tasks.open("a", &message("c")).unwrap_err(), Failure::TooManyTasks(2));
+    }
+}
