@@ -3,10 +3,17 @@ connection, sequential requests) times a small text request sent straight to the
 and the same text sent to silpgate's /nlip, which carries it to that agent.
 
 Usage: python agent_protocols.py A2A_URL MCP_URL SILPGATE_A2A_URL SILPGATE_MCP_URL [COUNT]
+       python agent_protocols.py --streamed AGENT_URL DOOR_URL [COUNT]
 
 A2A_URL is the A2A agent's JSON-RPC endpoint, MCP_URL the MCP server's endpoint; the two
 silpgate URLs are /nlip of a silpgate routing to the A2A agent and to the MCP tool. Prints one
 line per path: name, median and p99 in microseconds, after 200 warm-up requests.
+
+With --streamed, a streamed task (`SendStreamingMessage` of "progress report", which the
+streaming test agent works on for three steps of half a second, streaming each) is sent COUNT
+times (20 by default) straight to the agent at AGENT_URL and to silpgate's A2A door at
+DOOR_URL; prints, for each, the median time to the first event and to the last, in
+milliseconds, and the number of events.
 """
 
 import json
@@ -75,5 +82,40 @@ def main():
         print(f"{name}: median {median:.0f} us, p99 {p99:.0f} us", flush=True)
 
 
+def streamed(agent_url, door_url, count):
+    client = httpx.Client(timeout=30)
+
+    def one(url, n):
+        body = {"jsonrpc": "2.0", "id": n, "method": "SendStreamingMessage", "params": {
+            "message": {"messageId": f"s{n}-{url[-6:]}", "role": "ROLE_USER", "contextId": f"stream-{n}",
+                        "parts": [{"text": "progress report"}]}}}
+        started = time.perf_counter()
+        first = last = None
+        events = []
+        with client.stream("POST", url, json=body, headers={"A2A-Version": "1.0"}) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                now = time.perf_counter() - started
+                first = now if first is None else first
+                last = now
+                events.append(json.loads(line[5:]))
+        text = json.dumps(events[-1])
+        assert "part 3" in text, text
+        return first * 1000, last * 1000, len(events)
+
+    for name, url in [("streamed task direct", agent_url), ("streamed task via silpgate's A2A door", door_url)]:
+        one(url, 0)
+        runs = [one(url, n) for n in range(1, count + 1)]
+        first = statistics.median(r[0] for r in runs)
+        last = statistics.median(r[1] for r in runs)
+        events = statistics.median(r[2] for r in runs)
+        print(f"{name}: first event {first:.0f} ms, last event {last:.0f} ms, {events:.0f} events (medians of {count})",
+              flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--streamed":
+        streamed(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
+    else:
+        main()
