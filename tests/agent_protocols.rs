@@ -818,6 +818,12 @@ async fn the_a2a_door_refuses_what_it_cannot_take_with_a2a_errors() {
         "{rejected}"
     );
     assert_eq!(rejected["id"], 5);
+    // Push notification configs are not taken, as the card says, whichever way they come.
+    let (_, push) =
+        call(r#"{"jsonrpc":"2.0","id":8,"method":"CreateTaskPushNotificationConfig","params":{}}"#, "").await;
+    assert_eq!(push["error"]["code"], -32003, "{push}");
+    let (_, push) = call(r#"{"jsonrpc":"2.0","id":9,"method":"SendMessage","params":{"message":{"parts":[{"text":"hi"}]},"configuration":{"taskPushNotificationConfig":{"url":"https://hook.example/"}}}}"#, "").await;
+    assert_eq!(push["error"]["code"], -32003, "{push}");
     // 0.3's method names, with a 1.0 header, are not 1.0's.
     let (_, old_name) =
         call(r#"{"jsonrpc":"2.0","id":7,"method":"message/send","params":{}}"#, "A2A-Version: 1.0\r\n").await;
@@ -844,6 +850,8 @@ async fn the_a2a_door_over_http_json_refuses_with_statuses_and_reasons() {
     let (status, task) = daemon.get("/a2a/tasks/t-1");
     let task: Value = serde_json::from_str(&task).unwrap();
     assert_eq!((status, reason(&task).as_str()), (404, "TASK_NOT_FOUND"), "{task}");
+    let (status, push) = post_with(&daemon.http, "/a2a/tasks/t-1/pushNotificationConfigs", b"{}", "").await;
+    assert_eq!((status, reason(&push).as_str()), (400, "PUSH_NOTIFICATION_NOT_SUPPORTED"), "{push}");
     // No route takes it: a rejected task, as over JSON-RPC.
     let (status, rejected) = post_with(
         &daemon.http,

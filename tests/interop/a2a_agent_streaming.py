@@ -12,6 +12,7 @@ import listening
 from starlette.responses import JSONResponse
 
 import a2a_agent
+from asgi_body import read_body, replaying
 
 SEEN = []
 
@@ -27,26 +28,12 @@ def recording(app):
         if scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         try:
             SEEN.append(json.loads(body).get("method"))
         except ValueError:
             SEEN.append(None)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(scope, replay, send)
+        await app(scope, replaying(body, receive), send)
 
     return recorded
 

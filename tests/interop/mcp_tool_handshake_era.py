@@ -11,6 +11,7 @@ import sys
 
 import listening
 import mcp_tool
+from asgi_body import read_body
 
 HANDSHAKE_ERA = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
 
@@ -20,13 +21,7 @@ def handshake_era_only(app):
         if scope["type"] == "http":
             version = dict(scope["headers"]).get(b"mcp-protocol-version")
             if version is not None and version.decode("latin-1") not in HANDSHAKE_ERA:
-                body = b""
-                while True:
-                    message = await receive()
-                    body += message.get("body", b"")
-                    if not message.get("more_body"):
-                        break
-                request = json.loads(body or b"{}")
+                request = json.loads(await read_body(receive) or b"{}")
                 answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"),
                                      "error": {"code": -32601, "message": "Method not found"}}).encode()
                 await send({"type": "http.response.start", "status": 200,

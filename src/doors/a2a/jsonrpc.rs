@@ -83,6 +83,11 @@ pub(super) async fn post_a2a(
             };
             Answer::Stream(std::iter::once(now).chain(ended).map(event).collect())
         }),
+        "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(Failure::PushNotSupported),
+        _ if asked.starts_with("tasks/pushNotificationConfig/") => Err(Failure::PushNotSupported),
         _ => Err(Failure::MethodNotFound(format!("method '{asked}' is not served here"))),
     };
     match outcome {

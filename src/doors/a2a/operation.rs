@@ -30,6 +30,8 @@ pub(super) enum Failure {
     /// The client is at its conversation quota (`http.max_conversations_per_client`).
     TooManyConversations(usize),
     TaskNotCancelable(String),
+    /// Push notification configs are not taken (the card says so).
+    PushNotSupported,
     /// Every kept task is still working, and there are `a2a.max_tasks` of them.
     TooManyTasks(usize),
 }
@@ -49,6 +51,7 @@ impl Failure {
                 -32600
             }
             Failure::TaskNotCancelable(_) => -32002,
+            Failure::PushNotSupported => -32003,
             Failure::MethodNotFound(_) => -32601,
             Failure::InvalidParams(_) => -32602,
             Failure::TaskNotFound(_) => -32001,
@@ -75,6 +78,7 @@ impl Failure {
             | Failure::TaskNotFound(why)
             | Failure::TaskNotCancelable(why)
             | Failure::VersionNotSupported(why) => why.clone(),
+            Failure::PushNotSupported => "push notifications are not supported here (the card says pushNotifications: false); poll with GetTask or use SubscribeToTask".into(),
             Failure::TooManyTasks(limit) => format!(
                 "too_many_tasks: all {limit} tasks kept (a2a.max_tasks) are still working; send the message without returnImmediately, or later"
             ),
@@ -96,6 +100,7 @@ impl Failure {
             Failure::TooManyConversations(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_CONVERSATIONS"),
             Failure::TooManyTasks(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_TASKS"),
             Failure::TaskNotCancelable(_) => ("FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"),
+            Failure::PushNotSupported => ("FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED"),
         };
         json!({"error": {
             "code": self.http_status().as_u16(),
@@ -196,6 +201,9 @@ pub(super) async fn send_message(
     client: &str,
     request: &Value,
 ) -> Result<Value, Failure> {
+    if request.pointer("/configuration/taskPushNotificationConfig").is_some_and(|c| !c.is_null()) {
+        return Err(Failure::PushNotSupported);
+    }
     let message = request.get("message");
     let taken = take(front, client, message)?;
     let parent = crate::telemetry::extract_http(headers);

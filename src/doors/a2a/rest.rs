@@ -3,14 +3,14 @@
 //! body and answer a `SendMessageResponse` (the stream: one server-sent event holding it);
 //! `GET /a2a/tasks/{id}` (`?historyLength=`), `POST /a2a/tasks/{id}:cancel`,
 //! `GET`/`POST /a2a/tasks/{id}:subscribe` and `GET /a2a/tasks` (`?contextId=&pageSize=`) reach
-//! the kept tasks. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
+//! the kept tasks; push notification configs are not taken. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
 //! order; an `A2A-Version` header, when sent, must be 1.x (0.3's HTTP binding is not served).
 
 use super::operation::{self, Failure};
 use super::{A2A_MEDIA_TYPE, event_stream, reply_as};
 use crate::a2a::VERSION;
 use crate::doors::Front;
-use crate::doors::jsonrpc::admit;
+use crate::doors::jsonrpc::{Admitted, admit};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
@@ -29,6 +29,7 @@ pub(super) fn router() -> Router<Arc<Front>> {
         .route("/a2a/message:stream", post(|f, p, h, b| send(f, p, h, b, true)))
         .route("/a2a/tasks", get(list))
         .route("/a2a/tasks/{task}", get(task).post(task))
+        .route("/a2a/tasks/{task}/{*config}", get(push_configs).post(push_configs).delete(push_configs))
 }
 
 async fn send(
@@ -38,13 +39,10 @@ async fn send(
     body: Body,
     streaming: bool,
 ) -> Response {
-    let admitted = match admit(&front, peer, &headers, body).await {
+    let admitted = match admitted(&front, peer, &headers, body).await {
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
-    if let Some(failure) = version_refused(&headers) {
-        return failed(&failure);
-    }
     let request: Value = match serde_json::from_slice(&admitted.body) {
         Ok(request) => request,
         Err(e) => return failed(&Failure::Parse(format!("the body is not JSON: {e}"))),
@@ -65,13 +63,10 @@ async fn task(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let client = match admit(&front, peer, &headers, body).await {
+    let client = match admitted(&front, peer, &headers, body).await {
         Ok(admitted) => admitted.client,
         Err(refused) => return refused,
     };
-    if let Some(failure) = version_refused(&headers) {
-        return failed(&failure);
-    }
     let (id, verb) = match task.rsplit_once(':') {
         Some((id, verb)) => (id, Some(verb)),
         None => (task.as_str(), None),
@@ -103,13 +98,10 @@ async fn list(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let client = match admit(&front, peer, &headers, body).await {
+    let client = match admitted(&front, peer, &headers, body).await {
         Ok(admitted) => admitted.client,
         Err(refused) => return refused,
     };
-    if let Some(failure) = version_refused(&headers) {
-        return failed(&failure);
-    }
     let mut params = json!({});
     if let Some(context) = query.get("contextId") {
         params["contextId"] = json!(context);
@@ -118,6 +110,33 @@ async fn list(
         params["pageSize"] = json!(size);
     }
     reply_as(StatusCode::OK, &operation::list_tasks(&front, &client, &params), A2A_MEDIA_TYPE)
+}
+
+/// `/a2a/tasks/{id}/pushNotificationConfigs…`: not taken, as the card says.
+async fn push_configs(
+    State(front): State<Arc<Front>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match admitted(&front, peer, &headers, body).await {
+        Ok(_) => failed(&Failure::PushNotSupported),
+        Err(refused) => refused,
+    }
+}
+
+/// A request past the door's checks (as on JSON-RPC) and of a version this binding serves.
+async fn admitted(
+    front: &Front,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Admitted, Response> {
+    let admitted = admit(front, peer, headers, body).await?;
+    match version_refused(headers) {
+        Some(failure) => Err(failed(&failure)),
+        None => Ok(admitted),
+    }
 }
 
 /// A version this binding does not serve, named in `A2A-Version`.
