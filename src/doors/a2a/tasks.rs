@@ -14,11 +14,11 @@
 use super::operation::Failure;
 use crate::a2a::map::TaskState;
 use crate::store::KeptRecords;
+use crate::util::time::now_millis as now_ms;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One kept task, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -264,13 +264,9 @@ fn push_history(task: &mut Value, message: Value) {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as u64
-}
-
 /// Now, as A2A's timestamps are written (RFC 3339, UTC).
 fn timestamp() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    crate::util::time::iso8601(now_ms())
 }
 
 #[cfg(test)]
