@@ -6,7 +6,7 @@ use super::A2A_MEDIA_TYPE;
 use super::operation::{self, Failure};
 use crate::a2a::{VERSION, v0_3};
 use crate::doors::Front;
-use crate::doors::jsonrpc::{error, reply};
+use crate::doors::jsonrpc::{admit, error, reply};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -15,13 +15,14 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// `POST /a2a`: one JSON-RPC request, answered with one response or a stream of them.
 pub(super) async fn post_a2a(
     State(front): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (bytes, client) = match super::super::jsonrpc::admit(&front, peer, &headers, body).await {
+    let (bytes, client) = match admit(&front, peer, &headers, body).await {
         Ok(admitted) => (admitted.body, admitted.client),
         Err(refused) => return refused,
     };

@@ -2,8 +2,8 @@
 //! answer with, which each binding renders in its own way: a JSON-RPC error code, or an HTTP
 //! status with a `google.rpc.Status`-shaped body.
 
-use super::super::{Front, ToSender};
 use crate::a2a::map;
+use crate::doors::{Front, ToSender};
 use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
 use axum::http::{HeaderMap, StatusCode};
@@ -59,8 +59,8 @@ impl Failure {
         }
     }
 
-    /// The HTTP status: HTTP+JSON's for every failure; JSON-RPC's only for the quota, which
-    /// is about the client rather than the request.
+    /// The HTTP status: HTTP+JSON's for every failure. JSON-RPC answers with it only for the
+    /// limits (conversations, kept tasks), which are about the client rather than the request.
     pub(super) fn http_status(&self) -> StatusCode {
         match self {
             Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => StatusCode::TOO_MANY_REQUESTS,
