@@ -209,6 +209,59 @@ async fn an_a2a_agent_that_streams_is_read_as_it_streams_and_never_polled() {
     assert_eq!(seen, json!(["SendStreamingMessage", "SendStreamingMessage", "SendStreamingMessage"]));
 }
 
+/// An A2A client streaming through silpgate's door to an agent that streams its progress
+/// gets the agent's status messages as they come, in a task of the door's: the task working,
+/// a status update for each report, then the answer as the task's artifact and its
+/// completion. The same over A2A 0.3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_client_streaming_through_the_door_gets_the_agents_progress_as_it_comes() {
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let daemon = gateway_from("a2a-progress", &a2a_agent(agent.port), "a2a", 30_000).await;
+    for interface in ["1.0", "0.3"] {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let mut client = Command::new(&python);
+        client
+            .arg(format!("{}/tests/interop/a2a_stream_client.py", env!("CARGO_MANIFEST_DIR")))
+            .arg(format!("http://{}", daemon.http))
+            .args(["progress report", interface]);
+        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{interface}: {}", String::from_utf8_lossy(&out.stderr));
+        let events: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let seen = || serde_json::to_string(&events).unwrap();
+        assert_eq!(events[0]["task"]["status"]["state"], "TASK_STATE_WORKING", "{interface}: {}", seen());
+        let task = events[0]["task"]["id"].as_str().unwrap();
+        let reports: Vec<&str> = events
+            .iter()
+            .filter_map(|e| e["statusUpdate"]["status"]["message"]["parts"][0]["text"].as_str())
+            .collect();
+        assert_eq!(reports, ["step 1/3", "step 2/3", "step 3/3"], "{interface}: {}", seen());
+        assert!(events[1..].iter().all(|e| e.to_string().contains(task)), "one task: {}", seen());
+        let answer: Vec<&str> = events
+            .iter()
+            .flat_map(|e| e["artifactUpdate"]["artifact"]["parts"].as_array().into_iter().flatten())
+            .filter_map(|p| p["text"].as_str())
+            .collect();
+        assert_eq!(answer, ["part 1 ", "part 2 ", "part 3 "], "{interface}: {}", seen());
+        let last = events.last().unwrap();
+        assert_eq!(
+            last["statusUpdate"]["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{interface}: {}",
+            seen()
+        );
+        // The reports came as the agent worked (half a second apart), not with the answer.
+        let first_report =
+            events.iter().find(|e| e.get("statusUpdate").is_some()).unwrap()["ms"].as_u64().unwrap();
+        let end = last["ms"].as_u64().unwrap();
+        assert!(
+            first_report + 500 <= end,
+            "{interface}: the first report at {first_report} ms, the end at {end} ms"
+        );
+    }
+}
+
 /// The JSON-RPC methods a2a_agent_streaming.py was called with.
 async fn agent_seen(port: u16) -> Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

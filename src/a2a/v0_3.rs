@@ -151,6 +151,36 @@ pub(crate) fn stream_event_from(event: &Value) -> Value {
     }
 }
 
+/// A 1.0 `StreamResponse` as 0.3's stream event: the Message or Task itself, or a
+/// `status-update` (with 0.3's `final`, true for a state that ends the task) or an
+/// `artifact-update`, each with its `kind`.
+pub(crate) fn stream_event_to(event: &Value) -> Value {
+    if let Some(update) = event.get("statusUpdate").and_then(Value::as_object) {
+        let mut out = update.clone();
+        out.insert("kind".into(), json!("status-update"));
+        if let Some(status) = update.get("status") {
+            let status = status_to(status);
+            let state = status.get("state").and_then(Value::as_str).unwrap_or_default();
+            let ended = !matches!(state, "submitted" | "working" | "unspecified" | "");
+            out.insert("final".into(), Value::Bool(ended));
+            out.insert("status".into(), status);
+        }
+        return Value::Object(out);
+    }
+    if let Some(update) = event.get("artifactUpdate").and_then(Value::as_object) {
+        let mut out = update.clone();
+        out.insert("kind".into(), json!("artifact-update"));
+        if let Some(parts) = update.get("artifact").and_then(|a| a.get("parts")).and_then(Value::as_array) {
+            let parts = Value::Array(parts.iter().map(part_to).collect());
+            if let Some(artifact) = out.get_mut("artifact") {
+                artifact["parts"] = parts;
+            }
+        }
+        return Value::Object(out);
+    }
+    result_to(event)
+}
+
 /// A 1.0 `SendMessage` result (`{"message"}` or `{"task"}`) as 0.3's result.
 pub(crate) fn result_to(result: &Value) -> Value {
     if let Some(message) = result.get("message") {
@@ -363,6 +393,34 @@ mod tests {
         assert_eq!(read["artifactUpdate"]["append"], true);
         let message = json!({"kind": "message", "role": "agent", "messageId": "m", "parts": []});
         assert_eq!(stream_event_from(&message)["message"]["role"], "ROLE_AGENT");
+    }
+
+    #[test]
+    fn stream_events_go_to_0_3_with_their_kind_and_final_flag() {
+        let working = json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING",
+            "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "step 1"}]}}}});
+        let old = stream_event_to(&working);
+        assert_eq!((old["kind"].as_str(), old["final"].as_bool()), (Some("status-update"), Some(false)));
+        assert_eq!(old["status"]["message"]["parts"][0], json!({"kind": "text", "text": "step 1"}));
+        let done = stream_event_to(
+            &json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_COMPLETED"}}}),
+        );
+        assert_eq!(
+            (done["status"]["state"].as_str(), done["final"].as_bool()),
+            (Some("completed"), Some(true))
+        );
+        let artifact = stream_event_to(
+            &json!({"artifactUpdate": {"taskId": "t", "artifact": {"artifactId": "a", "parts": [{"text": "x"}]}}}),
+        );
+        assert_eq!(artifact["artifact"]["parts"][0]["kind"], "text");
+        assert_eq!(
+            stream_event_from(&artifact)["artifactUpdate"]["artifact"]["parts"][0],
+            json!({"text": "x"})
+        );
+        assert_eq!(
+            stream_event_to(&json!({"task": {"id": "t", "status": {"state": "TASK_STATE_WORKING"}}}))["kind"],
+            "task"
+        );
     }
 
     #[test]

@@ -434,9 +434,11 @@ impl A2aAgent {
                 };
                 match serde_json::from_str::<Value>(&data).ok().as_ref().and_then(outcome_of) {
                     Some(Ok(result)) => {
-                        if let Some(done) = progress.take(&read(result)) {
+                        let event = read(result);
+                        if let Some(done) = progress.take(&event) {
                             return Ok(self.answer_of_final(done, request));
                         }
+                        self.report(parcel, &event);
                     }
                     Some(Err(fault)) => return Err(self.refused(method, fault, request)),
                     None => {
@@ -453,6 +455,25 @@ impl A2aAgent {
             span.record("error.type", e.code());
         }
         answered
+    }
+
+    /// Passes a working task's status message on to the asker, as an interim event, when the
+    /// asker takes them.
+    fn report(&self, parcel: &Parcel, event: &Value) {
+        let Some(to) = &parcel.progress else { return };
+        let said =
+            event.pointer("/statusUpdate/status/message").or_else(|| event.pointer("/task/status/message"));
+        let Some(parts) = said.and_then(|m| m.get("parts")).and_then(Value::as_array) else { return };
+        match map::envelope(parts, "statusUpdate.status.message.parts") {
+            Ok(mut interim) => {
+                interim.messagetype = Some(super::PROGRESS.to_owned());
+                echo_tokens(&mut interim, &parcel.envelope);
+                to.0.progress(super::held_to_limits(interim, &self.limits, &self.name));
+            }
+            Err(e) => {
+                tracing::debug!(agent = %self.name, error = %e, "a status message could not be read; not passed on")
+            }
+        }
     }
 
     /// The answer once a stream ended without one: the task, polled to its end.

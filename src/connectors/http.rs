@@ -109,6 +109,7 @@ impl HttpAgent {
             message_id: "probe".into(),
             answer_to: super::AnswerTo::Caller,
             user_id: None,
+            progress: None,
         };
         self.post(&parcel).await
     }

@@ -40,6 +40,30 @@ pub(crate) struct Parcel {
     pub answer_to: AnswerTo,
     /// The inbound message's user, carried in a header (never as the AMQP `user_id`).
     pub user_id: Option<String>,
+    /// Where an agent that reports progress on its way to the answer sends it (the asker's
+    /// return path, which takes it if it can).
+    pub progress: Option<ProgressTo>,
+}
+
+/// Whoever takes an agent's interim events: the asker's door, when it can pass them on. An
+/// interim event is an NLIP message whose `messagetype` is [`PROGRESS`]: what the agent said
+/// of its work on the way to the answer (an A2A agent's status messages).
+pub(crate) trait Progress: Send + Sync {
+    /// Takes one interim event. Never blocks, never fails the delivery.
+    fn progress(&self, _event: Message) {}
+}
+
+/// The `messagetype` of an interim event.
+pub(crate) const PROGRESS: &str = "progress";
+
+/// A parcel's [`Progress`] taker.
+#[derive(Clone)]
+pub(crate) struct ProgressTo(pub std::sync::Arc<dyn Progress>);
+
+impl std::fmt::Debug for ProgressTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressTo")
+    }
 }
 
 /// Who an agent answers.

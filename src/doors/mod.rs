@@ -123,7 +123,23 @@ impl Front {
         source: &str,
         parent: opentelemetry::Context,
     ) -> ToSender {
-        match self.submit(envelope, transport, source, parent).await {
+        match self.submit_with(envelope, transport, source, parent, None).await {
+            Submitted::Ready(to_sender) => to_sender,
+            Submitted::Awaiting(awaiting) => awaiting.wait().await,
+        }
+    }
+
+    /// As [`Front::request`], with the agent's interim events (its progress on the way to the
+    /// answer, see [`crate::connectors::Progress`]) sent to `progress` as they come.
+    pub(crate) async fn request_streaming(
+        &self,
+        envelope: Message,
+        transport: Transport,
+        source: &str,
+        parent: opentelemetry::Context,
+        progress: tokio::sync::mpsc::UnboundedSender<Message>,
+    ) -> ToSender {
+        match self.submit_with(envelope, transport, source, parent, Some(progress)).await {
             Submitted::Ready(to_sender) => to_sender,
             Submitted::Awaiting(awaiting) => awaiting.wait().await,
         }
@@ -139,6 +155,17 @@ impl Front {
         transport: Transport,
         source: &str,
         parent: opentelemetry::Context,
+    ) -> Submitted {
+        self.submit_with(envelope, transport, source, parent, None).await
+    }
+
+    async fn submit_with(
+        &self,
+        envelope: Message,
+        transport: Transport,
+        source: &str,
+        parent: opentelemetry::Context,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
     ) -> Submitted {
         let span = crate::telemetry::message_span!(
             "nlip request",
@@ -163,7 +190,10 @@ impl Front {
             };
             return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
         }
-        let (path, answered) = InPlace::new();
+        let (path, answered) = match progress {
+            Some(progress) => InPlace::streaming(progress),
+            None => InPlace::new(),
+        };
         let arrival = Arrival {
             envelope,
             origin: Origin::new(transport, source),

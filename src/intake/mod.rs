@@ -466,6 +466,7 @@ impl Intake {
                 message_id: outbound_id(delivery.base_id, index),
                 answer_to: AnswerTo::Nobody,
                 user_id: delivery.origin.user_id.clone(),
+                progress: delivery.answers.clone().map(|path| crate::connectors::ProgressTo(path)),
             };
             match by_agent.iter_mut().find(|(name, _)| *name == agent) {
                 Some((_, parcels)) => parcels.push(parcel),

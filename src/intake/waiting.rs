@@ -9,6 +9,7 @@
 //! out) is remembered for a while as concluded: a later attempt at it (an AMQP retry) waits for
 //! no answer, so that the sender never hears a second outcome.
 
+use crate::connectors::Progress;
 use crate::gateway::payload::OutputForm;
 use crate::nlip::Message;
 use futures_util::future::BoxFuture;
@@ -27,27 +28,49 @@ pub(crate) enum Returned {
     Retry(String),
 }
 
-/// How an answer reaches the door its request came through.
-pub(crate) trait ReturnPath: Send + Sync {
+/// How an answer reaches the door its request came through; and the answer's interim events
+/// (an agent's progress), for a door that passes them on (most take only the answer).
+pub(crate) trait ReturnPath: Progress + Send + Sync {
     fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>>;
 }
 
 /// The return path of a door that waits in place (an HTTP request, a WebSocket): the answer
-/// goes to a channel its handler reads.
-pub(crate) struct InPlace(Mutex<Option<tokio::sync::oneshot::Sender<Message>>>);
+/// goes to a channel its handler reads, and, for a handler that streams, interim events to
+/// another.
+pub(crate) struct InPlace {
+    answer: Mutex<Option<tokio::sync::oneshot::Sender<Message>>>,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
+}
 
 impl InPlace {
     pub(crate) fn new() -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        (Arc::new(InPlace(Mutex::new(Some(tx)))), rx)
+        (Arc::new(InPlace { answer: Mutex::new(Some(tx)), progress: None }), rx)
+    }
+
+    /// A return path that takes interim events too, sent to `progress`.
+    pub(crate) fn streaming(
+        progress: tokio::sync::mpsc::UnboundedSender<Message>,
+    ) -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Arc::new(InPlace { answer: Mutex::new(Some(tx)), progress: Some(progress) }), rx)
     }
 }
 
 impl ReturnPath for InPlace {
     fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>> {
-        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let sender = self.answer.lock().unwrap_or_else(|p| p.into_inner()).take();
         let sent = sender.map_or(Err(Returned::Gone), |tx| tx.send(answer).map_err(|_| Returned::Gone));
         Box::pin(std::future::ready(sent))
+    }
+}
+
+impl Progress for InPlace {
+    fn progress(&self, event: Message) {
+        if let Some(progress) = &self.progress {
+            // An asker that is gone takes no more events; the answer is still delivered.
+            let _ = progress.send(event);
+        }
     }
 }
 

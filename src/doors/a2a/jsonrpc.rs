@@ -62,16 +62,15 @@ pub(super) async fn post_a2a(
     // 0.3's tasks and results are translated back; 1.0's go as they are.
     let task_out = |task: Value| if old { v0_3::task_to(&task) } else { task };
     let outcome = match method {
-        "SendMessage" | "SendStreamingMessage" => {
+        "SendMessage" => {
             let request = if old { send_request_from_0_3(&params) } else { params };
-            operation::send_message(&front, &headers, &client, &request).await.map(|result| {
-                let result = if old { v0_3::result_to(&result) } else { result };
-                // The stream is the one final answer: silpgate sends no interim task events.
-                if method == "SendStreamingMessage" {
-                    return Answer::Stream(vec![respond(result)]);
-                }
-                Answer::One(respond(result))
-            })
+            operation::send_message(&front, &headers, &client, &request)
+                .await
+                .map(|result| Answer::One(respond(if old { v0_3::result_to(&result) } else { result })))
+        }
+        "SendStreamingMessage" => {
+            let request = if old { send_request_from_0_3(&params) } else { params };
+            operation::send_streaming(&front, &headers, &client, &request).await.map(Answer::Live)
         }
         "GetTask" => operation::get_task(&front, &client, &params).map(|t| Answer::One(respond(task_out(t)))),
         "CancelTask" => {
@@ -94,6 +93,10 @@ pub(super) async fn post_a2a(
     match outcome {
         Ok(Answer::One(body)) => super::reply_as(StatusCode::OK, &body, content_type),
         Ok(Answer::Stream(events)) => super::event_stream(&events),
+        Ok(Answer::Live(events)) => super::live_event_stream(events, move |event| {
+            let result = if old { v0_3::stream_event_to(&event) } else { event };
+            json!({"jsonrpc": "2.0", "id": id, "result": result})
+        }),
         Err(failure) => failed(id, &failure),
     }
 }
@@ -103,6 +106,8 @@ enum Answer {
     One(Value),
     /// Server-sent events, one JSON-RPC response each.
     Stream(Vec<Value>),
+    /// Server-sent events as they come: stream responses, each sent as a JSON-RPC response.
+    Live(tokio::sync::mpsc::UnboundedReceiver<Value>),
 }
 
 /// A 0.3 `message/send` request as 1.0's: its message translated, `blocking: false` as

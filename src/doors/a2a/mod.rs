@@ -95,6 +95,23 @@ async fn card(State(front): State<Arc<Front>>) -> Response {
     reply(StatusCode::OK, &card)
 }
 
+/// A streamed answer whose events come as the work goes on: one server-sent event for each
+/// value `events` yields, as `wrap` writes it, until it ends.
+fn live_event_stream(
+    events: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    wrap: impl Fn(Value) -> Value + Send + 'static,
+) -> Response {
+    let stream = futures_util::stream::unfold((events, wrap), |(mut events, wrap)| async move {
+        let event = events.recv().await?;
+        let data = format!("data: {}\n\n", wrap(event));
+        Some((Ok::<_, std::convert::Infallible>(data), (events, wrap)))
+    });
+    let mut out = Response::new(Body::from_stream(stream));
+    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    out.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out
+}
+
 /// A response of JSON `body` and media type `content_type`.
 fn reply_as(status: StatusCode, body: &Value, content_type: &'static str) -> Response {
     let mut response = reply(status, body);
@@ -102,9 +119,8 @@ fn reply_as(status: StatusCode, body: &Value, content_type: &'static str) -> Res
     response
 }
 
-/// A streamed answer: one server-sent event for each of `events` (JSON-RPC responses, or in
-/// HTTP+JSON the stream responses themselves). They are all known when it is sent: the
-/// answer, or a task as it stood and as it ended.
+/// A streamed answer whose events are all known when it is sent: one server-sent event for
+/// each of `events` (JSON-RPC responses, or in HTTP+JSON the stream responses themselves).
 fn event_stream(events: &[Value]) -> Response {
     let body: String = events.iter().map(|event| format!("data: {event}\n\n")).collect();
     let mut out = Response::new(Body::from(body));

@@ -209,23 +209,108 @@ pub(super) async fn send_message(
     let parent = crate::telemetry::extract_http(headers);
     let later = request.pointer("/configuration/returnImmediately").and_then(Value::as_bool).unwrap_or(false);
     if !later {
-        return Ok(deliver(front, taken, parent).await);
+        return Ok(deliver(front, taken, parent, None).await);
     }
     let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null))?;
     let id = task["id"].as_str().unwrap_or_default().to_owned();
     let front = front.clone();
     tokio::spawn(async move {
-        let answer = deliver(&front, taken, parent).await;
+        let answer = deliver(&front, taken, parent, None).await;
         front.a2a_tasks.finish(&id, &answer);
     });
     Ok(json!({"task": task}))
 }
 
-/// Sends a taken message through the intake; the answer as A2A's result.
-async fn deliver(front: &Front, taken: Taken, parent: opentelemetry::Context) -> Value {
+/// One `SendStreamingMessage`: its events (1.0 `StreamResponse` values) as they come. Without
+/// interim events, the one event is the result, as for `SendMessage`. When the agent reports
+/// progress, the stream is a task's: the task, working, at the first report; a status update
+/// carrying each report; then the answer as the task's artifact and its completion, or the
+/// error as its failed (or rejected) status.
+pub(super) async fn send_streaming(
+    front: &Arc<Front>,
+    headers: &HeaderMap,
+    client: &str,
+    request: &Value,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<Value>, Failure> {
+    let (events, stream) = tokio::sync::mpsc::unbounded_channel();
+    let returned_at_once =
+        request.pointer("/configuration/returnImmediately").and_then(Value::as_bool) == Some(true);
+    if returned_at_once {
+        let _ = events.send(send_message(front, headers, client, request).await?);
+        return Ok(stream);
+    }
+    if request.pointer("/configuration/taskPushNotificationConfig").is_some_and(|c| !c.is_null()) {
+        return Err(Failure::PushNotSupported);
+    }
+    let taken = take(front, client, request.get("message"))?;
+    let parent = crate::telemetry::extract_http(headers);
+    let front = front.clone();
+    tokio::spawn(async move {
+        let context = taken.context.clone();
+        let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        let answer = deliver(&front, taken, parent, Some(progress));
+        tokio::pin!(answer);
+        let mut task: Option<Value> = None;
+        let report = |said: Message, task: &mut Option<Value>| {
+            let n = IDS.fetch_add(1, Ordering::Relaxed);
+            let task = task.get_or_insert_with(|| {
+                let mut task =
+                    json!({"id": format!("silpgate-t{n}"), "status": {"state": "TASK_STATE_WORKING"}});
+                if let Some(context) = &context {
+                    task["contextId"] = json!(context);
+                }
+                let _ = events.send(json!({"task": task}));
+                task
+            });
+            let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);
+            set_context(&mut message, context.as_deref());
+            let _ = events
+                .send(json!({"statusUpdate": {"taskId": task["id"], "contextId": task.get("contextId"),
+                "status": {"state": "TASK_STATE_WORKING", "message": message}}}));
+        };
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(said) = reports.recv() => report(said, &mut task),
+                result = &mut answer => break result,
+            }
+        };
+        while let Ok(said) = reports.try_recv() {
+            report(said, &mut task);
+        }
+        let Some(task) = task else {
+            let _ = events.send(result);
+            return;
+        };
+        let (id, context) = (&task["id"], task.get("contextId"));
+        if let Some(message) = result.get("message") {
+            let parts = message.get("parts").cloned().unwrap_or_else(|| json!([]));
+            let _ = events.send(json!({"artifactUpdate": {"taskId": id, "contextId": context,
+                "artifact": {"artifactId": "answer", "parts": parts}}}));
+            let _ = events.send(json!({"statusUpdate": {"taskId": id, "contextId": context,
+                "status": {"state": "TASK_STATE_COMPLETED"}}}));
+        } else if let Some(status) = result.pointer("/task/status") {
+            let _ =
+                events.send(json!({"statusUpdate": {"taskId": id, "contextId": context, "status": status}}));
+        }
+    });
+    Ok(stream)
+}
+
+/// Sends a taken message through the intake; the answer as A2A's result. The agent's
+/// interim events go to `progress`, when given.
+async fn deliver(
+    front: &Front,
+    taken: Taken,
+    parent: opentelemetry::Context,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
+) -> Value {
     let Taken { envelope, context } = taken;
     let context = context.as_deref();
-    let answer = front.request(envelope, Transport::Http, "a2a", parent).await;
+    let answer = match progress {
+        Some(progress) => front.request_streaming(envelope, Transport::Http, "a2a", parent, progress).await,
+        None => front.request(envelope, Transport::Http, "a2a", parent).await,
+    };
     let n = IDS.fetch_add(1, Ordering::Relaxed);
     let task = |state: &str, message: &Message| {
         let mut status_message = map::message(message, &format!("silpgate-m{n}"), map::ROLE_AGENT);

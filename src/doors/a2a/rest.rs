@@ -7,7 +7,7 @@
 //! order; an `A2A-Version` header, when sent, must be 1.x (0.3's HTTP binding is not served).
 
 use super::operation::{self, Failure};
-use super::{A2A_MEDIA_TYPE, event_stream, reply_as};
+use super::{A2A_MEDIA_TYPE, event_stream, live_event_stream, reply_as};
 use crate::a2a::VERSION;
 use crate::doors::Front;
 use crate::doors::jsonrpc::{Admitted, admit};
@@ -47,8 +47,13 @@ async fn send(
         Ok(request) => request,
         Err(e) => return failed(&Failure::Parse(format!("the body is not JSON: {e}"))),
     };
+    if streaming {
+        return match operation::send_streaming(&front, &headers, &admitted.client, &request).await {
+            Ok(events) => live_event_stream(events, |event| event),
+            Err(failure) => failed(&failure),
+        };
+    }
     match operation::send_message(&front, &headers, &admitted.client, &request).await {
-        Ok(result) if streaming => event_stream(&[result]),
         Ok(result) => reply_as(StatusCode::OK, &result, A2A_MEDIA_TYPE),
         Err(failure) => failed(&failure),
     }

@@ -830,6 +830,9 @@ struct ReplyAddresses {
     message_id: String,
 }
 
+/// AMQP senders hear the answer only.
+impl crate::connectors::Progress for ReplyAddresses {}
+
 impl ReturnPath for ReplyAddresses {
     fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>> {
         Box::pin(async move {
