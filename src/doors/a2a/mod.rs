@@ -8,8 +8,9 @@
 //! wherever the routes send it, and the answer comes back as the A2A response: a Message when
 //! the answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
 //! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
-//! NLIP error, its status message carrying the error. `SendStreamingMessage` is answered with
-//! one server-sent event holding that same response. A message sent with `returnImmediately`
+//! NLIP error, its status message carrying the error. `SendStreamingMessage` streams the
+//! agent's progress as it comes, when the agent reports any, as a task of the door's own, and
+//! otherwise answers with one server-sent event holding that same response. A message sent with `returnImmediately`
 //! is answered at once with a working task, which the door keeps ([`tasks`]) for `GetTask`,
 //! `ListTasks`, `CancelTask` and `SubscribeToTask`. Bearer tokens, the per-client rate limit
 //! and the `Origin` check apply as on `/mcp`; the card is public, as discovery needs.

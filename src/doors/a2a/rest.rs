@@ -1,6 +1,7 @@
 //! The HTTP+JSON binding of the A2A door (A2A 1.0), at the same base URL as JSON-RPC:
 //! `POST /a2a/message:send` and `POST /a2a/message:stream` take a `SendMessageRequest` as the
-//! body and answer a `SendMessageResponse` (the stream: one server-sent event holding it);
+//! body and answer a `SendMessageResponse` (the stream: `StreamResponse` events, as over
+//! JSON-RPC);
 //! `GET /a2a/tasks/{id}` (`?historyLength=`), `POST /a2a/tasks/{id}:cancel`,
 //! `GET`/`POST /a2a/tasks/{id}:subscribe` and `GET /a2a/tasks` (`?contextId=&pageSize=`) reach
 //! the kept tasks; push notification configs are not taken. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
