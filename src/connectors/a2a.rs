@@ -14,7 +14,8 @@
 //! as they come (each held to the answer limit): a Message ends the exchange; a Task, its
 //! status updates and its artifact updates (appended or replaced, by artifact id) build the
 //! task until its state is final. A stream that ends or breaks before that leaves the task to
-//! be polled, as below.
+//! be polled, as below. A working task's status messages are passed on as they come, as
+//! interim events, to an asker that takes them ([`super::Progress`]).
 //!
 //! The answer is a Message, or a Task. A task that is not finished is polled with `GetTask`
 //! (20 ms, doubling to 500 ms) until it ends or `gateway.reply_timeout_ms` passes since the
