@@ -459,12 +459,17 @@ impl A2aAgent {
     }
 
     /// Passes a working task's status message on to the asker, as an interim event, when the
-    /// asker takes them.
+    /// asker takes them. A task that says nothing yet is an empty event: the work has begun.
     fn report(&self, parcel: &Parcel, event: &Value) {
         let Some(to) = &parcel.progress else { return };
         let said =
             event.pointer("/statusUpdate/status/message").or_else(|| event.pointer("/task/status/message"));
-        let Some(parts) = said.and_then(|m| m.get("parts")).and_then(Value::as_array) else { return };
+        let no_parts = Vec::new();
+        let parts = match said.and_then(|m| m.get("parts")).and_then(Value::as_array) {
+            Some(parts) => parts,
+            None if event.get("task").is_some() => &no_parts,
+            None => return,
+        };
         match map::envelope(parts, "statusUpdate.status.message.parts") {
             Ok(mut interim) => {
                 interim.messagetype = Some(super::PROGRESS.to_owned());

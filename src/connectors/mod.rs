@@ -47,7 +47,8 @@ pub(crate) struct Parcel {
 
 /// Whoever takes an agent's interim events: the asker's door, when it can pass them on. An
 /// interim event is an NLIP message whose `messagetype` is [`PROGRESS`]: what the agent said
-/// of its work on the way to the answer (an A2A agent's status messages).
+/// of its work on the way to the answer (an A2A agent's status messages), or, empty (an empty
+/// English text), that the work has begun.
 pub(crate) trait Progress: Send + Sync {
     /// Takes one interim event. Never blocks, never fails the delivery.
     fn progress(&self, _event: Message) {}

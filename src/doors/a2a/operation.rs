@@ -262,6 +262,12 @@ pub(super) async fn send_streaming(
                 let _ = events.send(json!({"task": task}));
                 task
             });
+            // An empty event says the work has begun: the task above says so already.
+            let empty = matches!(&said.content, Content::Json(Value::String(text)) if text.is_empty())
+                && said.submessages().iter().all(|s| s.is_token());
+            if empty {
+                return;
+            }
             let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);
             set_context(&mut message, context.as_deref());
             let _ = events
