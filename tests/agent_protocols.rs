@@ -262,6 +262,34 @@ async fn an_a2a_client_streaming_through_the_door_gets_the_agents_progress_as_it
     }
 }
 
+/// A WebSocket client whose message goes to an agent that streams its progress gets the
+/// agent's status reports on the socket as they come (NLIP messages of `messagetype`
+/// `progress`, in its conversation), then the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_client_gets_an_agents_progress_before_its_answer() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as Frame;
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let daemon = gateway_from("ws-progress", &a2a_agent(agent.port), "ws", 30_000).await;
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/nlip/ws/text", daemon.http)).await.unwrap();
+    let request = String::from_utf8(text_request("progress report", "ws-progress-1")).unwrap();
+    socket.send(Frame::Text(request.into())).await.unwrap();
+    let mut got = Vec::new();
+    while got.last().is_none_or(|m: &Value| m["messagetype"] == "progress") {
+        let frame = tokio::time::timeout(gateway::LONG, socket.next()).await.expect("a frame in time");
+        let Some(Ok(Frame::Text(text))) = frame else { panic!("a text frame: {frame:?}") };
+        got.push(serde_json::from_str(&text).unwrap());
+    }
+    let seen = serde_json::to_string(&got).unwrap();
+    let reports: Vec<&str> =
+        got.iter().filter(|m| m["messagetype"] == "progress").filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(reports, ["", "step 1/3", "step 2/3", "step 3/3"], "the start, then each report: {seen}");
+    assert!(got.iter().all(|m| conversation_of(m) == Some("ws-progress-1")), "{seen}");
+    let answer = got.last().unwrap();
+    assert_eq!(answer["content"], "part 1 ", "the answer, last: {seen}");
+}
+
 /// The JSON-RPC methods a2a_agent_streaming.py was called with.
 async fn agent_seen(port: u16) -> Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -149,14 +149,17 @@ impl Front {
     /// delivered: with its answer when that is known now, else with the wait for the agent's
     /// answer. A socket submits its messages one after another, so that a conversation's
     /// messages are handled in the order they came, and waits for the answers side by side.
-    pub(crate) async fn submit(
+    /// The agent's interim events go to `progress` as they come (until the answer is known,
+    /// for an agent that answers in the call).
+    pub(crate) async fn submit_streaming(
         &self,
         envelope: Message,
         transport: Transport,
         source: &str,
         parent: opentelemetry::Context,
+        progress: tokio::sync::mpsc::UnboundedSender<Message>,
     ) -> Submitted {
-        self.submit_with(envelope, transport, source, parent, None).await
+        self.submit_with(envelope, transport, source, parent, Some(progress)).await
     }
 
     async fn submit_with(

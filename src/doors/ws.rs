@@ -237,7 +237,23 @@ async fn serve_socket<S>(
         let Ok(slot) = in_flight.clone().acquire_owned().await else { break None };
         // Messages are taken in the order they came, so that a conversation's turns keep it;
         // the answers they wait for are awaited side by side.
-        match submit(&front, &client, &bytes, encoding, trace.clone()).await {
+        // An agent's interim events are written as they come, before the answer.
+        let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        let submitted = submit(&front, &client, &bytes, encoding, trace.clone(), progress);
+        tokio::pin!(submitted);
+        let submitted = loop {
+            tokio::select! {
+                biased;
+                Some(report) = reports.recv() => {
+                    writer.send(frame(&report, encoding)).await;
+                }
+                submitted = &mut submitted => break submitted,
+            }
+        };
+        while let Ok(report) = reports.try_recv() {
+            writer.send(frame(&report, encoding)).await;
+        }
+        match submitted {
             Submitted::Ready(answer) => {
                 for message in messages_of(answer) {
                     if !writer.send(frame(&message, encoding)).await {
@@ -270,6 +286,7 @@ async fn submit(
     bytes: &[u8],
     encoding: Encoding,
     trace: opentelemetry::Context,
+    progress: tokio::sync::mpsc::UnboundedSender<Message>,
 ) -> Submitted {
     let refused = |message: Message| {
         Submitted::Ready(ToSender::Refused { message, code: String::new(), transient: false })
@@ -278,7 +295,7 @@ async fn submit(
         Ok(envelope) => {
             match front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
                 Err(limit) => refused(super::limit::too_many_conversations(limit)),
-                Ok(()) => front.submit(envelope, Transport::WebSocket, "ws", trace).await,
+                Ok(()) => front.submit_streaming(envelope, Transport::WebSocket, "ws", trace, progress).await,
             }
         }
         Err(e) => {
