@@ -123,10 +123,7 @@ impl Front {
         source: &str,
         parent: opentelemetry::Context,
     ) -> ToSender {
-        match self.submit_with(envelope, transport, source, parent, None).await {
-            Submitted::Ready(to_sender) => to_sender,
-            Submitted::Awaiting(awaiting) => awaiting.wait().await,
-        }
+        self.request_with(envelope, transport, source, parent, None).await
     }
 
     /// As [`Front::request`], with the agent's interim events (its progress on the way to the
@@ -139,7 +136,18 @@ impl Front {
         parent: opentelemetry::Context,
         progress: tokio::sync::mpsc::UnboundedSender<Message>,
     ) -> ToSender {
-        match self.submit_with(envelope, transport, source, parent, Some(progress)).await {
+        self.request_with(envelope, transport, source, parent, Some(progress)).await
+    }
+
+    async fn request_with(
+        &self,
+        envelope: Message,
+        transport: Transport,
+        source: &str,
+        parent: opentelemetry::Context,
+        progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
+    ) -> ToSender {
+        match self.submit_with(envelope, transport, source, parent, progress).await {
             Submitted::Ready(to_sender) => to_sender,
             Submitted::Awaiting(awaiting) => awaiting.wait().await,
         }
@@ -193,10 +201,7 @@ impl Front {
             };
             return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
         }
-        let (path, answered) = match progress {
-            Some(progress) => InPlace::streaming(progress),
-            None => InPlace::new(),
-        };
+        let (path, answered) = InPlace::new(progress);
         let arrival = Arrival {
             envelope,
             origin: Origin::new(transport, source),

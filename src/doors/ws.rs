@@ -183,6 +183,9 @@ async fn serve_socket<S>(
     ticker.tick().await;
     let mut last_heard = Instant::now();
     let mut connection = Bucket::new(front.connection_rate.0, front.connection_rate.1);
+    // One channel for the socket's interim events: its messages are submitted one at a time,
+    // and each message only clones the sender.
+    let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
     let closing = loop {
         let next = tokio::select! {
             next = stream.next() => next,
@@ -238,8 +241,7 @@ async fn serve_socket<S>(
         // Messages are taken in the order they came, so that a conversation's turns keep it;
         // the answers they wait for are awaited side by side.
         // An agent's interim events are written as they come, before the answer.
-        let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
-        let submitted = submit(&front, &client, &bytes, encoding, trace.clone(), progress);
+        let submitted = submit(&front, &client, &bytes, encoding, trace.clone(), progress.clone());
         tokio::pin!(submitted);
         let submitted = loop {
             tokio::select! {

@@ -109,7 +109,7 @@ fn intake_with(agent: Arc<Scripted>) -> (Intake, Arc<MemoryStore>) {
 
 /// A front-door request in conversation `conv-1`, and the receiver of its later answer.
 fn request(code: &str) -> (Arrival, tokio::sync::oneshot::Receiver<Message>) {
-    let (path, answered) = InPlace::new();
+    let (path, answered) = InPlace::new(None);
     let arrival = Arrival {
         envelope: silp_message(code, "conv-1"),
         origin: Origin::new(Transport::Http, "http"),

@@ -43,17 +43,13 @@ pub(crate) struct InPlace {
 }
 
 impl InPlace {
-    pub(crate) fn new() -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (Arc::new(InPlace { answer: Mutex::new(Some(tx)), progress: None }), rx)
-    }
-
-    /// A return path that takes interim events too, sent to `progress`.
-    pub(crate) fn streaming(
-        progress: tokio::sync::mpsc::UnboundedSender<Message>,
+    /// A return path for the answer that also takes interim events, sent to `progress` when
+    /// given.
+    pub(crate) fn new(
+        progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
     ) -> (Arc<InPlace>, tokio::sync::oneshot::Receiver<Message>) {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        (Arc::new(InPlace { answer: Mutex::new(Some(tx)), progress: Some(progress) }), rx)
+        (Arc::new(InPlace { answer: Mutex::new(Some(tx)), progress }), rx)
     }
 }
 
@@ -196,7 +192,7 @@ mod tests {
     use crate::silp::Frontend;
 
     fn waiter(since: Instant) -> (Waiter, tokio::sync::oneshot::Receiver<Message>) {
-        let (path, rx) = InPlace::new();
+        let (path, rx) = InPlace::new(None);
         let form = OutputForm::Surface(Frontend::Code);
         (Waiter { agent: "a".into(), form, path, since, request: "m".into() }, rx)
     }
@@ -220,7 +216,7 @@ mod tests {
 
     #[test]
     fn an_in_place_path_tells_when_the_asker_is_gone() {
-        let (path, rx) = InPlace::new();
+        let (path, rx) = InPlace::new(None);
         drop(rx);
         let answer = Message::text("late");
         let sent = futures_util::FutureExt::now_or_never(path.send(answer)).expect("ready");
