@@ -7,6 +7,7 @@
 # behind them (benches/latency.rs `floor`). Installs what it needs (a venv in
 # target/bench-venv). The last line is
 #   median ratio nlip-server/silpgate (fastest connections): http X, ws Y
+# SILPGATE_BENCH_BIN=/path/to/an/earlier/silpgate runs that build instead (before/after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,7 @@ plain = true
 client_rate = 0.0
 connection_rate = 0.0
 TOML
-"$target/release/silpgate" run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>"$logs/silpgate.log" &
+"${SILPGATE_BENCH_BIN:-$target/release/silpgate}" run --config "$config" --listen 127.0.0.1:18990 --store "$store" 2>"$logs/silpgate.log" &
 silpgate_pid=$!
 (cd "$venv" && exec bin/python -m uvicorn nlip_server.echo:app --port 18991 --log-level warning) 2>"$logs/nlip-server.log" &
 reference_pid=$!
