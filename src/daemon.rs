@@ -7,6 +7,7 @@ use crate::broker::link::BrokerLink;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::connectors::{Agents, AnswerPath, AnswerSink};
+use crate::doors::a2a::courier::Courier;
 use crate::doors::amqp::{Amqp, AmqpError};
 use crate::doors::stream::Stream;
 use crate::doors::{Front, auth::Tokens, http, listener, tls};
@@ -36,6 +37,8 @@ pub enum RunError {
     Key(String),
     #[error("{0}")]
     Tls(String),
+    #[error("[a2a] push notifications: {0}")]
+    Push(String),
     #[error("[[agents]]: {0}")]
     Agents(#[from] crate::connectors::SetupError),
     #[error("[http] authentication: {0}")]
@@ -54,6 +57,8 @@ pub struct Daemon {
     store: Arc<SledStore>,
     amqp: Option<Amqp>,
     streams: Vec<Stream>,
+    /// Delivers the A2A door's push notifications, when they are offered.
+    courier: Option<Courier>,
 }
 
 /// Overrides from the command line.
@@ -132,9 +137,27 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let amqp = config.amqp.clone().map(|amqp| {
         Amqp::new(config.clone(), amqp, core_store.clone(), cluster.clone(), intake.clone(), (link, broker))
     });
-    let a2a_tasks = crate::doors::a2a::tasks::TaskBook::load(Some(store.kept("a2a_tasks")?), &config.a2a)?;
+    let (written, courier_takes) = match (&config.amqp, config.a2a.pushes()) {
+        (Some(_), true) => {
+            let (written, taken) = tokio::sync::mpsc::unbounded_channel();
+            (Some(written), Some(taken))
+        }
+        _ => (None, None),
+    };
+    let a2a_tasks = Arc::new(crate::doors::a2a::tasks::TaskBook::load(
+        Some(store.kept("a2a_tasks")?),
+        &config.a2a,
+        written,
+    )?);
+    let courier = match (courier_takes, &config.amqp) {
+        (Some(taken), Some(amqp)) => Some(
+            Courier::new(amqp.clone(), config.a2a.clone(), a2a_tasks.clone(), taken)
+                .map_err(RunError::Push)?,
+        ),
+        _ => None,
+    };
     let front = Arc::new(Front {
-        a2a_tasks: Arc::new(a2a_tasks),
+        a2a_tasks,
         broker: amqp.as_ref().map(Amqp::health),
         cluster,
         auth,
@@ -161,7 +184,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         limits,
         intake,
     });
-    Ok(Daemon { listener, tls, front, store, amqp, streams })
+    Ok(Daemon { listener, tls, front, store, amqp, streams, courier })
 }
 
 impl Daemon {
@@ -179,8 +202,9 @@ impl Daemon {
     /// Serves until `shutdown` completes or the AMQP side fails for good, then drains the AMQP
     /// side and flushes the store.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RunError> {
-        let Daemon { listener, tls, front, store, amqp, streams } = self;
+        let Daemon { listener, tls, front, store, amqp, streams, courier } = self;
         let (stop, stopped) = crate::util::shutdown::Shutdown::new();
+        let courier = courier.map(|courier| tokio::spawn(courier.run(stopped.clone())));
         let amqp = amqp.map(|amqp| tokio::spawn(amqp.run(stopped.clone())));
         let streams: Vec<_> =
             streams.into_iter().map(|s| tokio::spawn(s.run(front.clone(), stopped.clone()))).collect();
@@ -214,6 +238,9 @@ impl Daemon {
         // Streams stop reading when told and finish what they read.
         let streams = futures_util::future::join_all(streams);
         let (served, amqp_result, _) = tokio::join!(http, amqp_result, streams);
+        if let Some(courier) = courier {
+            let _ = courier.await;
+        }
         sweeper.abort();
         expiry.abort();
         store.flush_async().await?;

@@ -846,6 +846,176 @@ async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
     assert_eq!(second["result"]["status"]["state"], "TASK_STATE_CANCELED", "{second}");
 }
 
+/// What a webhook took: each POST's query, token and `Authorization` header, and body.
+type Taken = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+
+/// A webhook on `port` that takes every POST (200) and records it.
+async fn webhook(port: u16) -> (Taken, tokio::task::JoinHandle<()>) {
+    use axum::extract::{Query, State};
+    use axum::http::HeaderMap;
+    use std::collections::HashMap;
+    let taken = Taken::default();
+    let record = |State(taken): State<Taken>,
+                  Query(query): Query<HashMap<String, String>>,
+                  headers: HeaderMap,
+                  body: String| async move {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        taken.lock().unwrap().push(json!({
+            "task": query.get("task"),
+            "token": header("x-a2a-notification-token"),
+            "authorization": header("authorization"),
+            "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::String(body)),
+        }));
+        ""
+    };
+    let app = axum::Router::new().route("/hook", axum::routing::post(record)).with_state(taken.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    (taken, tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }))
+}
+
+/// The kind of each `StreamResponse` a webhook took for task `which`, with a status update's
+/// state or report.
+fn pushed(taken: &Taken, which: &str) -> Vec<String> {
+    taken
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| t["task"] == which)
+        .map(|t| {
+            let body = &t["body"];
+            if let Some(update) = body.get("statusUpdate") {
+                let report = update["status"]["message"]["parts"][0]["text"].as_str();
+                let state = update["status"]["state"].as_str().unwrap_or_default();
+                report.map_or_else(|| format!("status {state}"), |r| format!("status {state} {r}"))
+            } else if let Some(task) = body.get("task") {
+                format!("task {}", task["status"]["state"].as_str().unwrap_or_default())
+            } else if body.get("artifactUpdate").is_some() {
+                "artifact".into()
+            } else {
+                body.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Push notifications wait on the broker for a webhook that is down: an a2a-sdk client asks
+/// for them (in a send's configuration, and with CreateTaskPushNotificationConfig), the
+/// agent works and reports its progress while the webhook is down, silpgate is killed and
+/// started again, and only then does the webhook come up: it gets every change of each task,
+/// in order, with its token and credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_push_notifications_reach_a_webhook_that_was_down_across_a_restart_every_one_in_order() {
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let names = Names::new("a2a-push");
+    let dir = broker::temp_dir("a2a-push");
+    let hook_port = free_port();
+    let push = format!(
+        "[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{}.push\"\npush_retry_initial_ms = 100\npush_retry_max_ms = 400\n",
+        names.inbound()
+    );
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
+    let rest = format!("{push}{}{route}", a2a_agent(agent.port));
+    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
+    let daemon = gateway::start(&config, &dir, true).await;
+
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let mut client = Command::new(&python);
+    client
+        .arg(format!("{}/tests/interop/a2a_push_client.py", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!("http://{}", daemon.http))
+        .arg(format!("http://127.0.0.1:{hook_port}/hook"));
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let asked: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    assert_eq!(asked["pushNotifications"], true, "the card offers them: {asked}");
+    assert_eq!(asked["created"]["id"], "b-1", "{asked}");
+    assert_eq!(asked["got"]["token"], "tok-b", "{asked}");
+    assert_eq!(asked["listed"], json!(["b-1"]), "b-2 was deleted: {asked}");
+    let (a, b) = (asked["a"].as_str().unwrap().to_owned(), asked["b"].as_str().unwrap().to_owned());
+
+    // A webhook elsewhere is refused, saying where webhooks may be.
+    let elsewhere = json!({"jsonrpc": "2.0", "id": 1, "method": "CreateTaskPushNotificationConfig",
+        "params": {"taskId": a, "url": "https://elsewhere.example.com/hook"}});
+    let (_, refused) = post_with(&daemon.http, "/a2a", elsewhere.to_string().as_bytes(), "").await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("a2a.push_origins"), "{refused}");
+
+    // Both tasks end while the webhook is down, and the courier has tried it.
+    let rpc =
+        |id: &str| json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": id}}).to_string();
+    let deadline = Instant::now() + gateway::LONG;
+    for id in [&a, &b] {
+        loop {
+            let (_, task) = post_with(&daemon.http, "/a2a", rpc(id).as_bytes(), "").await;
+            if task["result"]["status"]["state"] == "TASK_STATE_COMPLETED" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "task {id} did not complete: {task}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let tried = || daemon.log.lock().unwrap().iter().any(|l| l.contains("did not take a notification"));
+    while !tried() {
+        assert!(Instant::now() < deadline, "the courier never tried the webhook");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    daemon.kill();
+
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (taken, _server) = webhook(hook_port).await;
+    let every_change_of_a = [
+        "task TASK_STATE_WORKING",
+        "status TASK_STATE_WORKING step 1/3",
+        "status TASK_STATE_WORKING step 2/3",
+        "status TASK_STATE_WORKING step 3/3",
+        "artifact",
+        "status TASK_STATE_COMPLETED",
+    ];
+    let deadline = Instant::now() + gateway::LONG;
+    let ended =
+        |which: &str| pushed(&taken, which).last().map(String::as_str) == Some("status TASK_STATE_COMPLETED");
+    while !ended("a") || !ended("b") {
+        assert!(
+            Instant::now() < deadline,
+            "not every notification came: a {:?}, b {:?}; log: {:?}",
+            pushed(&taken, "a"),
+            pushed(&taken, "b"),
+            daemon.log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A little longer: nothing more, nothing twice.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(pushed(&taken, "a"), every_change_of_a);
+    let of_b = pushed(&taken, "b");
+    // b's config came after its task opened: b hears the changes since, in order.
+    let of_b: Vec<&str> = of_b.iter().map(String::as_str).collect();
+    let seen_b = || {
+        serde_json::to_string(&taken.lock().unwrap().iter().filter(|t| t["task"] == "b").collect::<Vec<_>>())
+            .unwrap()
+    };
+    assert!(!of_b.is_empty() && every_change_of_a[1..].ends_with(&of_b), "{of_b:?}: {}", seen_b());
+    assert!(!pushed(&taken, "b2").iter().any(|p| p.contains("COMPLETED")), "the deleted config's webhook");
+    for t in taken.lock().unwrap().iter() {
+        match t["task"].as_str() {
+            Some("a") => {
+                assert_eq!(t["token"], "tok-a", "{t}");
+                assert_eq!(t["authorization"], "Bearer hook-secret", "{t}");
+                assert!(t["body"].to_string().contains(&a), "{t}");
+            }
+            Some("b") => {
+                assert_eq!(t["token"], "tok-b", "{t}");
+                assert_eq!(t["authorization"], Value::Null, "{t}");
+                assert!(t["body"].to_string().contains(&b), "{t}");
+            }
+            _ => {}
+        }
+    }
+    drop(daemon);
+}
+
 /// A GET with `headers`: the status and the body as JSON.
 async fn get_with(addr: &str, path: &str, headers: &str) -> (u16, Value) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

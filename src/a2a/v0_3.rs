@@ -22,6 +22,10 @@ pub(crate) const VERSION: &str = "0.3.0";
 /// Marks a 0.3 data part whose object only wraps JSON that is not one.
 const WRAPPED: &str = "silpgate_wrapped_value";
 
+/// Marks a push notification config made by a 0.3 client, translated: its webhook is sent
+/// 0.3's payloads.
+pub(crate) const PUSHED_AS_0_3: &str = "silpgate_pushed_as_0_3";
+
 /// The 1.0 method a 0.3 method is, or `None` when `method` is not a 0.3 method.
 pub(crate) fn method_as_1_0(method: &str) -> Option<&'static str> {
     Some(match method {
@@ -30,8 +34,69 @@ pub(crate) fn method_as_1_0(method: &str) -> Option<&'static str> {
         "tasks/get" => "GetTask",
         "tasks/cancel" => "CancelTask",
         "tasks/resubscribe" => "SubscribeToTask",
+        "tasks/pushNotificationConfig/set" => "CreateTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/get" => "GetTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/list" => "ListTaskPushNotificationConfigs",
+        "tasks/pushNotificationConfig/delete" => "DeleteTaskPushNotificationConfig",
         _ => return None,
     })
+}
+
+/// A 0.3 `PushNotificationConfig` (`id`, `url`, `token`, `authentication` with `schemes`
+/// and `credentials`) as 1.0's flattened config (`authentication` with one `scheme`).
+pub(crate) fn push_notification_config_from(config: &Value) -> Value {
+    // Its webhook reads 0.3's payloads: the task, whole, at each change.
+    let mut flat = json!({PUSHED_AS_0_3: true});
+    for key in ["id", "url", "token"] {
+        if let Some(value) = config.get(key).filter(|v| !v.is_null()) {
+            flat[key] = value.clone();
+        }
+    }
+    if let Some(authentication) = config.get("authentication").filter(|a| a.is_object()) {
+        let scheme = authentication.pointer("/schemes/0").cloned().unwrap_or(Value::Null);
+        flat["authentication"] = json!({"scheme": scheme});
+        if let Some(credentials) = authentication.get("credentials").filter(|c| !c.is_null()) {
+            flat["authentication"]["credentials"] = credentials.clone();
+        }
+    }
+    flat
+}
+
+/// 0.3's `tasks/pushNotificationConfig/set` params (`taskId`, `pushNotificationConfig`) as
+/// 1.0's `CreateTaskPushNotificationConfig` params.
+pub(crate) fn push_config_from(params: &Value) -> Value {
+    let mut flat =
+        push_notification_config_from(params.get("pushNotificationConfig").unwrap_or(&Value::Null));
+    if let Some(task) = params.get("taskId") {
+        flat["taskId"] = task.clone();
+        // 0.3 names a task's one config by the task's id.
+        if flat.get("id").is_none() {
+            flat["id"] = task.clone();
+        }
+    }
+    flat
+}
+
+/// 0.3's get, list and delete params (`id`: the task, `pushNotificationConfigId`) as 1.0's
+/// (`taskId`, `id`).
+pub(crate) fn push_config_params_from(params: &Value) -> Value {
+    let task = params.get("id").cloned().unwrap_or(Value::Null);
+    let config = params.get("pushNotificationConfigId").filter(|c| !c.is_null()).unwrap_or(&task).clone();
+    json!({"taskId": task, "id": config})
+}
+
+/// A 1.0 push notification config as 0.3's `TaskPushNotificationConfig`.
+pub(crate) fn push_config_to(config: &Value) -> Value {
+    let mut inner = json!({});
+    for key in ["id", "url", "token"] {
+        if let Some(value) = config.get(key) {
+            inner[key] = value.clone();
+        }
+    }
+    if let Some(scheme) = config.pointer("/authentication/scheme") {
+        inner["authentication"] = json!({"schemes": [scheme]});
+    }
+    json!({"taskId": config.get("taskId").cloned().unwrap_or(Value::Null), "pushNotificationConfig": inner})
 }
 
 /// The 0.3 method for a 1.0 one (the connector's requests to a 0.3 agent).

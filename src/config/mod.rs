@@ -47,7 +47,7 @@ pub struct Config {
     pub store: StoreConfig,
     /// The HTTP and WebSocket listener.
     pub http: HttpConfig,
-    /// silpgate's own A2A door (`/a2a`): the tasks it keeps.
+    /// silpgate's own A2A door (`/a2a`): the tasks it keeps and their push notifications.
     pub a2a: A2aConfig,
     /// The RabbitMQ connection (AMQP 0-9-1). Absent: no broker, HTTP and WebSocket only.
     pub amqp: Option<AmqpConfig>,
@@ -310,6 +310,7 @@ impl Config {
             )));
         }
         self.http.check()?;
+        self.a2a.check(self.amqp.is_some())?;
         for agent in &self.agents {
             agent.check()?;
         }

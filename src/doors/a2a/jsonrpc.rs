@@ -83,11 +83,29 @@ pub(super) async fn post_a2a(
             };
             Answer::Stream(std::iter::once(now).chain(ended).map(event).collect())
         }),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => Err(Failure::PushNotSupported),
-        _ if asked.starts_with("tasks/pushNotificationConfig/") => Err(Failure::PushNotSupported),
+        "CreateTaskPushNotificationConfig" => {
+            let params = if old { v0_3::push_config_from(&params) } else { params };
+            operation::create_push_config(&front, &client, &params)
+                .map(|config| Answer::One(respond(if old { v0_3::push_config_to(&config) } else { config })))
+        }
+        "GetTaskPushNotificationConfig" => {
+            let params = if old { v0_3::push_config_params_from(&params) } else { params };
+            operation::get_push_config(&front, &client, &params)
+                .map(|config| Answer::One(respond(if old { v0_3::push_config_to(&config) } else { config })))
+        }
+        "ListTaskPushNotificationConfigs" => {
+            let params = if old { v0_3::push_config_params_from(&params) } else { params };
+            operation::list_push_configs(&front, &client, &params).map(|list| {
+                let configs = list["configs"].as_array().cloned().unwrap_or_default();
+                let old_list = || Value::Array(configs.iter().map(v0_3::push_config_to).collect());
+                Answer::One(respond(if old { old_list() } else { list }))
+            })
+        }
+        "DeleteTaskPushNotificationConfig" => {
+            let params = if old { v0_3::push_config_params_from(&params) } else { params };
+            operation::delete_push_config(&front, &client, &params)
+                .map(|done| Answer::One(respond(if old { Value::Null } else { done })))
+        }
         _ => Err(Failure::MethodNotFound(format!("method '{asked}' is not served here"))),
     };
     match outcome {
@@ -111,12 +129,15 @@ enum Answer {
 }
 
 /// A 0.3 `message/send` request as 1.0's: its message translated, `blocking: false` as
-/// `returnImmediately`.
+/// `returnImmediately`, its `pushNotificationConfig` as `taskPushNotificationConfig`.
 fn send_request_from_0_3(params: &Value) -> Value {
     let mut request =
         json!({"message": params.get("message").map(v0_3::message_from).unwrap_or(Value::Null)});
     if params.pointer("/configuration/blocking").and_then(Value::as_bool) == Some(false) {
-        request["configuration"] = json!({"returnImmediately": true});
+        request["configuration"]["returnImmediately"] = json!(true);
+    }
+    if let Some(config) = params.pointer("/configuration/pushNotificationConfig").filter(|c| !c.is_null()) {
+        request["configuration"]["taskPushNotificationConfig"] = v0_3::push_notification_config_from(config);
     }
     request
 }

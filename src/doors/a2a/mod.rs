@@ -12,11 +12,15 @@
 //! agent's progress as it comes, when the agent reports any, as a task of the door's own, and
 //! otherwise answers with one server-sent event holding that same response. A message sent with `returnImmediately`
 //! is answered at once with a working task, which the door keeps ([`tasks`]) for `GetTask`,
-//! `ListTasks`, `CancelTask` and `SubscribeToTask`. Bearer tokens, the per-client rate limit
+//! `ListTasks`, `CancelTask` and `SubscribeToTask`. When `a2a.push_origins` allows webhooks,
+//! a task may have push notification configs: each change of the task is then delivered to
+//! them through a queue on the broker ([`courier`]). Bearer tokens, the per-client rate limit
 //! and the `Origin` check apply as on `/mcp`; the card is public, as discovery needs.
 
+pub(crate) mod courier;
 mod jsonrpc;
 mod operation;
+mod push;
 mod rest;
 pub(crate) mod tasks;
 
@@ -75,7 +79,7 @@ async fn card(State(front): State<Arc<Front>>) -> Response {
         "url": url,
         "protocolVersion": v0_3::VERSION,
         "preferredTransport": "JSONRPC",
-        "capabilities": {"streaming": true, "pushNotifications": false, "extensions": [{
+        "capabilities": {"streaming": true, "pushNotifications": front.a2a_tasks.pushes(), "extensions": [{
             "uri": "https://datatracker.ietf.org/doc/draft-hwang-silp-protocol/",
             "description": "SILP payloads: a text part with metadata.silp_encoding = code, or a data part holding the IR; metadata.nlip names a part's NLIP format and subformat",
             "required": false,

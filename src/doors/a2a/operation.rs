@@ -150,10 +150,61 @@ pub(super) async fn subscribe(
     if crate::a2a::map::TaskState::of(&now) != crate::a2a::map::TaskState::Pending {
         return Ok((now, None));
     }
-    let wait = std::time::Duration::from_millis(front.gateway().config().gateway.reply_timeout_ms)
-        + std::time::Duration::from_secs(5);
-    let ended = front.a2a_tasks.ended(client, id, tokio::time::Instant::now() + wait).await?;
+    let ended = front.a2a_tasks.ended(client, id, tokio::time::Instant::now() + reply_wait(front)).await?;
     Ok((now, Some(ended)))
+}
+
+/// `CreateTaskPushNotificationConfig` (a `TaskPushNotificationConfig`: `taskId`, `id`,
+/// `url`, `token`, `authentication`): the config as kept.
+pub(super) fn create_push_config(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
+    let config = front.a2a_tasks.push_config(params)?;
+    front.a2a_tasks.set_push(client, push_task_id(params)?, config)
+}
+
+/// `GetTaskPushNotificationConfig` (`taskId`, `id`).
+pub(super) fn get_push_config(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
+    let (task, id) = push_config_id(front, params)?;
+    let configs = front.a2a_tasks.push_configs(client, task)?;
+    configs
+        .into_iter()
+        .find(|c| c["id"] == id)
+        .ok_or_else(|| Failure::TaskNotFound(format!("task {task} has no push notification config {id}")))
+}
+
+/// `ListTaskPushNotificationConfigs` (`taskId`): every config, on one page.
+pub(super) fn list_push_configs(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
+    if !front.a2a_tasks.pushes() {
+        return Err(Failure::PushNotSupported);
+    }
+    let configs = front.a2a_tasks.push_configs(client, push_task_id(params)?)?;
+    Ok(json!({"configs": configs, "nextPageToken": ""}))
+}
+
+/// `DeleteTaskPushNotificationConfig` (`taskId`, `id`): `{}`.
+pub(super) fn delete_push_config(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
+    let (task, id) = push_config_id(front, params)?;
+    front.a2a_tasks.delete_push(client, task, id)?;
+    Ok(json!({}))
+}
+
+/// The task a push notification config request names (`taskId`).
+fn push_task_id(params: &Value) -> Result<&str, Failure> {
+    params
+        .get("taskId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::InvalidParams("params.taskId names no task".into()))
+}
+
+/// The task and the config a request names (`taskId`, `id`), when push notifications are offered.
+fn push_config_id<'a>(front: &Front, params: &'a Value) -> Result<(&'a str, &'a str), Failure> {
+    if !front.a2a_tasks.pushes() {
+        return Err(Failure::PushNotSupported);
+    }
+    let id = params
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::InvalidParams("params.id names no push notification config".into()))?;
+    Ok((push_task_id(params)?, id))
 }
 
 /// A message the door has taken: its envelope and the client's context.
@@ -194,31 +245,77 @@ pub(super) fn take(front: &Front, client: &str, message: Option<&Value>) -> Resu
 
 /// One `SendMessage` (its 1.0 request: `message`, `configuration`): the result
 /// (`{"message"}` or `{"task"}`), or why it is refused. With `returnImmediately`, the result
-/// is a task, working, which the door keeps and the answer finishes ([`super::tasks`]).
+/// is a task, working, which the door keeps and the answer finishes ([`super::tasks`]). With
+/// a push notification config, the door keeps the task too, so that its changes can be
+/// pushed: the result is that task, once it has ended unless `returnImmediately` says not to
+/// wait.
 pub(super) async fn send_message(
     front: &Arc<Front>,
     headers: &HeaderMap,
     client: &str,
     request: &Value,
 ) -> Result<Value, Failure> {
-    if request.pointer("/configuration/taskPushNotificationConfig").is_some_and(|c| !c.is_null()) {
-        return Err(Failure::PushNotSupported);
-    }
+    let push = match request.pointer("/configuration/taskPushNotificationConfig").filter(|c| !c.is_null()) {
+        Some(config) => Some(front.a2a_tasks.push_config(config)?),
+        None => None,
+    };
     let message = request.get("message");
     let taken = take(front, client, message)?;
     let parent = crate::telemetry::extract_http(headers);
     let later = request.pointer("/configuration/returnImmediately").and_then(Value::as_bool).unwrap_or(false);
-    if !later {
+    if !later && push.is_none() {
         return Ok(deliver(front, taken, parent, None).await);
     }
-    let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null))?;
+    let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null), push)?;
     let id = task["id"].as_str().unwrap_or_default().to_owned();
-    let front = front.clone();
-    tokio::spawn(async move {
-        let answer = deliver(&front, taken, parent, None).await;
-        front.a2a_tasks.finish(&id, &answer);
-    });
-    Ok(json!({"task": task}))
+    tokio::spawn(work_on(front.clone(), id.clone(), taken, parent));
+    if later {
+        return Ok(json!({"task": task}));
+    }
+    let deadline = tokio::time::Instant::now() + reply_wait(front);
+    Ok(json!({"task": front.a2a_tasks.ended(client, &id, deadline).await?}))
+}
+
+/// How long a blocking request waits for its task: the reply timeout, and a little more for
+/// the answer to come back.
+fn reply_wait(front: &Front) -> std::time::Duration {
+    std::time::Duration::from_millis(front.gateway().config().gateway.reply_timeout_ms)
+        + std::time::Duration::from_secs(5)
+}
+
+/// Works on kept task `id`: the agent's interim reports become the task's working status as
+/// they come, and the answer ends it.
+async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: opentelemetry::Context) {
+    let context = taken.context.clone();
+    let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let answer = deliver(&front, taken, parent, Some(progress));
+    tokio::pin!(answer);
+    let report = |said: Message| {
+        if says_only_begun(&said) {
+            return;
+        }
+        let n = IDS.fetch_add(1, Ordering::Relaxed);
+        let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);
+        set_context(&mut message, context.as_deref());
+        front.a2a_tasks.report(&id, message);
+    };
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(said) = reports.recv() => report(said),
+            result = &mut answer => break result,
+        }
+    };
+    while let Ok(said) = reports.try_recv() {
+        report(said);
+    }
+    front.a2a_tasks.finish(&id, &result);
+}
+
+/// True for the empty interim event, which says only that the work has begun.
+fn says_only_begun(said: &Message) -> bool {
+    matches!(&said.content, Content::Json(Value::String(text)) if text.is_empty())
+        && said.submessages().iter().all(|s| s.is_token())
 }
 
 /// One `SendStreamingMessage`: its events (1.0 `StreamResponse` values) as they come. Without
@@ -235,12 +332,11 @@ pub(super) async fn send_streaming(
     let (events, stream) = tokio::sync::mpsc::unbounded_channel();
     let returned_at_once =
         request.pointer("/configuration/returnImmediately").and_then(Value::as_bool) == Some(true);
-    if returned_at_once {
+    let pushed = request.pointer("/configuration/taskPushNotificationConfig").is_some_and(|c| !c.is_null());
+    // A kept task answers as `SendMessage` does; its changes go to its webhook.
+    if returned_at_once || pushed {
         let _ = events.send(send_message(front, headers, client, request).await?);
         return Ok(stream);
-    }
-    if request.pointer("/configuration/taskPushNotificationConfig").is_some_and(|c| !c.is_null()) {
-        return Err(Failure::PushNotSupported);
     }
     let taken = take(front, client, request.get("message"))?;
     let parent = crate::telemetry::extract_http(headers);
@@ -263,9 +359,7 @@ pub(super) async fn send_streaming(
                 task
             });
             // An empty event says the work has begun: the task above says so already.
-            let empty = matches!(&said.content, Content::Json(Value::String(text)) if text.is_empty())
-                && said.submessages().iter().all(|s| s.is_token());
-            if empty {
+            if says_only_begun(&said) {
                 return;
             }
             let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);

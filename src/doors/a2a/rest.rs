@@ -4,7 +4,9 @@
 //! JSON-RPC);
 //! `GET /a2a/tasks/{id}` (`?historyLength=`), `POST /a2a/tasks/{id}:cancel`,
 //! `GET`/`POST /a2a/tasks/{id}:subscribe` and `GET /a2a/tasks` (`?contextId=&pageSize=`) reach
-//! the kept tasks; push notification configs are not taken. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
+//! the kept tasks; `POST`/`GET /a2a/tasks/{id}/pushNotificationConfigs` and
+//! `GET`/`DELETE /a2a/tasks/{id}/pushNotificationConfigs/{config}` their push notification
+//! configs. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
 //! order; an `A2A-Version` header, when sent, must be 1.x (0.3's HTTP binding is not served).
 
 use super::operation::{self, Failure};
@@ -15,7 +17,7 @@ use crate::doors::jsonrpc::{Admitted, admit};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde_json::{Value, json};
@@ -30,7 +32,7 @@ pub(super) fn router() -> Router<Arc<Front>> {
         .route("/a2a/message:stream", post(|f, p, h, b| send(f, p, h, b, true)))
         .route("/a2a/tasks", get(list))
         .route("/a2a/tasks/{task}", get(task).post(task))
-        .route("/a2a/tasks/{task}/{*config}", get(push_configs).post(push_configs).delete(push_configs))
+        .route("/a2a/tasks/{task}/{*rest}", get(push_configs).post(push_configs).delete(push_configs))
 }
 
 async fn send(
@@ -118,16 +120,51 @@ async fn list(
     reply_as(StatusCode::OK, &operation::list_tasks(&front, &client, &params), A2A_MEDIA_TYPE)
 }
 
-/// `/a2a/tasks/{id}/pushNotificationConfigs…`: not taken, as the card says.
+/// `/a2a/tasks/{id}/pushNotificationConfigs`: `POST` a config, `GET` them all; and
+/// `…/pushNotificationConfigs/{config}`: `GET` or `DELETE` one.
 async fn push_configs(
     State(front): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((task, rest)): Path<(String, String)>,
+    method: Method,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match admitted(&front, peer, &headers, body).await {
-        Ok(_) => failed(&Failure::PushNotSupported),
-        Err(refused) => refused,
+    let admitted = match admitted(&front, peer, &headers, body).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
+    let client = &admitted.client;
+    let config = match rest.split_once('/') {
+        Some(("pushNotificationConfigs", config)) if !config.is_empty() && !config.contains('/') => {
+            Some(config)
+        }
+        None if rest == "pushNotificationConfigs" => None,
+        _ => return failed(&Failure::MethodNotFound(format!("tasks have no resource '{rest}'"))),
+    };
+    let answered = match (method, config) {
+        (Method::POST, None) => match serde_json::from_slice::<Value>(&admitted.body) {
+            Ok(mut params) if params.is_object() => {
+                params["taskId"] = json!(task);
+                operation::create_push_config(&front, client, &params)
+            }
+            Ok(_) => {
+                Err(Failure::InvalidParams("the body is not a TaskPushNotificationConfig object".into()))
+            }
+            Err(e) => Err(Failure::Parse(format!("the body is not JSON: {e}"))),
+        },
+        (Method::GET, None) => operation::list_push_configs(&front, client, &json!({"taskId": task})),
+        (Method::GET, Some(id)) => {
+            operation::get_push_config(&front, client, &json!({"taskId": task, "id": id}))
+        }
+        (Method::DELETE, Some(id)) => {
+            operation::delete_push_config(&front, client, &json!({"taskId": task, "id": id}))
+        }
+        (method, _) => Err(Failure::MethodNotFound(format!("{method} is not served on {rest}"))),
+    };
+    match answered {
+        Ok(result) => reply_as(StatusCode::OK, &result, A2A_MEDIA_TYPE),
+        Err(failure) => failed(&failure),
     }
 }
 

@@ -1,17 +1,24 @@
 //! The tasks the A2A door keeps: one for each request sent with `returnImmediately` (0.3:
-//! `blocking: false`), answered at once with the task still working, and finished when the
-//! answer comes. A task is seen only by the client that made it (another gets TaskNotFound,
-//! which reveals nothing), kept in the store (its own tree: [`KeptRecords`]) so that it
-//! outlives a restart, and bounded: `a2a.max_tasks` at most, each forgotten `a2a.task_ttl_secs`
-//! after it last changed.
+//! `blocking: false`) or with a push notification config, answered at once with the task
+//! still working (or, blocking, once it has ended), and finished when the answer comes. A task
+//! is seen only by the client that made it (another gets TaskNotFound, which reveals nothing),
+//! kept in the store (its own tree: [`KeptRecords`]) so that it outlives a restart, and
+//! bounded: `a2a.max_tasks` at most, each forgotten `a2a.task_ttl_secs` after it last changed.
 //!
 //! A task still working when silpgate stopped cannot finish any more (the request that would
 //! finish it is gone): it is found `FAILED` after the restart, saying so.
+//!
+//! Each change of a task with push notification configs makes a notification per config
+//! ([`super::push`]), written into the task's record with the change, in the same write: the
+//! record is the outbox. The courier ([`super::courier`]) puts them on the broker and then
+//! trims them from the record ([`TaskBook::queued`]); what a crash left in a record goes out
+//! again after the restart.
 //!
 //! Task ids are unguessable (128 random bits): an id is not a permission, but guessing one
 //! should not even tell that a task exists.
 
 use super::operation::Failure;
+use super::push::{Notification, PushConfig};
 use crate::a2a::map::TaskState;
 use crate::store::KeptRecords;
 use crate::util::time::now_millis as now_ms;
@@ -19,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use tokio::sync::mpsc::UnboundedSender;
 
 /// One kept task, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -29,6 +37,15 @@ struct Kept {
     task: Value,
     /// When it last changed, in milliseconds since the Unix epoch.
     updated: u64,
+    /// Its push notification configs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    push: Vec<PushConfig>,
+    /// Notifications not yet on the broker, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    outbox: Vec<Notification>,
+    /// Notifications made so far: the next one's sequence number.
+    #[serde(default)]
+    sent: u64,
 }
 
 /// The kept tasks.
@@ -39,16 +56,23 @@ pub(crate) struct TaskBook {
     ttl_ms: u64,
     /// Bumped on every change, so that a `SubscribeToTask` wakes to look again.
     changes: tokio::sync::watch::Sender<u64>,
+    /// Where notifications go once written: the courier. None: push notifications are not
+    /// offered.
+    courier: Option<UnboundedSender<Notification>>,
+    push_origins: Vec<String>,
+    max_push: usize,
 }
 
 const INTERRUPTED: &str = "silpgate stopped before the agent answered; send the message again";
 
 impl TaskBook {
     /// The tasks kept in `records` (none without a store), those still working marked
-    /// failed, those expired forgotten.
+    /// failed, those expired forgotten. Notifications go to `courier` when given; those a
+    /// record still holds go again now.
     pub(crate) fn load(
         records: Option<KeptRecords>,
         config: &crate::config::A2aConfig,
+        courier: Option<UnboundedSender<Notification>>,
     ) -> Result<TaskBook, crate::gateway::store::StoreError> {
         let book = TaskBook {
             kept: Mutex::default(),
@@ -56,9 +80,13 @@ impl TaskBook {
             max: config.max_tasks.max(1),
             ttl_ms: config.task_ttl_secs.saturating_mul(1000),
             changes: tokio::sync::watch::Sender::new(0),
+            courier,
+            push_origins: config.push_origins.clone(),
+            max_push: config.max_push_configs.max(1),
         };
         let stored = book.records.as_ref().map(KeptRecords::all).transpose()?.unwrap_or_default();
         let now = now_ms();
+        let mut tasks = book.lock();
         for (id, bytes) in stored {
             let Ok(mut kept) = serde_json::from_slice::<Kept>(&bytes) else {
                 tracing::warn!(task = %id, "a kept A2A task cannot be read; forgetting it");
@@ -69,13 +97,18 @@ impl TaskBook {
                 book.forget(&id);
                 continue;
             }
+            let waiting = std::mem::take(&mut kept.outbox);
+            book.send(waiting.iter().cloned());
+            kept.outbox = waiting;
             if TaskState::of(&kept.task) == TaskState::Pending {
-                kept.task["status"] = status("TASK_STATE_FAILED", Some(INTERRUPTED));
-                kept.updated = now;
-                book.store(&id, &kept);
+                let failed = status("TASK_STATE_FAILED", Some(INTERRUPTED));
+                kept.task["status"] = failed.clone();
+                let event = status_event(&id, &kept.task, failed);
+                book.record(&id, &mut kept, vec![event]);
             }
-            book.lock().insert(id, kept);
+            tasks.insert(id, kept);
         }
+        drop(tasks);
         Ok(book)
     }
 
@@ -83,21 +116,47 @@ impl TaskBook {
         self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A new task for `owner`, working on `message` (the client's 1.0 message).
-    pub(super) fn open(&self, owner: &str, message: &Value) -> Result<Value, Failure> {
+    /// True when push notification configs are taken.
+    pub(super) fn pushes(&self) -> bool {
+        self.courier.is_some()
+    }
+
+    /// `config` (A2A 1.0's shape) checked as a push notification config of this door.
+    pub(super) fn push_config(&self, config: &Value) -> Result<PushConfig, Failure> {
+        if !self.pushes() {
+            return Err(Failure::PushNotSupported);
+        }
+        PushConfig::read(config, &self.push_origins)
+    }
+
+    /// A new task for `owner`, working on `message` (the client's 1.0 message), notifying
+    /// `push` of its changes when given.
+    pub(super) fn open(
+        &self,
+        owner: &str,
+        message: &Value,
+        push: Option<PushConfig>,
+    ) -> Result<Value, Failure> {
         let id = format!("task-{}", crate::util::token::unguessable());
-        let context = message.get("contextId").cloned();
-        let mut task = json!({"id": id, "status": status("TASK_STATE_WORKING", None), "history": [message]});
-        if let Some(context) = context {
-            task["contextId"] = context;
-        }
-        let kept = Kept { owner: owner.to_owned(), task: task.clone(), updated: now_ms() };
-        {
-            let mut tasks = self.lock();
-            self.make_room(&mut tasks)?;
-            tasks.insert(id.clone(), kept.clone());
-        }
-        self.store(&id, &kept);
+        // A2A's task events always name a context: the client's, or one of the task's own.
+        let context = match message.get("contextId").and_then(Value::as_str).filter(|c| !c.is_empty()) {
+            Some(context) => context.to_owned(),
+            None => format!("context-{}", crate::util::token::unguessable()),
+        };
+        let task = json!({"id": id, "contextId": context, "status": status("TASK_STATE_WORKING", None),
+            "history": [message]});
+        let mut kept = Kept {
+            owner: owner.to_owned(),
+            task: task.clone(),
+            updated: now_ms(),
+            push: push.into_iter().collect(),
+            outbox: Vec::new(),
+            sent: 0,
+        };
+        let mut tasks = self.lock();
+        self.make_room(&mut tasks)?;
+        self.record(&id, &mut kept, vec![json!({"task": task})]);
+        tasks.insert(id, kept);
         Ok(task)
     }
 
@@ -127,31 +186,105 @@ impl TaskBook {
         Ok(())
     }
 
+    /// Changes task `id` (of `owner`, when given) as `edit` says, and records the change
+    /// with the events it returns (`StreamResponse` values) for the push configs: the task as
+    /// it now stands.
+    fn change(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        edit: impl FnOnce(&mut Kept) -> Result<Vec<Value>, Failure>,
+    ) -> Result<Value, Failure> {
+        let mut tasks = self.lock();
+        let kept =
+            tasks.get_mut(id).filter(|k| owner.is_none_or(|o| k.owner == o)).ok_or_else(|| not_found(id))?;
+        let events = edit(kept)?;
+        kept.updated = now_ms();
+        self.record(id, kept, events);
+        Ok(kept.task.clone())
+    }
+
+    /// Writes `kept` with a notification of each of `events` for each of its push configs,
+    /// then hands those to the courier. Called with the tasks locked, so that one task's
+    /// notifications reach the courier in the order of its changes.
+    fn record(&self, id: &str, kept: &mut Kept, events: Vec<Value>) {
+        let mut fresh = Vec::new();
+        if self.pushes() && !events.is_empty() {
+            for config in &kept.push {
+                let payloads = match config.v0_3 {
+                    true => vec![crate::a2a::v0_3::task_to(&kept.task)],
+                    false => events.clone(),
+                };
+                for payload in payloads {
+                    fresh.push(config.notification(id, kept.sent, payload));
+                    kept.sent += 1;
+                }
+            }
+        }
+        kept.outbox.extend(fresh.iter().cloned());
+        self.store(id, kept);
+        self.send(fresh);
+    }
+
+    fn send(&self, notifications: impl IntoIterator<Item = Notification>) {
+        if let Some(courier) = &self.courier {
+            for notification in notifications {
+                // Only a courier that has stopped drops them; they stay in the record.
+                let _ = courier.send(notification);
+            }
+        }
+    }
+
+    /// The broker has `notifications` of task `id`: they leave its record.
+    pub(crate) fn queued(&self, id: &str, notifications: &[String]) {
+        let mut tasks = self.lock();
+        let Some(kept) = tasks.get_mut(id) else { return };
+        let before = kept.outbox.len();
+        kept.outbox.retain(|n| !notifications.contains(&n.id));
+        if kept.outbox.len() != before {
+            self.store(id, kept);
+        }
+    }
+
+    /// An interim report of the agent's on task `id`: its status message while it works.
+    pub(super) fn report(&self, id: &str, message: Value) {
+        let _ = self.change(id, None, |kept| {
+            if TaskState::of(&kept.task) != TaskState::Pending {
+                return Err(not_found(id));
+            }
+            let mut working = status("TASK_STATE_WORKING", None);
+            working["message"] = message;
+            kept.task["status"] = working.clone();
+            Ok(vec![status_event(id, &kept.task, working)])
+        });
+    }
+
     /// Finishes a task with the door's answer (`{"message"}` or `{"task"}`). A task canceled
     /// meanwhile stays canceled.
     pub(super) fn finish(&self, id: &str, answer: &Value) {
-        let kept = {
-            let mut tasks = self.lock();
-            let Some(kept) = tasks.get_mut(id) else { return };
+        let _ = self.change(id, None, |kept| {
             if TaskState::of(&kept.task) != TaskState::Pending {
-                return;
+                return Err(not_found(id));
             }
             let task = &mut kept.task;
+            let mut events = Vec::new();
             if let Some(message) = answer.get("message") {
                 let parts = message.get("parts").cloned().unwrap_or_else(|| json!([]));
-                task["artifacts"] = json!([{"artifactId": "answer", "parts": parts}]);
+                let artifact = json!({"artifactId": "answer", "parts": parts});
+                task["artifacts"] = json!([artifact]);
                 task["status"] = status("TASK_STATE_COMPLETED", None);
                 push_history(task, message.clone());
+                events.push(json!({"artifactUpdate": {"taskId": id, "contextId": task.get("contextId"),
+                    "artifact": artifact}}));
             } else if let Some(ended) = answer.pointer("/task/status") {
                 task["status"] = ended.clone();
                 if let Some(said) = ended.get("message") {
                     push_history(task, said.clone());
                 }
             }
-            kept.updated = now_ms();
-            kept.clone()
-        };
-        self.store(id, &kept);
+            events.push(status_event(id, task, task["status"].clone()));
+            Ok(events)
+        });
     }
 
     /// `owner`'s task `id`, with at most `history_length` messages of its history.
@@ -187,20 +320,57 @@ impl TaskBook {
 
     /// Cancels `owner`'s task `id`, unless it has ended.
     pub(super) fn cancel(&self, owner: &str, id: &str) -> Result<Value, Failure> {
-        let kept = {
-            let mut tasks = self.lock();
-            let kept = tasks.get_mut(id).filter(|k| k.owner == owner).ok_or_else(|| not_found(id))?;
+        self.change(id, Some(owner), |kept| {
             if TaskState::of(&kept.task) != TaskState::Pending {
                 return Err(Failure::TaskNotCancelable(format!(
                     "task {id} has ended; it cannot be canceled"
                 )));
             }
-            kept.task["status"] = status("TASK_STATE_CANCELED", None);
-            kept.updated = now_ms();
-            kept.clone()
-        };
-        self.store(id, &kept);
-        Ok(kept.task)
+            let canceled = status("TASK_STATE_CANCELED", None);
+            kept.task["status"] = canceled.clone();
+            Ok(vec![status_event(id, &kept.task, canceled)])
+        })
+    }
+
+    /// Adds (or, with an id it has, replaces) a push notification config of `owner`'s task
+    /// `id`: the config as A2A shows it.
+    pub(super) fn set_push(&self, owner: &str, id: &str, config: PushConfig) -> Result<Value, Failure> {
+        let shown = config.to_a2a(id);
+        let max = self.max_push;
+        self.change(id, Some(owner), |kept| {
+            kept.push.retain(|c| c.id != config.id);
+            if kept.push.len() >= max {
+                return Err(Failure::InvalidParams(format!(
+                    "task {id} has {max} push notification configs, the most it may have (a2a.max_push_configs)"
+                )));
+            }
+            kept.push.push(config);
+            Ok(Vec::new())
+        })?;
+        Ok(shown)
+    }
+
+    /// `owner`'s task `id`'s push notification configs, as A2A shows them.
+    pub(super) fn push_configs(&self, owner: &str, id: &str) -> Result<Vec<Value>, Failure> {
+        let tasks = self.lock();
+        let kept = tasks.get(id).filter(|k| k.owner == owner).ok_or_else(|| not_found(id))?;
+        Ok(kept.push.iter().map(|c| c.to_a2a(id)).collect())
+    }
+
+    /// Deletes push notification config `config` of `owner`'s task `id`. Its notifications
+    /// already on the broker are still delivered.
+    pub(super) fn delete_push(&self, owner: &str, id: &str, config: &str) -> Result<(), Failure> {
+        self.change(id, Some(owner), |kept| {
+            let before = kept.push.len();
+            kept.push.retain(|c| c.id != config);
+            if kept.push.len() == before {
+                return Err(Failure::TaskNotFound(format!(
+                    "task {id} has no push notification config {config}"
+                )));
+            }
+            Ok(Vec::new())
+        })
+        .map(drop)
     }
 
     /// `owner`'s task `id` once it has ended, or as it stands at `deadline`.
@@ -244,6 +414,11 @@ impl TaskBook {
     }
 }
 
+/// A `TaskStatusUpdateEvent` of task `id` (`task` gives its context).
+fn status_event(id: &str, task: &Value, status: Value) -> Value {
+    json!({"statusUpdate": {"taskId": id, "contextId": task.get("contextId"), "status": status}})
+}
+
 fn not_found(id: &str) -> Failure {
     Failure::TaskNotFound(format!("no task {id} of this client"))
 }
@@ -275,7 +450,8 @@ mod tests {
     use crate::config::A2aConfig;
 
     fn book(max_tasks: usize) -> TaskBook {
-        TaskBook::load(None, &A2aConfig { max_tasks, task_ttl_secs: 3600 }).unwrap()
+        TaskBook::load(None, &A2aConfig { max_tasks, task_ttl_secs: 3600, ..A2aConfig::default() }, None)
+            .unwrap()
     }
 
     fn message(context: &str) -> Value {
@@ -285,7 +461,7 @@ mod tests {
     #[test]
     fn a_task_works_then_ends_with_the_answer_and_only_its_owner_sees_it() {
         let tasks = book(10);
-        let task = tasks.open("alice", &message("c1")).unwrap();
+        let task = tasks.open("alice", &message("c1"), None).unwrap();
         let id = task["id"].as_str().unwrap();
         assert_eq!(task["status"]["state"], "TASK_STATE_WORKING");
         assert_eq!(tasks.get("bob", id, None).unwrap_err().jsonrpc_code(), -32001);
@@ -304,16 +480,16 @@ mod tests {
     #[test]
     fn a_canceled_task_stays_canceled_and_the_bound_forgets_the_oldest_finished() {
         let tasks = book(2);
-        let first = tasks.open("a", &message("c")).unwrap();
+        let first = tasks.open("a", &message("c"), None).unwrap();
         let first = first["id"].as_str().unwrap();
         assert_eq!(tasks.cancel("a", first).unwrap()["status"]["state"], "TASK_STATE_CANCELED");
         tasks.finish(first, &json!({"message": {"parts": []}}));
         assert_eq!(tasks.get("a", first, None).unwrap()["status"]["state"], "TASK_STATE_CANCELED");
-        let second = tasks.open("a", &message("c")).unwrap();
+        let second = tasks.open("a", &message("c"), None).unwrap();
         // Full: the finished (canceled) one makes room; then every kept task is working.
-        tasks.open("a", &message("c")).unwrap();
+        tasks.open("a", &message("c"), None).unwrap();
         assert!(tasks.get("a", first, None).is_err());
         assert!(tasks.get("a", second["id"].as_str().unwrap(), None).is_ok());
-        assert_eq!(tasks.open("a", &message("c")).unwrap_err(), Failure::TooManyTasks(2));
+        assert_eq!(tasks.open("a", &message("c"), None).unwrap_err(), Failure::TooManyTasks(2));
     }
 }

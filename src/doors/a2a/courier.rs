@@ -1,0 +1,450 @@
+//! The courier: carries the A2A door's push notifications from the kept tasks' records to
+//! the broker, and from the broker to their webhooks.
+//!
+//! - **To the broker.** A notification the task book wrote ([`super::tasks`]) is published,
+//!   persistent and confirmed, to `a2a.push_queue`, a quorum queue dead-lettering to
+//!   `amqp.dead_letter_exchange`; once confirmed it leaves the task's record. Until then the
+//!   record holds it, so that neither a broker away for an hour nor a restart loses it.
+//! - **To the webhook.** The queue has a single active consumer: in a cluster one instance
+//!   delivers at a time, and the others take over when it goes. Deliveries are sorted into
+//!   lanes, one per config of a task: a lane delivers in order, retrying its first
+//!   notification with backoff (`a2a.push_retry_*`) while later ones wait, unacknowledged;
+//!   other lanes go on meanwhile. A notification is acknowledged once its webhook took it
+//!   (2xx). It is dead-lettered when the webhook refuses it for good (a 4xx other than 408 and
+//!   429, or a redirect, which is never followed), when its URL is no longer at an allowed
+//!   origin, or when it is still not taken `a2a.push_give_up_secs` after its change.
+//!
+//! The courier keeps a broker connection of its own, so that webhooks that are slow or down
+//! never hold up the AMQP door, and the AMQP door's reconnects never stall a webhook.
+
+use super::push::Notification;
+use super::tasks::TaskBook;
+use crate::broker::addresses::Addresses;
+use crate::broker::publish::{Publication, Publisher};
+use crate::config::{A2aConfig, AmqpConfig};
+use crate::util::backoff::Backoff;
+use crate::util::shutdown::Shutdown;
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, ConfirmSelectOptions,
+    ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+/// Notifications a lane may hold unacknowledged, all lanes together: the broker sends no
+/// more until some are taken. Lanes whose webhook is down hold theirs; at the bound, new
+/// lanes wait too.
+const PREFETCH: u16 = 1000;
+
+/// Notifications published at once, confirmed together.
+const BATCH: usize = 64;
+
+/// Why one connection's work ended.
+type Ended = String;
+
+/// The courier, ready to run.
+pub(crate) struct Courier {
+    outgoing: Outgoing,
+    delivery: Arc<Webhooks>,
+    amqp: AmqpConfig,
+}
+
+/// Notifications on their way to the broker.
+struct Outgoing {
+    book: Arc<TaskBook>,
+    written: mpsc::UnboundedReceiver<Notification>,
+    /// Taken from `written`, not yet confirmed by the broker.
+    unconfirmed: Vec<Notification>,
+    queue: String,
+    confirm_timeout: Duration,
+}
+
+/// What reaching webhooks needs.
+struct Webhooks {
+    client: reqwest::Client,
+    config: A2aConfig,
+    /// The last notification each lane delivered. A crash between the broker's confirm and
+    /// the record's trim puts a notification on the queue twice; the copy comes after the
+    /// original, and is acknowledged without a second POST.
+    delivered: std::sync::Mutex<HashMap<String, u64>>,
+}
+
+/// Lanes remembered in `Webhooks::delivered`; past this many the memory starts over, and a
+/// copy may then reach its webhook twice (each carries its id, for the webhook to tell).
+const REMEMBERED_LANES: usize = 100_000;
+
+/// What a webhook made of one attempt.
+enum Attempt {
+    Taken,
+    /// Worth another attempt later.
+    Failed(String),
+    /// Not worth another attempt.
+    Refused(String),
+}
+
+impl Courier {
+    /// A courier for `book`'s notifications, which `book` hands to `written`.
+    pub(crate) fn new(
+        amqp: AmqpConfig,
+        config: A2aConfig,
+        book: Arc<TaskBook>,
+        written: mpsc::UnboundedReceiver<Notification>,
+    ) -> Result<Courier, String> {
+        // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            // A webhook that redirects would take the notification, and its token, elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_millis(config.push_timeout_ms.max(1)))
+            .connect_timeout(Duration::from_millis(config.push_timeout_ms.clamp(1, 5_000)))
+            .build()
+            .map_err(|e| format!("the webhooks' HTTP client: {e}"))?;
+        let outgoing = Outgoing {
+            book,
+            written,
+            unconfirmed: Vec::new(),
+            queue: config.push_queue.clone(),
+            confirm_timeout: Duration::from_millis(amqp.confirm_timeout_ms),
+        };
+        let delivery = Arc::new(Webhooks { client, config, delivered: std::sync::Mutex::default() });
+        Ok(Courier { outgoing, delivery, amqp })
+    }
+
+    /// Runs until `shutdown`, reconnecting to the broker whenever it goes away. What is
+    /// unfinished then stays in the records (not yet published) or in the queue (not yet
+    /// taken), for the next start.
+    pub(crate) async fn run(mut self, mut shutdown: Shutdown) {
+        let mut addresses = match Addresses::of(&self.amqp) {
+            Ok(addresses) => addresses,
+            Err(e) => return warn!(error = %e, "Push notifications cannot reach the broker."),
+        };
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.amqp.reconnect_initial_ms),
+            Duration::from_millis(self.amqp.reconnect_max_ms),
+        );
+        loop {
+            let ended = match connect(&mut addresses).await {
+                Ok(connection) => {
+                    backoff.reset();
+                    let ended = tokio::select! {
+                        ended = self.serve(&connection) => Some(ended),
+                        () = shutdown.stopped() => None,
+                    };
+                    let _ = connection.close(200, "silpgate's push courier is done".into()).await;
+                    ended
+                }
+                Err(e) => Some(e),
+            };
+            let Some(why) = ended else { return };
+            let delay = backoff.next_delay();
+            warn!(error = %why, retry_in_ms = delay.as_millis() as u64, "Push notifications: no broker; retrying.");
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutdown.stopped() => return,
+            }
+        }
+    }
+
+    /// Declares the queue, then publishes and delivers until the connection fails.
+    async fn serve(&mut self, connection: &Connection) -> Ended {
+        let setup = async {
+            let declare = connection.create_channel().await?;
+            // The dead-letter exchange as the AMQP door declares it, in case this comes first.
+            let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+            let dead_letters = self.amqp.dead_letter_exchange.as_str();
+            declare
+                .exchange_declare(dead_letters.into(), ExchangeKind::Fanout, durable, FieldTable::default())
+                .await?;
+            let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+            declare
+                .queue_declare(self.outgoing.queue.as_str().into(), options, queue_arguments(&self.amqp))
+                .await?;
+            let _ = declare.close(200, "declared".into()).await;
+            let publish = connection.create_channel().await?;
+            publish.confirm_select(ConfirmSelectOptions::default()).await?;
+            let consume = connection.create_channel().await?;
+            consume.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
+            let tag = format!("silpgate-{}-a2a-push", std::process::id());
+            let queue = self.outgoing.queue.as_str().into();
+            let consumer = consume.basic_consume(
+                queue,
+                tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            );
+            Ok::<_, lapin::Error>((publish, consumer.await?))
+        };
+        let (publish, consumer) = match setup.await {
+            Ok(opened) => opened,
+            Err(e) => return format!("declaring or consuming {}: {e}", self.outgoing.queue),
+        };
+        info!(queue = %self.outgoing.queue, "Push notifications: connected to the broker.");
+        let publisher = Publisher::new(publish, self.outgoing.confirm_timeout);
+        tokio::select! {
+            ended = self.outgoing.publish(&publisher) => ended,
+            ended = deliver(self.delivery.clone(), consumer) => ended,
+        }
+    }
+}
+
+/// The push queue's arguments: a quorum queue, dead-lettering to silpgate's dead-letter
+/// exchange, with a single active consumer (one lane order for the whole cluster).
+fn queue_arguments(amqp: &AmqpConfig) -> FieldTable {
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    arguments.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+    arguments.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(amqp.dead_letter_exchange.as_str().into()),
+    );
+    if let Some(size) = amqp.quorum_initial_group_size {
+        arguments.insert(
+            "x-quorum-initial-group-size".into(),
+            AMQPValue::LongInt(size.try_into().unwrap_or(i32::MAX)),
+        );
+    }
+    arguments
+}
+
+/// A connection to one of `addresses`, tried in turn.
+async fn connect(addresses: &mut Addresses) -> Result<Connection, String> {
+    let mut failures = Vec::new();
+    let mut reached = None;
+    for (index, address) in addresses.round() {
+        let connecting = address.connect(ConnectionProperties::default());
+        match tokio::time::timeout(Duration::from_secs(10), connecting).await {
+            Ok(Ok(connection)) => {
+                reached = Some((index, connection));
+                break;
+            }
+            Ok(Err(e)) => failures.push(format!("{}: {e}", address.node)),
+            Err(_) => failures.push(format!("{}: no connection within 10s", address.node)),
+        }
+    }
+    let (index, connection) = reached.ok_or_else(|| failures.join("; "))?;
+    addresses.connected(index);
+    Ok(connection)
+}
+
+impl Outgoing {
+    /// Publishes what the book writes, in its order, a batch at a time; each batch confirmed
+    /// leaves the records. Returns when the channel fails, keeping the batch for the next
+    /// connection.
+    async fn publish(&mut self, publisher: &Publisher) -> Ended {
+        loop {
+            if self.unconfirmed.is_empty() {
+                let Some(first) = self.written.recv().await else {
+                    // The book is gone: the daemon is stopping.
+                    return std::future::pending().await;
+                };
+                self.unconfirmed.push(first);
+                while self.unconfirmed.len() < BATCH {
+                    let Ok(next) = self.written.try_recv() else { break };
+                    self.unconfirmed.push(next);
+                }
+            }
+            let publications = self
+                .unconfirmed
+                .iter()
+                .map(|notification| Publication {
+                    exchange: "",
+                    routing_key: &self.queue,
+                    body: serde_json::to_vec(notification).expect("a notification is JSON"),
+                    properties: BasicProperties::default()
+                        .with_delivery_mode(2)
+                        .with_content_type("application/json".into())
+                        .with_message_id(notification.id.as_str().into()),
+                })
+                .collect();
+            if let Err(e) = publisher.publish_all(publications).await {
+                return format!("publishing to {}: {e}", self.queue);
+            }
+            let mut by_task: HashMap<&str, Vec<String>> = HashMap::new();
+            for notification in &self.unconfirmed {
+                by_task.entry(&notification.task).or_default().push(notification.id.clone());
+            }
+            for (task, ids) in by_task {
+                self.book.queued(task, &ids);
+            }
+            self.unconfirmed.clear();
+        }
+    }
+}
+
+/// One lane: its deliveries in order, and how many it holds.
+struct Lane {
+    deliveries: mpsc::UnboundedSender<(Notification, Delivery)>,
+    holding: Arc<AtomicUsize>,
+}
+
+/// Sorts the queue's deliveries into lanes until the consumer ends. The lanes' tasks end
+/// with it: what they held goes back to the queue with the channel.
+async fn deliver(webhooks: Arc<Webhooks>, mut consumer: lapin::Consumer) -> Ended {
+    let mut lanes: HashMap<String, Lane> = HashMap::new();
+    let mut running = tokio::task::JoinSet::new();
+    while let Some(delivery) = consumer.next().await {
+        let delivery = match delivery {
+            Ok(delivery) => delivery,
+            Err(e) => return format!("consuming the push queue: {e}"),
+        };
+        let notification = match serde_json::from_slice::<Notification>(&delivery.data) {
+            Ok(notification) => notification,
+            Err(e) => {
+                warn!(error = %e, "Push notifications: a message in the push queue is not a notification; dead-lettering it.");
+                let _ = delivery
+                    .acker
+                    .nack(BasicNackOptions { requeue: false, ..BasicNackOptions::default() })
+                    .await;
+                continue;
+            }
+        };
+        while running.try_join_next().is_some() {}
+        // A lane holding nothing has ended its work: its task ends once its sender goes.
+        lanes.retain(|_, lane| lane.holding.load(Ordering::Acquire) > 0);
+        let lane = lanes.entry(notification.lane.clone()).or_insert_with(|| {
+            let (deliveries, mut taken) = mpsc::unbounded_channel::<(Notification, Delivery)>();
+            let holding = Arc::new(AtomicUsize::new(0));
+            let (webhooks, held) = (webhooks.clone(), holding.clone());
+            running.spawn(async move {
+                while let Some((notification, delivery)) = taken.recv().await {
+                    webhooks.hand_over(&notification, delivery).await;
+                    held.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
+            Lane { deliveries, holding }
+        });
+        lane.holding.fetch_add(1, Ordering::AcqRel);
+        let _ = lane.deliveries.send((notification, delivery));
+    }
+    "the push queue's consumer was cancelled".into()
+}
+
+impl Webhooks {
+    /// Delivers one notification, retrying until its webhook takes it or it is given up, and
+    /// settles it with the broker.
+    async fn hand_over(&self, notification: &Notification, delivery: Delivery) {
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.config.push_retry_initial_ms),
+            Duration::from_millis(self.config.push_retry_max_ms),
+        );
+        if self.already_delivered(notification) {
+            let _ = delivery.acker.ack(BasicAckOptions::default()).await;
+            return;
+        }
+        let give_up_ms = self.config.push_give_up_secs.saturating_mul(1000);
+        let target = shown(&notification.url);
+        let mut attempts = 0u32;
+        let refused = loop {
+            attempts += 1;
+            match self.attempt(notification).await {
+                Attempt::Taken => {
+                    if attempts > 1 {
+                        info!(task = %notification.task, webhook = %target, attempts, "Push notifications: the webhook took a notification at last.");
+                    }
+                    self.remember(notification);
+                    let _ = delivery.acker.ack(BasicAckOptions::default()).await;
+                    return;
+                }
+                Attempt::Refused(why) => break why,
+                Attempt::Failed(why) => {
+                    let age = crate::util::time::now_millis().saturating_sub(notification.created);
+                    if age > give_up_ms {
+                        break format!(
+                            "not taken within a2a.push_give_up_secs ({}s): {why}",
+                            self.config.push_give_up_secs
+                        );
+                    }
+                    let delay = backoff.next_delay();
+                    warn!(task = %notification.task, webhook = %target, attempts, error = %why,
+                        retry_in_ms = delay.as_millis() as u64, "Push notifications: the webhook did not take a notification; retrying.");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        };
+        warn!(task = %notification.task, webhook = %target, notification = %notification.id, error = %refused,
+            "Push notifications: giving a notification up; dead-lettering it.");
+        let _ = delivery.acker.nack(BasicNackOptions { requeue: false, ..BasicNackOptions::default() }).await;
+    }
+
+    fn already_delivered(&self, notification: &Notification) -> bool {
+        let delivered = self.delivered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        delivered.get(&notification.lane).is_some_and(|last| notification.seq <= *last)
+    }
+
+    fn remember(&self, notification: &Notification) {
+        let mut delivered = self.delivered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if delivered.len() >= REMEMBERED_LANES && !delivered.contains_key(&notification.lane) {
+            delivered.clear();
+        }
+        delivered.insert(notification.lane.clone(), notification.seq);
+    }
+
+    /// One POST of `notification` to its webhook, carrying its id
+    /// (`Silpgate-Notification-Id`) for a webhook that wants to tell a copy.
+    async fn attempt(&self, notification: &Notification) -> Attempt {
+        let allowed = reqwest::Url::parse(&notification.url).is_ok_and(|url| {
+            let origin = url.origin().ascii_serialization();
+            self.config.push_origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(&origin))
+        });
+        if !allowed {
+            return Attempt::Refused("its URL is no longer at one of a2a.push_origins".into());
+        }
+        let mut request = self
+            .client
+            .post(&notification.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("Silpgate-Notification-Id", &notification.id)
+            .body(notification.payload.to_string());
+        if let Some(token) = &notification.token {
+            request = request.header("X-A2A-Notification-Token", token);
+        }
+        if let Some(authorization) = &notification.authorization {
+            request = request.header(reqwest::header::AUTHORIZATION, authorization);
+        }
+        // The answer's body is never read: a webhook has nothing to say but its status.
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status();
+                if status.is_success() {
+                    Attempt::Taken
+                } else if status.is_redirection() {
+                    Attempt::Refused(format!("HTTP {status}: silpgate follows no redirects"))
+                } else if matches!(status.as_u16(), 408 | 425 | 429) || status.is_server_error() {
+                    Attempt::Failed(format!("HTTP {status}"))
+                } else {
+                    Attempt::Refused(format!("HTTP {status}"))
+                }
+            }
+            Err(e) => {
+                let e = e.without_url();
+                let mut why = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    why.push_str(": ");
+                    why.push_str(&c.to_string());
+                    cause = c.source();
+                }
+                Attempt::Failed(why)
+            }
+        }
+    }
+}
+
+/// A webhook's URL as logs show it: without its query, which may carry a secret.
+fn shown(url: &str) -> String {
+    reqwest::Url::parse(url).map_or_else(
+        |_| "(not a URL)".into(),
+        |mut url| {
+            url.set_query(None);
+            url.to_string()
+        },
+    )
+}
