@@ -849,7 +849,8 @@ async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
 /// What a webhook took: each POST's query, token and `Authorization` header, and body.
 type Taken = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
 
-/// A webhook on `port` that takes every POST (200) and records it.
+/// A webhook on `port` that records every POST and answers 200, or the status its query's
+/// `answer` names.
 async fn webhook(port: u16) -> (Taken, tokio::task::JoinHandle<()>) {
     use axum::extract::{Query, State};
     use axum::http::HeaderMap;
@@ -866,7 +867,8 @@ async fn webhook(port: u16) -> (Taken, tokio::task::JoinHandle<()>) {
             "authorization": header("authorization"),
             "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::String(body)),
         }));
-        ""
+        let answer = query.get("answer").and_then(|a| a.parse().ok()).unwrap_or(200);
+        axum::http::StatusCode::from_u16(answer).unwrap()
     };
     let app = axum::Router::new().route("/hook", axum::routing::post(record)).with_state(taken.clone());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
@@ -1014,6 +1016,113 @@ async fn a2a_push_notifications_reach_a_webhook_that_was_down_across_a_restart_e
         }
     }
     drop(daemon);
+    let (connection, channel) = broker::channel().await;
+    let _ =
+        channel.queue_delete(format!("{}.push", names.inbound()).as_str().into(), Default::default()).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+/// Push notification configs over A2A 0.3's JSON-RPC methods and over HTTP+JSON: a 0.3
+/// client's webhook is sent the task in 0.3's shape at each change, and a webhook that
+/// refuses a notification for good (HTTP 400) has it dead-lettered, once, not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_dead_lettered() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let names = Names::new("a2a-push-old");
+    let dir = broker::temp_dir("a2a-push-old");
+    let hook_port = free_port();
+    let push_queue = format!("{}.push", names.inbound());
+    let push =
+        format!("[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{push_queue}\"\n");
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
+    let rest = format!("{push}{}{route}", a2a_agent(agent.port));
+    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (taken, _server) = webhook(hook_port).await;
+    let hook = format!("http://127.0.0.1:{hook_port}/hook");
+    let rpc = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+    };
+    let call = |body: String| {
+        let http = daemon.http.clone();
+        async move { post_with(&http, "/a2a", body.as_bytes(), "").await.1 }
+    };
+
+    // 0.3: a config in message/send, named after its task; read back in 0.3's shape.
+    let sent = call(rpc(
+        "message/send",
+        json!({"message": {"kind": "message", "messageId": "m-old",
+        "role": "user", "contextId": "push-old", "parts": [{"kind": "text", "text": "slow job"}]},
+        "configuration": {"blocking": false, "pushNotificationConfig": {"url": format!("{hook}?task=old"),
+        "token": "tok-old", "authentication": {"schemes": ["Bearer"], "credentials": "old-secret"}}}}),
+    ))
+    .await;
+    let old = sent["result"]["id"].as_str().unwrap_or_else(|| panic!("a task: {sent}")).to_owned();
+    let got = call(rpc("tasks/pushNotificationConfig/get", json!({"id": old}))).await;
+    assert_eq!(got["result"]["taskId"], old.as_str(), "{got}");
+    assert_eq!(got["result"]["pushNotificationConfig"]["id"], old.as_str(), "{got}");
+    assert_eq!(
+        got["result"]["pushNotificationConfig"]["authentication"]["schemes"],
+        json!(["Bearer"]),
+        "{got}"
+    );
+    assert!(!got.to_string().contains("old-secret"), "credentials are never shown back: {got}");
+    let listed = call(rpc("tasks/pushNotificationConfig/list", json!({"id": old}))).await;
+    assert_eq!(listed["result"].as_array().map(Vec::len), Some(1), "{listed}");
+
+    // HTTP+JSON: a task, and a config whose webhook refuses.
+    let (status, task) = post_with(
+        &daemon.http,
+        "/a2a/message:send",
+        json!({"message": {"messageId": "m-rest", "role": "ROLE_USER", "contextId": "push-rest",
+        "parts": [{"text": "slow job"}]}, "configuration": {"returnImmediately": true}})
+        .to_string()
+        .as_bytes(),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{task}");
+    let refused_task = task["task"]["id"].as_str().unwrap().to_owned();
+    let configs = format!("/a2a/tasks/{refused_task}/pushNotificationConfigs");
+    let body = json!({"id": "refuse", "url": format!("{hook}?task=refused&answer=400")}).to_string();
+    let (status, created) = post_with(&daemon.http, &configs, body.as_bytes(), "").await;
+    assert_eq!((status, &created["id"]), (200, &json!("refuse")), "{created}");
+    let (status, one) = get_with(&daemon.http, &format!("{configs}/refuse"), "").await;
+    assert_eq!((status, &one["taskId"]), (200, &json!(refused_task)), "{one}");
+    let (status, all) = get_with(&daemon.http, &configs, "").await;
+    assert_eq!((status, all["configs"].as_array().map(Vec::len)), (200, Some(1)), "{all}");
+    let (status, missing) = get_with(&daemon.http, &format!("{configs}/none"), "").await;
+    assert_eq!(status, 404, "{missing}");
+
+    // The 0.3 webhook gets 0.3 tasks, the last one completed; the refusing one, one POST.
+    let deadline = Instant::now() + gateway::LONG;
+    let of = |which: &str| -> Vec<Value> {
+        taken.lock().unwrap().iter().filter(|t| t["task"] == which).cloned().collect()
+    };
+    while of("old").last().is_none_or(|t| t["body"]["status"]["state"] != "completed") {
+        assert!(Instant::now() < deadline, "the 0.3 webhook: {:?}", of("old"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let old_seen = of("old");
+    assert!(
+        old_seen.iter().all(|t| t["body"]["kind"] == "task" && t["body"]["id"] == old.as_str()),
+        "{old_seen:?}"
+    );
+    assert!(
+        old_seen.iter().all(|t| t["authorization"] == "Bearer old-secret" && t["token"] == "tok-old"),
+        "{old_seen:?}"
+    );
+    let (connection, channel) = broker::channel().await;
+    // Its two changes (the answer, the completion): each POSTed once, each dead-lettered.
+    let dead = broker::collect(&channel, &names.dead(), gateway::LONG, |got| got.len() >= 2).await;
+    assert_eq!(dead.len(), 2, "both notifications dead-lettered");
+    for letter in &dead {
+        let notification: Value = serde_json::from_slice(&letter.body).unwrap();
+        assert_eq!(notification["task"], refused_task.as_str(), "{notification}");
+    }
+    assert_eq!(of("refused").len(), 2, "a refusal is not retried: {:?}", of("refused"));
+    let _ = channel.queue_delete(push_queue.as_str().into(), Default::default()).await;
+    let _ = connection.close(200, "done".into()).await;
 }
 
 /// A GET with `headers`: the status and the body as JSON.

@@ -31,7 +31,7 @@ pub(crate) struct PushConfig {
 impl PushConfig {
     /// A config as A2A 1.0 writes it (`id`, `url`, `token`, `authentication`), checked: its
     /// URL must be at one of `origins`, and what goes in headers must fit in one. Without an
-    /// `id`, it gets one.
+    /// `id`, it gets one (a 0.3 client's: its task's id, given by [`PushConfig::of_task`]).
     pub(crate) fn read(config: &Value, origins: &[String]) -> Result<PushConfig, Failure> {
         let invalid = |why: String| Failure::InvalidParams(format!("push notification config: {why}"));
         let text = |name: &str| config.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
@@ -64,9 +64,12 @@ impl PushConfig {
                 return Err(invalid(format!("{name} is not something an HTTP header can carry")));
             }
         }
+        let v0_3 = config.get(crate::a2a::v0_3::PUSHED_AS_0_3) == Some(&Value::Bool(true));
         let id = match text("id") {
             Some(id) if id.len() > 128 => return Err(invalid("id is longer than 128 characters".into())),
             Some(id) => id.to_owned(),
+            // 0.3 names a task's config by the task's id; the task names it once it exists.
+            None if v0_3 => String::new(),
             None => format!("push-{}", crate::util::token::unguessable()),
         };
         Ok(PushConfig {
@@ -75,8 +78,16 @@ impl PushConfig {
             token: token.map(str::to_owned),
             scheme: scheme.map(str::to_owned),
             credentials: credentials.map(str::to_owned),
-            v0_3: config.get(crate::a2a::v0_3::PUSHED_AS_0_3) == Some(&Value::Bool(true)),
+            v0_3,
         })
+    }
+
+    /// The config, named after task `task_id` if it has no name yet.
+    pub(crate) fn of_task(mut self, task_id: &str) -> PushConfig {
+        if self.id.is_empty() {
+            self.id = task_id.to_owned();
+        }
+        self
     }
 
     /// The config as A2A 1.0 writes it, for task `task_id`. The credentials are never shown
@@ -122,7 +133,8 @@ pub(crate) struct Notification {
     pub task: String,
     /// Notifications of one lane (one config of one task) are delivered in order.
     pub lane: String,
-    /// Its place in its lane: a copy of one already delivered is known by it.
+    /// Its place among its task's notifications, so rising along each lane: a copy of one
+    /// already delivered is known by it.
     #[serde(default)]
     pub seq: u64,
     pub url: String,

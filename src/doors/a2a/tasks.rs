@@ -149,7 +149,7 @@ impl TaskBook {
             owner: owner.to_owned(),
             task: task.clone(),
             updated: now_ms(),
-            push: push.into_iter().collect(),
+            push: push.into_iter().map(|config| config.of_task(&id)).collect(),
             outbox: Vec::new(),
             sent: 0,
         };
@@ -475,6 +475,100 @@ mod tests {
         assert_eq!(tasks.list("alice", Some("c1"), 50)["totalSize"], 1);
         assert_eq!(tasks.list("alice", Some("c2"), 50)["totalSize"], 0);
         assert_eq!(tasks.list("bob", None, 50)["totalSize"], 0);
+    }
+
+    fn pushed_book(
+        records: Option<KeptRecords>,
+    ) -> (TaskBook, tokio::sync::mpsc::UnboundedReceiver<Notification>) {
+        let config =
+            A2aConfig { push_origins: vec!["https://hooks.example.com".into()], ..A2aConfig::default() };
+        let (written, taken) = tokio::sync::mpsc::unbounded_channel();
+        (TaskBook::load(records, &config, Some(written)).unwrap(), taken)
+    }
+
+    fn kinds(taken: &mut tokio::sync::mpsc::UnboundedReceiver<Notification>) -> Vec<String> {
+        std::iter::from_fn(|| taken.try_recv().ok())
+            .map(|n| {
+                let (kind, body) = n.payload.as_object().unwrap().iter().next().unwrap();
+                let state = body.pointer("/status/state").and_then(Value::as_str).unwrap_or_default();
+                format!("{}#{} {kind} {state}", n.lane.rsplit('/').next().unwrap(), n.seq)
+                    .trim_end()
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_change_of_a_task_is_a_notification_per_config_in_order_kept_until_queued() {
+        let (tasks, mut taken) = pushed_book(None);
+        let hook = tasks.push_config(&json!({"id": "h", "url": "https://hooks.example.com/a"})).unwrap();
+        let task = tasks.open("alice", &message("c1"), Some(hook)).unwrap();
+        let id = task["id"].as_str().unwrap();
+        let second = tasks.push_config(&json!({"id": "g", "url": "https://hooks.example.com/b"})).unwrap();
+        tasks.set_push("alice", id, second).unwrap();
+        assert!(
+            tasks
+                .set_push(
+                    "bob",
+                    id,
+                    tasks.push_config(&json!({"url": "https://hooks.example.com/"})).unwrap()
+                )
+                .is_err()
+        );
+        tasks.report(id, json!({"parts": [{"text": "halfway"}]}));
+        tasks.finish(id, &json!({"message": {"parts": [{"text": "done"}]}}));
+        tasks.report(id, json!({"parts": [{"text": "too late"}]}));
+        assert_eq!(
+            kinds(&mut taken),
+            [
+                "h#0 task TASK_STATE_WORKING",
+                "h#1 statusUpdate TASK_STATE_WORKING",
+                "g#2 statusUpdate TASK_STATE_WORKING",
+                "h#3 artifactUpdate",
+                "h#4 statusUpdate TASK_STATE_COMPLETED",
+                "g#5 artifactUpdate",
+                "g#6 statusUpdate TASK_STATE_COMPLETED",
+            ]
+        );
+        let waiting =
+            |tasks: &TaskBook| tasks.lock()[id].outbox.iter().map(|n| n.id.clone()).collect::<Vec<_>>();
+        assert_eq!(waiting(&tasks).len(), 7, "the record holds them until the broker has them");
+        let first_two: Vec<String> = waiting(&tasks)[..2].to_vec();
+        tasks.queued(id, &first_two);
+        assert_eq!(waiting(&tasks).len(), 5);
+        tasks.delete_push("alice", id, "g").unwrap();
+        assert_eq!(tasks.push_configs("alice", id).unwrap().len(), 1);
+        assert!(tasks.delete_push("alice", id, "g").is_err());
+    }
+
+    #[test]
+    fn what_a_record_still_holds_goes_out_again_after_a_restart_and_an_interrupted_task_says_so() {
+        let dir = std::env::temp_dir().join(format!("silpgate-push-{}", crate::util::token::unguessable()));
+        let store = crate::store::SledStore::open(&dir, None).unwrap();
+        let (tasks, mut taken) = pushed_book(Some(store.kept("a2a_tasks").unwrap()));
+        let hook = tasks.push_config(&json!({"id": "h", "url": "https://hooks.example.com/a"})).unwrap();
+        let working = tasks.open("alice", &message("c1"), Some(hook.clone())).unwrap();
+        let queued = tasks.open("alice", &message("c2"), Some(hook)).unwrap();
+        let queued_id = queued["id"].as_str().unwrap();
+        let on_broker: Vec<String> = std::iter::from_fn(|| taken.try_recv().ok()).map(|n| n.id).collect();
+        tasks.queued(queued_id, &on_broker);
+        drop(tasks);
+        let (tasks, mut taken) = pushed_book(Some(store.kept("a2a_tasks").unwrap()));
+        let mut again = kinds(&mut taken);
+        again.sort();
+        // The first task's opening, never queued, goes again; both tasks, interrupted, fail.
+        assert_eq!(
+            again,
+            [
+                "h#0 task TASK_STATE_WORKING",
+                "h#1 statusUpdate TASK_STATE_FAILED",
+                "h#1 statusUpdate TASK_STATE_FAILED"
+            ]
+        );
+        let working_id = working["id"].as_str().unwrap();
+        assert_eq!(tasks.get("alice", working_id, None).unwrap()["status"]["state"], "TASK_STATE_FAILED");
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
