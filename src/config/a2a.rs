@@ -80,3 +80,32 @@ impl A2aConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checked(origins: &[&str], has_broker: bool) -> Result<(), String> {
+        let config = A2aConfig {
+            push_origins: origins.iter().map(|o| (*o).to_owned()).collect(),
+            ..A2aConfig::default()
+        };
+        config.check(has_broker).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn push_origins_are_origins_only_and_need_the_broker() {
+        assert!(checked(&[], false).is_ok());
+        assert!(checked(&["https://hooks.example.com", "http://127.0.0.1:9000/"], true).is_ok());
+        assert!(checked(&["https://hooks.example.com"], false).unwrap_err().contains("needs [amqp]"));
+        for (origin, says) in [
+            ("https://hooks.example.com/path", "scheme, a host and a port only"),
+            ("https://user@hooks.example.com", "scheme, a host and a port only"),
+            ("ftp://hooks.example.com", "http or https"),
+            ("hooks.example.com", "relative URL"),
+        ] {
+            let why = checked(&[origin], true).unwrap_err();
+            assert!(why.contains(says), "{origin}: {why}");
+        }
+    }
+}
