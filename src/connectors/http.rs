@@ -283,6 +283,12 @@ pub(crate) async fn read_bounded(
 /// and say what went wrong.
 pub(crate) fn unreachable(agent: &str, error: reqwest::Error) -> DeliveryError {
     let code = if error.is_timeout() { "timeout" } else { "agent_unavailable" };
+    DeliveryError::Unavailable { agent: agent.to_owned(), code, detail: described(error) }
+}
+
+/// A reqwest failure told with its causes (connect, TLS, I/O), which say what went wrong,
+/// and without its URL, which may carry credentials.
+pub(crate) fn described(error: reqwest::Error) -> String {
     let error = error.without_url();
     let mut detail = error.to_string();
     let mut cause = std::error::Error::source(&error);
@@ -291,7 +297,7 @@ pub(crate) fn unreachable(agent: &str, error: reqwest::Error) -> DeliveryError {
         detail.push_str(&c.to_string());
         cause = c.source();
     }
-    DeliveryError::Unavailable { agent: agent.to_owned(), code, detail }
+    detail
 }
 
 /// The URL without user name or password, for spans and logs.

@@ -423,17 +423,7 @@ impl Webhooks {
                     Attempt::Refused(format!("HTTP {status}"))
                 }
             }
-            Err(e) => {
-                let e = e.without_url();
-                let mut why = e.to_string();
-                let mut cause = std::error::Error::source(&e);
-                while let Some(c) = cause {
-                    why.push_str(": ");
-                    why.push_str(&c.to_string());
-                    cause = c.source();
-                }
-                Attempt::Failed(why)
-            }
+            Err(e) => Attempt::Failed(crate::connectors::http::described(e)),
         }
     }
 }
