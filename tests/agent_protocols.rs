@@ -290,6 +290,85 @@ async fn a_websocket_client_gets_an_agents_progress_before_its_answer() {
     assert_eq!(answer["content"], "part 1 ", "the answer, last: {seen}");
 }
 
+/// An AMQP sender that asks for interim replies (`x-silpgate-progress`) gets, on its reply
+/// queue, each report of an agent that streams its work as a reply marked `progress`, as it
+/// comes, then the answer marked `final`, all with its correlation id; a sender that did not
+/// ask gets the answer alone, unmarked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amqp_sender_asking_for_progress_gets_each_report_then_the_final_answer_and_others_the_answer() {
+    use lapin::types::{AMQPValue, FieldTable};
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let names = Names::new("amqp-progress");
+    let dir = broker::temp_dir("amqp-progress");
+    let route = format!(
+        "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"{}\"\n",
+        names.inbound()
+    );
+    let config = gateway::config(
+        &names,
+        &dir.join("store"),
+        true,
+        30_000,
+        &format!("{}{route}", a2a_agent(agent.port)),
+    );
+    let _daemon = gateway::start(&config, &dir, true).await;
+    let (connection, channel) = broker::channel().await;
+    let (asking, plain) = (names.replies(), format!("{}.plain", names.replies()));
+    for queue in [&asking, &plain] {
+        channel
+            .queue_declare(queue.as_str().into(), Default::default(), FieldTable::default())
+            .await
+            .unwrap();
+    }
+    let request = |conversation: &str, reply_to: &str, progress: bool| {
+        let mut headers = FieldTable::default();
+        if progress {
+            headers.insert("x-silpgate-progress".into(), AMQPValue::Boolean(true));
+        }
+        let properties = lapin::BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(conversation.into())
+            .with_correlation_id(conversation.into())
+            .with_reply_to(reply_to.into())
+            .with_headers(headers);
+        (names.inbound(), text_request("progress report", conversation), properties)
+    };
+    broker::publish_all(
+        &channel,
+        &names.inbound_exchange(),
+        vec![request("amqp-progress-1", &asking, true), request("amqp-progress-2", &plain, false)],
+    )
+    .await;
+    let kind = |r: &broker::Received| r.headers.get("x-silpgate-reply-kind").cloned().unwrap_or_default();
+    let got =
+        broker::collect(&channel, &asking, gateway::LONG, |got| got.iter().any(|r| kind(r) == "final")).await;
+    let seen: Vec<(String, Value)> =
+        got.iter().map(|r| (kind(r), serde_json::from_slice::<Value>(&r.body).unwrap())).collect();
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["progress", "progress", "progress", "progress", "final"], "{seen:?}");
+    let reports: Vec<&str> = seen[..4].iter().filter_map(|(_, m)| m["content"].as_str()).collect();
+    assert_eq!(reports, ["", "step 1/3", "step 2/3", "step 3/3"], "the start, then each report: {seen:?}");
+    assert!(seen[..4].iter().all(|(_, m)| m["messagetype"] == "progress"), "{seen:?}");
+    assert_eq!(seen[4].1["content"], "part 1 ", "the answer, last: {seen:?}");
+    assert!(got.iter().all(|r| r.correlation_id.as_deref() == Some("amqp-progress-1")), "{got:?}");
+    let ids: std::collections::HashSet<&str> = got.iter().map(|r| r.message_id.as_str()).collect();
+    assert_eq!(ids.len(), 5, "each reply its own id: {got:?}");
+    assert!(
+        got[0].message_id.ends_with(":progress:0") && got[3].message_id.ends_with(":progress:3"),
+        "{got:?}"
+    );
+
+    let answered = broker::collect(&channel, &plain, gateway::LONG, |got| !got.is_empty()).await;
+    let more = broker::collect(&channel, &plain, Duration::from_millis(500), |got| !got.is_empty()).await;
+    assert_eq!((answered.len(), more.len()), (1, 0), "the answer alone: {answered:?} {more:?}");
+    assert_eq!(kind(&answered[0]), "", "unmarked: {answered:?}");
+    assert_eq!(serde_json::from_slice::<Value>(&answered[0].body).unwrap()["content"], "part 1 ");
+    for queue in [&asking, &plain] {
+        let _ = channel.queue_delete(queue.as_str().into(), Default::default()).await;
+    }
+    let _ = connection.close(200, "done".into()).await;
+}
+
 /// The JSON-RPC methods a2a_agent_streaming.py was called with.
 async fn agent_seen(port: u16) -> Value {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

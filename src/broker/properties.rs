@@ -32,6 +32,11 @@ pub(crate) const FORWARDED_HEADER: &str = "x-silpgate-forwarded-by";
 /// `<index>/<count>`, so that an instance waiting for a forwarded message's replies puts them
 /// in order (they may be taken side by side) and knows when it has them all.
 pub(crate) const REPLY_HEADER: &str = "x-silpgate-reply";
+/// On a request: its sender takes interim replies (an agent's progress) before the answer.
+pub const PROGRESS_HEADER: &str = "x-silpgate-progress";
+/// On a reply to a sender that takes interim replies: `progress` on each interim one,
+/// `final` on the answer, which ends the replies to its request.
+pub const REPLY_KIND_HEADER: &str = "x-silpgate-reply-kind";
 /// Longest error text put in a header.
 const MAX_ERROR_HEADER: usize = 4096;
 
@@ -64,6 +69,8 @@ pub(crate) struct Envelope {
     /// This reply's place among the replies to one message: index and count ([`REPLY_HEADER`];
     /// the only one without it).
     pub reply_place: (usize, usize),
+    /// The sender takes interim replies ([`PROGRESS_HEADER`]).
+    pub wants_progress: bool,
 }
 
 impl Envelope {
@@ -113,6 +120,11 @@ impl Envelope {
         let forwarded_by = header(FORWARDED_HEADER).and_then(value_text);
         let reply_place =
             header(REPLY_HEADER).and_then(value_text).and_then(|v| read_place(&v)).unwrap_or((0, 1));
+        let wants_progress = match header(PROGRESS_HEADER) {
+            Some(AMQPValue::Boolean(yes)) => *yes,
+            Some(other) => value_text(other).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+            None => false,
+        };
         Envelope {
             encoding,
             message_id: text(properties.message_id()),
@@ -124,6 +136,7 @@ impl Envelope {
             source,
             forwarded_by,
             reply_place,
+            wants_progress,
         }
     }
 
@@ -183,6 +196,14 @@ pub(crate) fn published(p: Published<'_>) -> BasicProperties {
         headers
             .insert(format!("{REPLY_HEADER_PREFIX}{}", encoding.content_type()).into(), long_string(address));
     }
+    properties.with_headers(headers)
+}
+
+/// `properties` marked as a reply of `kind` (`progress` or `final`) to a sender that takes
+/// interim replies.
+pub(crate) fn reply_kind(properties: BasicProperties, kind: &str) -> BasicProperties {
+    let mut headers = properties.headers().clone().unwrap_or_default();
+    headers.insert(REPLY_KIND_HEADER.into(), long_string(kind));
     properties.with_headers(headers)
 }
 

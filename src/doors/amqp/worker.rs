@@ -29,6 +29,7 @@ use futures_util::future::BoxFuture;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tracing::{Instrument, debug, error, info_span, warn};
 
@@ -522,6 +523,7 @@ impl Pipeline {
                 correlation_id: envelope.correlation_id.clone(),
                 user_id: envelope.user_id.clone(),
                 message_id: format!("{}:answer", base_id(job)),
+                progress: envelope.wants_progress.then(AtomicU64::default),
             }) as Arc<dyn ReturnPath>
         });
         let content_id = Some(base_id(job));
@@ -567,7 +569,8 @@ impl Pipeline {
             // that waits for no answer), as it would from the instance itself.
             replies.push(crate::nlip::reply::accepted(&taken.delivered));
         }
-        self.publish(job, base_id, replies, appends).await?;
+        let last = taken.awaiting.is_none();
+        self.publish(job, base_id, (replies, last), appends).await?;
         if let Some(id) = &envelope.message_id {
             if let Some((cluster, partition)) = cluster {
                 cluster.published(partition, id);
@@ -586,19 +589,20 @@ impl Pipeline {
 
     /// Sends error replies to the sender, best effort: the dead-letter copy says it too.
     async fn tell_sender(&self, job: &Job, base_id: &str, replies: Vec<Message>) {
-        if let Err(e) = self.publish(job, base_id, replies, Vec::new()).await {
+        if let Err(e) = self.publish(job, base_id, (replies, true), Vec::new()).await {
             debug!(error = %e, "Error reply not delivered.");
         }
     }
 
     /// Publishes replies to every reply address of the message, in each address's encoding;
     /// then `entries` (a cluster's stream entries), all under one wait for the broker's
-    /// confirms.
+    /// confirms. `last`: no answer comes after these, so that the last of them is marked
+    /// `final` for a sender that takes interim replies (the others `reply`).
     async fn publish<'a>(
         &'a self,
         job: &'a Job,
         base_id: &str,
-        replies: Vec<Message>,
+        (replies, last): (Vec<Message>, bool),
         entries: Vec<Publication<'a>>,
     ) -> Result<(), AttemptFailure> {
         let mut publications = Vec::with_capacity(replies.len() * job.envelope.replies.len() + entries.len());
@@ -608,7 +612,11 @@ impl Pipeline {
         for (index, reply) in replies.iter().enumerate() {
             let id = format!("{base_id}:reply-{index}");
             for (encoding, address) in &job.envelope.replies {
-                let properties = job.envelope.outbound_properties(*encoding, &id);
+                let mut properties = job.envelope.outbound_properties(*encoding, &id);
+                if job.envelope.wants_progress {
+                    let kind = if last && index + 1 == replies.len() { "final" } else { "reply" };
+                    properties = properties::reply_kind(properties, kind);
+                }
                 publications.push(Publication {
                     exchange: "",
                     routing_key: address,
@@ -820,7 +828,9 @@ impl Pipeline {
 
 /// An AMQP sender's reply addresses, as the return path of its request: an agent's answer is
 /// published to each of them in its encoding, with the sender's correlation id, and counts as
-/// passed on once the broker confirms.
+/// passed on once the broker confirms. A sender that asked for interim replies
+/// ([`properties::PROGRESS_HEADER`]) gets the agent's progress too, each report a reply marked
+/// `progress`, and the answer marked `final`.
 struct ReplyAddresses {
     link: BrokerLink,
     replies: Vec<(Encoding, String)>,
@@ -828,33 +838,69 @@ struct ReplyAddresses {
     user_id: Option<String>,
     /// The answer's own id: stable, so that a sender can drop a repeated answer.
     message_id: String,
+    /// Interim replies sent so far, when the sender takes them.
+    progress: Option<AtomicU64>,
 }
 
-/// AMQP senders hear the answer only.
-impl crate::connectors::Progress for ReplyAddresses {}
+impl ReplyAddresses {
+    /// One reply per address, its id `message_id`, marked as `kind` when the sender takes
+    /// interim replies.
+    fn publications(&self, message: &Message, message_id: &str, kind: &str) -> Vec<Publication<'_>> {
+        self.replies
+            .iter()
+            .map(|(encoding, address)| {
+                let properties = properties::published(properties::Published {
+                    encoding: *encoding,
+                    message_id,
+                    correlation_id: self.correlation_id.as_deref(),
+                    reply_to: None,
+                    replies: &[],
+                    user_id: self.user_id.as_deref(),
+                });
+                Publication {
+                    exchange: "",
+                    routing_key: address,
+                    body: nlip::encode(message, *encoding),
+                    properties: match self.progress {
+                        Some(_) => properties::reply_kind(properties, kind),
+                        None => properties,
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+/// Each report is published as it comes, on the channel the answer will take, so that the
+/// answer comes after every report. Reports are interim: one the broker does not take is
+/// logged, not retried. Their ids count from the request (`…:progress:<n>`), so that a
+/// redelivered request's repeated reports are dropped like a repeated answer.
+impl crate::connectors::Progress for ReplyAddresses {
+    fn progress(&self, event: Message) {
+        let (Some(sent), Some(link)) = (&self.progress, self.link.current()) else { return };
+        let n = sent.fetch_add(1, Ordering::Relaxed);
+        let message_id = format!("{}:progress:{n}", self.message_id.trim_end_matches(":answer"));
+        let pending: Vec<_> = self
+            .publications(&event, &message_id, "progress")
+            .into_iter()
+            .filter_map(|publication| link.publisher.send(publication).ok())
+            .collect();
+        tokio::spawn(async move {
+            for confirm in pending {
+                if let Err(e) = confirm.confirmed().await {
+                    debug!(error = %e, "An interim reply was not taken by the broker.");
+                }
+            }
+        });
+    }
+}
 
 impl ReturnPath for ReplyAddresses {
     fn send(&self, answer: Message) -> BoxFuture<'_, Result<(), Returned>> {
         Box::pin(async move {
             let link =
                 self.link.current().ok_or_else(|| Returned::Retry("the broker is not connected".into()))?;
-            let publications = self
-                .replies
-                .iter()
-                .map(|(encoding, address)| Publication {
-                    exchange: "",
-                    routing_key: address,
-                    body: nlip::encode(&answer, *encoding),
-                    properties: properties::published(properties::Published {
-                        encoding: *encoding,
-                        message_id: &self.message_id,
-                        correlation_id: self.correlation_id.as_deref(),
-                        reply_to: None,
-                        replies: &[],
-                        user_id: self.user_id.as_deref(),
-                    }),
-                })
-                .collect();
+            let publications = self.publications(&answer, &self.message_id, "final");
             let published =
                 link.publisher.publish_all(publications).instrument(info_span!("amqp answer")).await;
             crate::metrics::get().messages_out.with_label_values(&["amqp", "reply"]).inc();
