@@ -131,7 +131,11 @@ impl Courier {
             Duration::from_millis(self.amqp.reconnect_max_ms),
         );
         loop {
-            let ended = match connect(&mut addresses).await {
+            let connected = tokio::select! {
+                connected = connect(&mut addresses) => connected,
+                () = shutdown.stopped() => return,
+            };
+            let ended = match connected {
                 Ok(connection) => {
                     backoff.reset();
                     let ended = tokio::select! {
