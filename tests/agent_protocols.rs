@@ -380,6 +380,41 @@ async fn agent_seen(port: u16) -> Value {
     serde_json::from_slice(&raw[split + 4..]).unwrap()
 }
 
+/// A task canceled at the door while an A2A agent works on it is canceled at the agent too:
+/// the agent is sent `CancelTask`, and the door's task stays canceled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_canceled_at_the_door_is_canceled_at_the_agent() {
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let daemon = gateway_from("a2a-cancel", &a2a_agent(agent.port), "a2a", 30_000).await;
+    let rpc = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+    };
+    let send = rpc(
+        "SendMessage",
+        json!({"message": {"messageId": "m-cancel", "role": "ROLE_USER",
+        "contextId": "cancel-1", "parts": [{"text": "progress report"}]}, "configuration": {"returnImmediately": true}}),
+    );
+    let (_, sent) = post_with(&daemon.http, "/a2a", send.as_bytes(), "").await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("a task: {sent}")).to_owned();
+    // The agent has begun (its first report comes after half a second).
+    let deadline = Instant::now() + gateway::LONG;
+    while !agent_seen(agent.port).await.to_string().contains("SendStreamingMessage") {
+        assert!(Instant::now() < deadline, "the agent was never reached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, canceled) =
+        post_with(&daemon.http, "/a2a", rpc("CancelTask", json!({"id": id})).as_bytes(), "").await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    while !agent_seen(agent.port).await.to_string().contains("CancelTask") {
+        assert!(Instant::now() < deadline, "the agent was never told: {}", agent_seen(agent.port).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Past the agent's 1.5 s of work, the task is as it was canceled.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let (_, task) = post_with(&daemon.http, "/a2a", rpc("GetTask", json!({"id": id})).as_bytes(), "").await;
+    assert_eq!(task["result"]["status"]["state"], "TASK_STATE_CANCELED", "{task}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_agent_gets_text_with_the_conversation_as_its_context() {
     let agent = PythonServer::start("a2a_agent.py");

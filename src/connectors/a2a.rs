@@ -53,6 +53,56 @@ const INTERNAL_ERROR: i64 = -32603;
 const FIRST_POLL: Duration = Duration::from_millis(20);
 const LONGEST_POLL: Duration = Duration::from_millis(500);
 
+/// The agent's task a delivery waits on. When the delivery is dropped before the task ended,
+/// because its asker gave the work up ([`super::Progress::abandoned`]), the agent is told to
+/// cancel it: `CancelTask` (0.3: `tasks/cancel`), sent on its own, answered or not.
+struct TaskAtAgent<'a> {
+    agent: &'a A2aAgent,
+    parcel: &'a Parcel,
+    endpoint: Endpoint,
+    /// The task, while it works.
+    working: Option<String>,
+}
+
+impl TaskAtAgent<'_> {
+    /// The task `task` names, working, or none once it ended.
+    fn track(&mut self, task: &Value) {
+        self.working = (TaskState::of(task) == TaskState::Pending)
+            .then(|| task.get("id").and_then(Value::as_str).map(str::to_owned))
+            .flatten();
+    }
+}
+
+impl Drop for TaskAtAgent<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.working.take() else { return };
+        if !self.parcel.progress.as_ref().is_some_and(|asker| asker.0.abandoned()) {
+            return;
+        }
+        let (method, version) =
+            if self.endpoint.speaks_0_3 { ("tasks/cancel", "0.3") } else { ("CancelTask", VERSION) };
+        let body = json!({"jsonrpc": "2.0", "id": 0, "method": method, "params": {"id": id}});
+        let request = self
+            .agent
+            .client
+            .post(self.endpoint.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header("A2A-Version", version)
+            .body(body.to_string());
+        let agent = self.agent.name.clone();
+        tokio::spawn(async move {
+            match request.send().await {
+                Ok(response) => {
+                    tracing::info!(agent = %agent, task = %id, status = %response.status(), "The asker gave the work up; the agent's task is canceled.")
+                }
+                Err(e) => {
+                    tracing::warn!(agent = %agent, task = %id, error = %super::http::described(e), "The asker gave the work up, and the agent could not be told to cancel its task.")
+                }
+            }
+        });
+    }
+}
+
 /// One agent reached over A2A.
 pub(crate) struct A2aAgent {
     name: String,
@@ -351,8 +401,10 @@ impl A2aAgent {
         let started = Instant::now();
         let _slot = self.slots.acquire().await.expect("the semaphore is never closed");
         let endpoint = self.endpoint().await?.clone();
+        let mut at_agent = TaskAtAgent { agent: self, parcel, endpoint: endpoint.clone(), working: None };
         if endpoint.streams && parcel.answer_to != AnswerTo::Nobody {
-            return self.send_streaming(parcel, &endpoint, started + self.reply_timeout).await.map(Some);
+            let deadline = started + self.reply_timeout;
+            return self.send_streaming(parcel, &endpoint, deadline, &mut at_agent).await.map(Some);
         }
         let message = map::message(&parcel.envelope, &parcel.message_id, map::ROLE_USER);
         let params = json!({"message": message, "configuration": {"returnImmediately": true}});
@@ -374,7 +426,10 @@ impl A2aAgent {
         if parcel.answer_to == AnswerTo::Nobody {
             return Ok(None);
         }
-        Ok(Some(self.wait_for(task, started + self.reply_timeout, request).await))
+        at_agent.track(task);
+        let answer = self.wait_for(task, started + self.reply_timeout, request).await;
+        at_agent.working = None;
+        Ok(Some(answer))
     }
 
     /// Sends one parcel as a `SendStreamingMessage` and reads the agent's events until the
@@ -385,6 +440,7 @@ impl A2aAgent {
         parcel: &Parcel,
         endpoint: &Endpoint,
         deadline: Instant,
+        at_agent: &mut TaskAtAgent<'_>,
     ) -> Result<Message, DeliveryError> {
         let request = &parcel.envelope;
         let message = map::message(request, &parcel.message_id, map::ROLE_USER);
@@ -437,7 +493,11 @@ impl A2aAgent {
                     Some(Ok(result)) => {
                         let event = read(result);
                         if let Some(done) = progress.take(&event) {
+                            at_agent.working = None;
                             return Ok(self.answer_of_final(done, request));
+                        }
+                        if let Some(task) = &progress.task {
+                            at_agent.track(task);
                         }
                         self.report(parcel, &event);
                     }
@@ -448,7 +508,9 @@ impl A2aAgent {
                     }
                 }
             }
-            Ok(self.after_stream(&progress, deadline, request).await)
+            let answer = self.after_stream(&progress, deadline, request).await;
+            at_agent.working = None;
+            Ok(answer)
         }
         .instrument(span.clone())
         .await;

@@ -52,6 +52,12 @@ pub(crate) struct Parcel {
 pub(crate) trait Progress: Send + Sync {
     /// Takes one interim event. Never blocks, never fails the delivery.
     fn progress(&self, _event: Message) {}
+
+    /// True once the asker has given the work up (a task canceled at the A2A door): a
+    /// delivery dropped then cancels what the agent still works on for it.
+    fn abandoned(&self) -> bool {
+        false
+    }
 }
 
 /// The `messagetype` of an interim event.

@@ -68,6 +68,11 @@ impl Progress for InPlace {
             let _ = progress.send(event);
         }
     }
+
+    /// A handler that streams gives the work up by dropping its end of the events.
+    fn abandoned(&self) -> bool {
+        self.progress.as_ref().is_some_and(tokio::sync::mpsc::UnboundedSender::is_closed)
+    }
 }
 
 /// One request waiting for its agent.

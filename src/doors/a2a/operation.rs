@@ -126,7 +126,8 @@ pub(super) fn get_task(front: &Front, client: &str, params: &Value) -> Result<Va
     front.a2a_tasks.get(client, task_id(params)?, history)
 }
 
-/// `CancelTask` (`id`): the task, canceled. The agent still answers; its answer is dropped.
+/// `CancelTask` (`id`): the task, canceled. The work on it is given up, and an A2A agent is
+/// told to cancel its own task for it.
 pub(super) fn cancel_task(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
     front.a2a_tasks.cancel(client, task_id(params)?)
 }
@@ -284,7 +285,8 @@ fn reply_wait(front: &Front) -> std::time::Duration {
 }
 
 /// Works on kept task `id`: the agent's interim reports become the task's working status as
-/// they come, and the answer ends it.
+/// they come, and the answer ends it. A task canceled meanwhile is given up: the agent, when
+/// it works on an A2A task of its own for it, is told to cancel that too.
 async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: opentelemetry::Context) {
     let context = taken.context.clone();
     let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
@@ -299,11 +301,19 @@ async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: openteleme
         set_context(&mut message, context.as_deref());
         front.a2a_tasks.report(&id, message);
     };
+    let canceled = front.a2a_tasks.canceled(&id);
+    tokio::pin!(canceled);
     let result = loop {
         tokio::select! {
             biased;
             Some(said) = reports.recv() => report(said),
             result = &mut answer => break result,
+            () = &mut canceled => {
+                // Closing the events first is what says the work was given up (and not just
+                // dropped) to the delivery dropped next.
+                drop(reports);
+                return;
+            }
         }
     };
     while let Ok(said) = reports.try_recv() {

@@ -373,6 +373,20 @@ impl TaskBook {
         .map(drop)
     }
 
+    /// Returns once task `id` is canceled (or forgotten).
+    pub(super) async fn canceled(&self, id: &str) {
+        let mut changes = self.changes.subscribe();
+        loop {
+            let state = self.lock().get(id).map(|k| k.task["status"]["state"].clone());
+            if state.is_none_or(|s| s == "TASK_STATE_CANCELED") {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// `owner`'s task `id` once it has ended, or as it stands at `deadline`.
     pub(super) async fn ended(
         &self,
