@@ -154,6 +154,7 @@ fn measure_replay_us(entries: u64) -> f64 {
                 renewal_due: false,
                 expired: false,
                 partition: Some(partition.index),
+                owner: None,
             };
             let message = Some((format!("message-{i}"), LedgerState::Published));
             serde_json::to_vec(&PartitionChange::Session { session, message }).unwrap()

@@ -19,6 +19,7 @@
 //! - [`cluster`]: cluster mode, state replication between instances through the broker.
 //!
 //! And: [`code`] (the error codes silpgate says, with their HTTP statuses, in one table),
+//! [`principal`] (who sends a message, and who may reach which agent),
 //! [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
 //! (`silpgate run`), [`telemetry`] and [`metrics`], and [`util`], the ground floor.
 
@@ -37,6 +38,7 @@ pub mod gateway;
 pub(crate) mod intake;
 pub mod metrics;
 pub mod nlip;
+pub mod principal;
 pub mod silp;
 pub mod store;
 pub(crate) mod telemetry;

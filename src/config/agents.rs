@@ -27,6 +27,9 @@ pub struct AgentConfig {
     /// `fewest-tokens`: send the accepted frontend that costs the agent the fewest tokens,
     /// unless the route sets a frontend. None: the first accepted frontend.
     pub frontend: Option<FrontendRule>,
+    /// Who may reach the agent: `*`, `sub:<subject>`, `role:<role>` ([`crate::principal`]).
+    /// Default `["*"]`: every client the doors let in.
+    pub allow: Vec<String>,
     /// How the agent is reached.
     pub reach: Reach,
 }
@@ -37,6 +40,9 @@ impl AgentConfig {
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         if let Some(outbound) = self.reach.outbound() {
             outbound.check(&self.name)?;
+        }
+        if let Some(why) = self.allow.iter().find_map(|rule| crate::principal::rule_error(rule)) {
+            return Err(ConfigError::Invalid(format!("agent '{}': allow: {why}", self.name)));
         }
         if let Some(FrontendRule::Fixed(f)) = self.frontend {
             return Err(ConfigError::Invalid(format!(
@@ -260,10 +266,16 @@ struct Common {
     tokenizer: Option<Tokenizer>,
     #[serde(default, deserialize_with = "optional_frontend_rule")]
     frontend: Option<FrontendRule>,
+    #[serde(default = "anyone")]
+    allow: Vec<String>,
 }
 
 impl Common {
-    const KEYS: [&'static str; 4] = ["name", "frontends", "tokenizer", "frontend"];
+    const KEYS: [&'static str; 5] = ["name", "frontends", "tokenizer", "frontend", "allow"];
+}
+
+fn anyone() -> Vec<String> {
+    vec![crate::principal::ANYONE.to_owned()]
 }
 
 /// The keys one connector reads besides [`Outbound`]'s.
@@ -368,6 +380,7 @@ impl<'de> Deserialize<'de> for AgentConfig {
             frontends: common.frontends,
             tokenizer: common.tokenizer,
             frontend: common.frontend,
+            allow: common.allow,
             reach,
         })
     }

@@ -14,7 +14,7 @@ struct Section {
 
 fn section(name: &str) -> Option<Section> {
     let (header, required) = match name {
-        "gateway" | "silp" | "nlip" | "sessions" | "store" | "http" | "a2a" | "amqp" | "cluster"
+        "gateway" | "silp" | "nlip" | "sessions" | "store" | "http" | "a2a" | "auth" | "amqp" | "cluster"
         | "telemetry" => (format!("[{name}]"), ""),
         "streams" => ("[[streams]]".to_owned(), "name = \"s\"\nurl = \"ws://127.0.0.1:1\"\n"),
         // An agent of each kind, as `[[agents]]` rows of docs/configuration.md name them.

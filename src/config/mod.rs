@@ -10,6 +10,7 @@
 mod a2a;
 mod agents;
 mod amqp;
+mod auth;
 mod cluster;
 mod http;
 mod routes;
@@ -21,6 +22,7 @@ pub use agents::{
     WsReach,
 };
 pub use amqp::{AmqpConfig, ReplyQueueType};
+pub use auth::{AuthConfig, StaticToken};
 pub use cluster::ClusterConfig;
 pub use http::HttpConfig;
 pub use routes::{AwaitMode, FrontendRule, RepliesMode, RouteConfig, RouteMatch, RouteMode};
@@ -49,6 +51,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// silpgate's own A2A door (`/a2a`): the tasks it keeps and their push notifications.
     pub a2a: A2aConfig,
+    /// Who clients are: static tokens naming principals, JWTs, broker users' roles.
+    pub auth: AuthConfig,
     /// The RabbitMQ connection (AMQP 0-9-1). Absent: no broker, HTTP and WebSocket only.
     pub amqp: Option<AmqpConfig>,
     /// Cluster mode: several instances share the work through partitions on the broker
@@ -311,6 +315,7 @@ impl Config {
         }
         self.http.check()?;
         self.a2a.check(self.amqp.is_some())?;
+        self.auth.check()?;
         for agent in &self.agents {
             agent.check()?;
         }

@@ -45,6 +45,8 @@ pub struct Origin {
     pub message_id: Option<String>,
     /// The cluster partition the message's conversation belongs to (its queue), if any.
     pub partition: Option<super::session::Partition>,
+    /// Who sent it, as its door verified; `None` without authentication.
+    pub principal: Option<crate::principal::Principal>,
 }
 
 impl Origin {
@@ -58,6 +60,7 @@ impl Origin {
             user_id: None,
             message_id: None,
             partition: None,
+            principal: None,
         }
     }
 }

@@ -39,6 +39,10 @@ pub enum GatewayError {
     Invalid { path: String, errors: Vec<String> },
     #[error("no route matches this message")]
     NoRoute,
+    /// The sender may not do this: reach the route's agent, or continue another principal's
+    /// conversation. The words reveal nothing of the agent.
+    #[error("{0}")]
+    Forbidden(&'static str),
     #[error("session {id} of this conversation has expired; start a new conversation")]
     SessionExpired { id: String },
     #[error("//ping: {0}")]
@@ -55,6 +59,7 @@ impl GatewayError {
             | GatewayError::Silp { .. }
             | GatewayError::Invalid { .. }
             | GatewayError::NoRoute
+            | GatewayError::Forbidden(_)
             | GatewayError::SessionExpired { .. }
             | GatewayError::Ping(_) => Disposition::Poison,
             GatewayError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
@@ -81,6 +86,7 @@ impl GatewayError {
             GatewayError::Silp { error, .. } => error.code.as_str(),
             GatewayError::Invalid { .. } => Code::DecodeFailed.as_str(),
             GatewayError::NoRoute => Code::NoRoute.as_str(),
+            GatewayError::Forbidden(_) => Code::Forbidden.as_str(),
             GatewayError::SessionExpired { .. } => Code::SessionExpired.as_str(),
             GatewayError::Store(_) => Code::Unavailable.as_str(),
             GatewayError::Ping(_) => Code::InvalidPing.as_str(),

@@ -306,6 +306,15 @@ impl Gateway {
                 route::select(&self.config.routes, &facts).ok_or((GatewayError::NoRoute, Location::None))?,
             ),
         };
+        if let Route::Configured(route) = &route
+            && let Some(agent) = self.config.agents.iter().find(|a| a.name == route.destination)
+            && !crate::principal::allowed(&agent.allow, inbound.origin.principal.as_ref())
+        {
+            return Err((
+                GatewayError::Forbidden("this sender may not send this message here"),
+                Location::None,
+            ));
+        }
         notes.push(Note::Route(route.name().to_owned()));
 
         let mut changes = Changes::default();
@@ -323,8 +332,9 @@ impl Gateway {
                     idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
                     partition: inbound.origin.partition,
                 };
+                let sender = inbound.origin.principal.as_ref().map(|p| p.subject.as_str());
                 let (turn, record) =
-                    session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy)
+                    session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy, sender)
                         .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
                 changes.turns_seen.push((record.token.clone(), record.turns - 1));

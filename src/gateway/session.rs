@@ -60,13 +60,20 @@ pub struct SessionPolicy {
 
 /// Counts one turn of the conversation `token`, creating its session on the first turn.
 /// Returns the turn and the session record to commit; nothing is written here.
+///
+/// `sender` is the subject of the principal sending the message, if any: a conversation
+/// begun by a principal is that principal's, and another is refused (`forbidden`).
 pub fn count_turn(
     store: &dyn Store,
     token: &str,
     now: Millis,
     policy: &SessionPolicy,
+    sender: Option<&str>,
 ) -> Result<(Turn, SessionRecord), GatewayError> {
     let mut record = match store.session_by_token(token)? {
+        Some(record) if record.owner.as_deref().is_some_and(|owner| Some(owner) != sender) => {
+            return Err(GatewayError::Forbidden("this conversation was begun by another principal"));
+        }
         // An idle session stays expired: its last activity does not move any more.
         Some(record)
             if record.expired || now.saturating_sub(record.last_activity) > policy.idle_timeout_ms =>
@@ -74,13 +81,16 @@ pub fn count_turn(
             return Err(GatewayError::SessionExpired { id: record.id });
         }
         Some(record) => record,
-        None => SessionRecord::begin(
-            id_for(token),
-            token,
-            policy.heartbeat,
-            now,
-            policy.partition.map(|p| p.index),
-        ),
+        None => SessionRecord {
+            owner: sender.map(str::to_owned),
+            ..SessionRecord::begin(
+                id_for(token),
+                token,
+                policy.heartbeat,
+                now,
+                policy.partition.map(|p| p.index),
+            )
+        },
     };
     record.turns += 1;
     let renewed = std::mem::take(&mut record.renewal_due);
@@ -143,7 +153,7 @@ mod tests {
         now: Millis,
         policy: &SessionPolicy,
     ) -> Result<Turn, GatewayError> {
-        let (turn, record) = count_turn(store, token, now, policy)?;
+        let (turn, record) = count_turn(store, token, now, policy, None)?;
         store.commit(&Changes { sessions: vec![record], ..Changes::default() }, now)?;
         Ok(turn)
     }
@@ -195,12 +205,12 @@ mod tests {
             turn(&store, "back", i, &POLICY).unwrap();
         }
         // Turn 5 renews the context after it; taken back, turn 5 is counted again the same.
-        let (fifth, after) = count_turn(&store, "back", 5, &POLICY).unwrap();
+        let (fifth, after) = count_turn(&store, "back", 5, &POLICY, None).unwrap();
         let before = store.session_by_token("back").unwrap().unwrap();
         let taken_back = uncount_turn(&after, &fifth).expect("the last turn counted");
         assert_eq!((taken_back.turns, taken_back.renewal_due), (before.turns, before.renewal_due));
         store.commit(&Changes { sessions: vec![after.clone()], ..Changes::default() }, 5).unwrap();
-        let sixth = count_turn(&store, "back", 6, &POLICY).unwrap().1;
+        let sixth = count_turn(&store, "back", 6, &POLICY, None).unwrap().1;
         assert_eq!(uncount_turn(&sixth, &fifth), None, "a later turn keeps it");
         let renewed = Turn { renewed: true, ..fifth.clone() };
         assert!(uncount_turn(&after, &renewed).unwrap().renewal_due, "the notice is due again");
@@ -213,8 +223,8 @@ mod tests {
         let store = MemoryStore::new();
         turn(&store, "busy", 0, &POLICY).unwrap();
         // Two messages of one conversation plan from the same state...
-        let (_, first) = count_turn(&store, "busy", 1, &POLICY).unwrap();
-        let (_, second) = count_turn(&store, "busy", 2, &POLICY).unwrap();
+        let (_, first) = count_turn(&store, "busy", 1, &POLICY, None).unwrap();
+        let (_, second) = count_turn(&store, "busy", 2, &POLICY, None).unwrap();
         let commit = |record: SessionRecord| {
             let seen = vec![(record.token.clone(), record.turns - 1)];
             store.commit(&Changes { sessions: vec![record], turns_seen: seen, ..Changes::default() }, 3)

@@ -36,6 +36,10 @@ pub struct SessionRecord {
     /// In a cluster: the partition the conversation belongs to, whose changelog carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<u16>,
+    /// The subject of the principal that began the conversation: no other may continue it.
+    /// None: begun without authentication (or before owners were kept), anyone's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl SessionRecord {
@@ -56,6 +60,7 @@ impl SessionRecord {
             started: now,
             renewal_due: false,
             expired: false,
+            owner: None,
             partition,
         }
     }

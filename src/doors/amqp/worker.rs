@@ -514,6 +514,13 @@ impl Pipeline {
             user_id: if front_door { None } else { envelope.user_id.clone() },
             message_id: envelope.message_id.clone(),
             partition: job.partition,
+            // The broker verified the user: the principal. A front door's message forwarded by
+            // silpgate carries silpgate's own user, no principal.
+            principal: envelope.user_id.as_ref().filter(|_| !front_door).map(|user| {
+                let roles =
+                    self.intake.gateway().config().auth.broker_roles.get(user).cloned().unwrap_or_default();
+                crate::principal::Principal::new(user.clone(), roles)
+            }),
         };
         // The agent's answer goes to the sender's reply addresses, written for the sender.
         let answers = (!envelope.replies.is_empty()).then(|| {
