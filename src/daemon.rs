@@ -44,6 +44,8 @@ pub enum RunError {
     #[error("[http] authentication: {0}")]
     Auth(#[from] crate::doors::auth::AuthError),
     #[error(transparent)]
+    KeySet(#[from] crate::doors::jwt::KeySetError),
+    #[error(transparent)]
     Amqp(#[from] AmqpError),
     #[error("[[streams]]: {0}")]
     Streams(#[from] crate::doors::stream::StreamError),
@@ -96,7 +98,9 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let key =
         crate::store::chain::key_from_env(config.store.hmac_key_env.as_deref()).map_err(RunError::Key)?;
     let store = Arc::new(SledStore::open(&store_dir, key)?);
-    let auth = Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref())?;
+    let jwts = crate::doors::jwt::Jwts::new(&config.auth).await?;
+    let auth = Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref(), &config.auth.tokens)?
+        .with_jwts(jwts);
     if auth.is_open() {
         tracing::warn!(
             "HTTP and WebSocket clients are not authenticated: no [http] tokens or tokens_env configured."

@@ -52,7 +52,7 @@ fn is_loopback_origin(origin: &str) -> bool {
 }
 
 /// Why a request goes no further than authentication.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Denied {
     Unauthenticated(Refusal),
     /// Over the per-client limit; retry after this many seconds.
@@ -78,6 +78,19 @@ impl IntoResponse for Denied {
                 "the bearer token is not accepted",
                 Encoding::Json,
             ),
+            Denied::Unauthenticated(Refusal::Invalid(why)) => {
+                let mut r = error_response(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    &why.to_string(),
+                    Encoding::Json,
+                );
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                );
+                r
+            }
             Denied::RateLimited(retry_after) => rate_limited_response(retry_after),
         }
     }
@@ -85,12 +98,16 @@ impl IntoResponse for Denied {
 
 /// Who sent a request. A refused token is charged to the caller's address under the
 /// per-client rate limit, so that guessing tokens is throttled too.
-pub(crate) fn authenticate(front: &Front, headers: &HeaderMap, peer: SocketAddr) -> Result<Identity, Denied> {
+pub(crate) async fn authenticate(
+    front: &Front,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<Identity, Denied> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    front.auth.check(authorization).map_err(|refusal| {
+    front.auth.check(authorization).await.map_err(|refusal| {
         match front
             .clients
-            .admit(&super::client_key(Identity::Anonymous, front.client_address(headers, peer)))
+            .admit(&super::client_key(&Identity::Anonymous, front.client_address(headers, peer)))
         {
             Err(retry_after) => Denied::RateLimited(retry_after),
             Ok(()) => Denied::Unauthenticated(refusal),

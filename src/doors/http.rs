@@ -53,7 +53,7 @@ async fn observability_guard(
     next: axum::middleware::Next,
 ) -> Response {
     if front.observability_tokens
-        && let Err(denied) = authenticate(&front, request.headers(), peer)
+        && let Err(denied) = authenticate(&front, request.headers(), peer).await
     {
         return denied.into_response();
     }
@@ -150,11 +150,11 @@ async fn post_nlip(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let identity = match authenticate(&front, &headers, peer) {
+    let identity = match authenticate(&front, &headers, peer).await {
         Ok(identity) => identity,
         Err(denied) => return denied.into_response(),
     };
-    let client = super::client_key(identity, front.client_address(&headers, peer));
+    let client = super::client_key(&identity, front.client_address(&headers, peer));
     if let Err(retry_after) = front.clients.admit(&client) {
         return rate_limited_response(retry_after);
     }
@@ -192,7 +192,8 @@ async fn post_nlip(
         return message_response(StatusCode::TOO_MANY_REQUESTS, &message, encoding);
     }
     let parent = crate::telemetry::extract_http(&headers);
-    match front.request(envelope, Transport::Http, "http", parent).await {
+    let asker = super::Asker::new(Transport::Http, "http", identity.principal().cloned());
+    match front.request(envelope, asker, parent).await {
         ToSender::Reply { reply, .. } => message_response(StatusCode::OK, &reply, encoding),
         ToSender::Accepted(ids) => {
             message_response(StatusCode::ACCEPTED, &crate::nlip::reply::accepted(&ids), encoding)

@@ -18,6 +18,8 @@ pub(crate) struct Admitted {
     pub body: Bytes,
     /// The key of the client's rate limit and conversation quota.
     pub client: String,
+    /// Who it is, when clients authenticate.
+    pub principal: Option<crate::principal::Principal>,
 }
 
 /// The body of a request that passed every check, or the response that refuses it.
@@ -30,8 +32,8 @@ pub(crate) async fn admit(
     if !origin_allowed(&front.allowed_origins, headers) {
         return Err(reply(StatusCode::FORBIDDEN, &error(Value::Null, -32600, FOREIGN_ORIGIN)));
     }
-    let identity = authenticate(front, headers, peer).map_err(Denied::into_response)?;
-    let client = super::client_key(identity, front.client_address(headers, peer));
+    let identity = authenticate(front, headers, peer).await.map_err(Denied::into_response)?;
+    let client = super::client_key(&identity, front.client_address(headers, peer));
     if let Err(retry_after) = front.clients.admit(&client) {
         return Err(Denied::RateLimited(retry_after).into_response());
     }
@@ -50,7 +52,7 @@ pub(crate) async fn admit(
             return Err(reply(StatusCode::REQUEST_TIMEOUT, &error(Value::Null, -32600, &why)));
         }
     };
-    Ok(Admitted { body, client })
+    Ok(Admitted { body, client, principal: identity.principal().cloned() })
 }
 
 /// A JSON response.

@@ -11,6 +11,7 @@ pub(crate) mod amqp;
 pub(crate) mod auth;
 pub(crate) mod http;
 pub(crate) mod jsonrpc;
+pub(crate) mod jwt;
 pub(crate) mod limit;
 pub(crate) mod listener;
 pub(crate) mod mcp;
@@ -65,11 +66,11 @@ pub(crate) fn rate_limited(what: &str, retry_after: u64) -> Message {
     reply::error_message(Code::RateLimited.as_str(), &message, &Location::None)
 }
 
-/// Who a request comes from, for the per-client limits: the accepted token's identity when
-/// tokens are configured, else its address.
-pub(crate) fn client_key(identity: auth::Identity, address: std::net::IpAddr) -> String {
+/// Who a request comes from, for the per-client limits, quotas and kept tasks: the
+/// principal its token names when clients authenticate, else its address.
+pub(crate) fn client_key(identity: &auth::Identity, address: std::net::IpAddr) -> String {
     match identity {
-        auth::Identity::Token(position) => format!("token:{position}"),
+        auth::Identity::Principal(principal) => format!("sub:{}", principal.subject),
         auth::Identity::Anonymous => format!("addr:{address}"),
     }
 }
@@ -108,6 +109,24 @@ pub(crate) enum ToSender {
     Refused { message: Message, code: String, transient: bool },
 }
 
+/// Who hands a message to the front: the door it came through, the source routes match on,
+/// and, when clients authenticate, the principal its door verified.
+pub(crate) struct Asker<'a> {
+    pub transport: Transport,
+    pub source: &'a str,
+    pub principal: Option<crate::principal::Principal>,
+}
+
+impl<'a> Asker<'a> {
+    pub(crate) fn new(
+        transport: Transport,
+        source: &'a str,
+        principal: Option<crate::principal::Principal>,
+    ) -> Self {
+        Asker { transport, source, principal }
+    }
+}
+
 impl Front {
     pub(crate) fn gateway(&self) -> &Gateway {
         self.intake.gateway()
@@ -119,11 +138,10 @@ impl Front {
     pub(crate) async fn request(
         &self,
         envelope: Message,
-        transport: Transport,
-        source: &str,
+        asker: Asker<'_>,
         parent: opentelemetry::Context,
     ) -> ToSender {
-        self.request_with(envelope, transport, source, parent, None).await
+        self.request_with(envelope, asker, parent, None).await
     }
 
     /// As [`Front::request`], with the agent's interim events (its progress on the way to the
@@ -131,23 +149,21 @@ impl Front {
     pub(crate) async fn request_streaming(
         &self,
         envelope: Message,
-        transport: Transport,
-        source: &str,
+        asker: Asker<'_>,
         parent: opentelemetry::Context,
         progress: tokio::sync::mpsc::UnboundedSender<Message>,
     ) -> ToSender {
-        self.request_with(envelope, transport, source, parent, Some(progress)).await
+        self.request_with(envelope, asker, parent, Some(progress)).await
     }
 
     async fn request_with(
         &self,
         envelope: Message,
-        transport: Transport,
-        source: &str,
+        asker: Asker<'_>,
         parent: opentelemetry::Context,
         progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
     ) -> ToSender {
-        match self.submit_with(envelope, transport, source, parent, progress).await {
+        match self.submit_with(envelope, asker, parent, progress).await {
             Submitted::Ready(to_sender) => to_sender,
             Submitted::Awaiting(awaiting) => awaiting.wait().await,
         }
@@ -162,22 +178,21 @@ impl Front {
     pub(crate) async fn submit_streaming(
         &self,
         envelope: Message,
-        transport: Transport,
-        source: &str,
+        asker: Asker<'_>,
         parent: opentelemetry::Context,
         progress: tokio::sync::mpsc::UnboundedSender<Message>,
     ) -> Submitted {
-        self.submit_with(envelope, transport, source, parent, Some(progress)).await
+        self.submit_with(envelope, asker, parent, Some(progress)).await
     }
 
     async fn submit_with(
         &self,
         envelope: Message,
-        transport: Transport,
-        source: &str,
+        asker: Asker<'_>,
         parent: opentelemetry::Context,
         progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
     ) -> Submitted {
+        let Asker { transport, source, principal } = asker;
         let span = crate::telemetry::message_span!(
             "nlip request",
             otel.name = %format!("process {source}"),
@@ -185,7 +200,8 @@ impl Front {
             network.transport = "tcp",
             network.protocol.name = if transport == Transport::WebSocket { "websocket" } else { "http" },
             silpgate.transport = transport.as_str(),
-            silpgate.source = source
+            silpgate.source = source,
+            enduser.id = principal.as_ref().map(|p| p.subject.as_str())
         );
         crate::telemetry::adopt(&span, parent);
         let label = transport.as_str();
@@ -204,7 +220,7 @@ impl Front {
         let (path, answered) = InPlace::new(progress);
         let arrival = Arrival {
             envelope,
-            origin: Origin::new(transport, source),
+            origin: Origin { principal, ..Origin::new(transport, source) },
             span: span.clone(),
             answers: Some(path),
             content_id: None,

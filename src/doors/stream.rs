@@ -164,7 +164,7 @@ impl Stream {
                         match decoded {
                             Ok(message) => {
                                 let parent = opentelemetry::Context::new();
-                                front.request(message, Transport::WebSocket, &source, parent).await
+                                front.request(message, super::Asker::new(Transport::WebSocket, &source, None), parent).await
                             }
                             Err(why) => {
                                 let detail = format!("the message cannot be read: {why}");

@@ -35,7 +35,7 @@ pub(crate) async fn upgrade_cbor(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
-    upgrade(front, request, Encoding::Cbor, peer)
+    upgrade(front, request, Encoding::Cbor, peer).await
 }
 
 pub(crate) async fn upgrade_text(
@@ -43,17 +43,20 @@ pub(crate) async fn upgrade_text(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {
-    upgrade(front, request, Encoding::Json, peer)
+    upgrade(front, request, Encoding::Json, peer).await
 }
 
 /// Answers the WebSocket handshake (RFC 6455 §4.2) and hands the upgraded connection to a
 /// socket task. Authentication happens here, before the upgrade.
-fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: SocketAddr) -> Response {
+async fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: SocketAddr) -> Response {
     if let Some(refused) = foreign_origin(&front, request.headers()) {
         return refused;
     }
-    let client = match authenticate(&front, request.headers(), peer) {
-        Ok(identity) => super::client_key(identity, front.client_address(request.headers(), peer)),
+    let (client, principal) = match authenticate(&front, request.headers(), peer).await {
+        Ok(identity) => (
+            super::client_key(&identity, front.client_address(request.headers(), peer)),
+            identity.principal().cloned(),
+        ),
         Err(denied) => return denied.into_response(),
     };
     let headers = request.headers();
@@ -81,7 +84,7 @@ fn upgrade(front: Arc<Front>, mut request: Request, encoding: Encoding, peer: So
                 let socket =
                     WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                         .await;
-                serve_socket(front, socket, encoding, client, trace).await;
+                serve_socket(front, socket, encoding, (client, principal), trace).await;
             }
             Err(e) => tracing::warn!(error = %e, "WebSocket upgrade failed."),
         }
@@ -171,7 +174,7 @@ async fn serve_socket<S>(
     front: Arc<Front>,
     socket: WebSocketStream<S>,
     encoding: Encoding,
-    client: String,
+    (client, principal): (String, Option<crate::principal::Principal>),
     trace: opentelemetry::Context,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -241,7 +244,8 @@ async fn serve_socket<S>(
         // Messages are taken in the order they came, so that a conversation's turns keep it;
         // the answers they wait for are awaited side by side.
         // An agent's interim events are written as they come, before the answer.
-        let submitted = submit(&front, &client, &bytes, encoding, trace.clone(), progress.clone());
+        let asker = super::Asker::new(Transport::WebSocket, "ws", principal.clone());
+        let submitted = submit(&front, (&client, asker), &bytes, encoding, trace.clone(), progress.clone());
         tokio::pin!(submitted);
         let submitted = loop {
             tokio::select! {
@@ -284,7 +288,7 @@ async fn serve_socket<S>(
 /// Takes one message a socket sent through the intake.
 async fn submit(
     front: &Front,
-    client: &str,
+    (client, asker): (&str, super::Asker<'_>),
     bytes: &[u8],
     encoding: Encoding,
     trace: opentelemetry::Context,
@@ -297,7 +301,7 @@ async fn submit(
         Ok(envelope) => {
             match front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
                 Err(limit) => refused(super::limit::too_many_conversations(limit)),
-                Ok(()) => front.submit_streaming(envelope, Transport::WebSocket, "ws", trace, progress).await,
+                Ok(()) => front.submit_streaming(envelope, asker, trace, progress).await,
             }
         }
         Err(e) => {

@@ -22,10 +22,11 @@ pub(super) async fn post_a2a(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (bytes, client) = match admit(&front, peer, &headers, body).await {
-        Ok(admitted) => (admitted.body, admitted.client),
+    let (bytes, client, principal) = match admit(&front, peer, &headers, body).await {
+        Ok(admitted) => (admitted.body, admitted.client, admitted.principal),
         Err(refused) => return refused,
     };
+    let caller = operation::Caller { client: &client, principal: principal.as_ref() };
     let request: Value = match serde_json::from_slice(&bytes) {
         Ok(request) => request,
         Err(e) => {
@@ -64,13 +65,13 @@ pub(super) async fn post_a2a(
     let outcome = match method {
         "SendMessage" => {
             let request = if old { send_request_from_0_3(&params) } else { params };
-            operation::send_message(&front, &headers, &client, &request)
+            operation::send_message(&front, &headers, &caller, &request)
                 .await
                 .map(|result| Answer::One(respond(if old { v0_3::result_to(&result) } else { result })))
         }
         "SendStreamingMessage" => {
             let request = if old { send_request_from_0_3(&params) } else { params };
-            operation::send_streaming(&front, &headers, &client, &request).await.map(Answer::Live)
+            operation::send_streaming(&front, &headers, &caller, &request).await.map(Answer::Live)
         }
         "GetTask" => operation::get_task(&front, &client, &params).map(|t| Answer::One(respond(task_out(t)))),
         "CancelTask" => {

@@ -6,6 +6,7 @@ use crate::a2a::map;
 use crate::doors::{Front, ToSender};
 use crate::gateway::Transport;
 use crate::nlip::{Content, Format, Message, Submessage};
+use crate::principal::Principal;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -208,15 +209,24 @@ fn push_config_id<'a>(front: &Front, params: &'a Value) -> Result<(&'a str, &'a 
     Ok((push_task_id(params)?, id))
 }
 
-/// A message the door has taken: its envelope and the client's context.
+/// Who calls an operation: the client's key (its limits, quotas and kept tasks) and, when
+/// clients authenticate, its principal.
+pub(super) struct Caller<'a> {
+    pub client: &'a str,
+    pub principal: Option<&'a Principal>,
+}
+
+/// A message the door has taken: its envelope, the client's context, and who sent it.
 pub(super) struct Taken {
     envelope: Message,
     context: Option<String>,
+    principal: Option<Principal>,
 }
 
 /// Checks a `SendMessage`'s message (1.0's shape) and makes its envelope, which meets the
 /// limits and the conversation quota of every door.
-pub(super) fn take(front: &Front, client: &str, message: Option<&Value>) -> Result<Taken, Failure> {
+pub(super) fn take(front: &Front, caller: &Caller<'_>, message: Option<&Value>) -> Result<Taken, Failure> {
+    let client = caller.client;
     let message = message.ok_or("SendMessage needs params.message")?;
     let parts =
         message.get("parts").and_then(Value::as_array).ok_or("params.message.parts must be an array")?;
@@ -241,7 +251,7 @@ pub(super) fn take(front: &Front, client: &str, message: Option<&Value>) -> Resu
     if let Err(limit) = front.conversations.admit(client, envelope.conversation_token(), Instant::now()) {
         return Err(Failure::TooManyConversations(limit));
     }
-    Ok(Taken { envelope, context: context.map(str::to_owned) })
+    Ok(Taken { envelope, context: context.map(str::to_owned), principal: caller.principal.cloned() })
 }
 
 /// One `SendMessage` (its 1.0 request: `message`, `configuration`): the result
@@ -253,15 +263,16 @@ pub(super) fn take(front: &Front, client: &str, message: Option<&Value>) -> Resu
 pub(super) async fn send_message(
     front: &Arc<Front>,
     headers: &HeaderMap,
-    client: &str,
+    caller: &Caller<'_>,
     request: &Value,
 ) -> Result<Value, Failure> {
+    let client = caller.client;
     let push = match request.pointer("/configuration/taskPushNotificationConfig").filter(|c| !c.is_null()) {
         Some(config) => Some(front.a2a_tasks.push_config(config)?),
         None => None,
     };
     let message = request.get("message");
-    let taken = take(front, client, message)?;
+    let taken = take(front, caller, message)?;
     let parent = crate::telemetry::extract_http(headers);
     let later = request.pointer("/configuration/returnImmediately").and_then(Value::as_bool).unwrap_or(false);
     if !later && push.is_none() {
@@ -336,7 +347,7 @@ fn says_only_begun(said: &Message) -> bool {
 pub(super) async fn send_streaming(
     front: &Arc<Front>,
     headers: &HeaderMap,
-    client: &str,
+    caller: &Caller<'_>,
     request: &Value,
 ) -> Result<tokio::sync::mpsc::UnboundedReceiver<Value>, Failure> {
     let (events, stream) = tokio::sync::mpsc::unbounded_channel();
@@ -345,10 +356,10 @@ pub(super) async fn send_streaming(
     let pushed = request.pointer("/configuration/taskPushNotificationConfig").is_some_and(|c| !c.is_null());
     // A kept task answers as `SendMessage` does; its changes go to its webhook.
     if returned_at_once || pushed {
-        let _ = events.send(send_message(front, headers, client, request).await?);
+        let _ = events.send(send_message(front, headers, caller, request).await?);
         return Ok(stream);
     }
-    let taken = take(front, client, request.get("message"))?;
+    let taken = take(front, caller, request.get("message"))?;
     let parent = crate::telemetry::extract_http(headers);
     let front = front.clone();
     tokio::spawn(async move {
@@ -415,11 +426,12 @@ async fn deliver(
     parent: opentelemetry::Context,
     progress: Option<tokio::sync::mpsc::UnboundedSender<Message>>,
 ) -> Value {
-    let Taken { envelope, context } = taken;
+    let Taken { envelope, context, principal } = taken;
     let context = context.as_deref();
+    let asker = crate::doors::Asker::new(Transport::Http, "a2a", principal);
     let answer = match progress {
-        Some(progress) => front.request_streaming(envelope, Transport::Http, "a2a", parent, progress).await,
-        None => front.request(envelope, Transport::Http, "a2a", parent).await,
+        Some(progress) => front.request_streaming(envelope, asker, parent, progress).await,
+        None => front.request(envelope, asker, parent).await,
     };
     let n = IDS.fetch_add(1, Ordering::Relaxed);
     let task = |state: &str, message: &Message| {

@@ -50,13 +50,14 @@ async fn send(
         Ok(request) => request,
         Err(e) => return failed(&Failure::Parse(format!("the body is not JSON: {e}"))),
     };
+    let caller = operation::Caller { client: &admitted.client, principal: admitted.principal.as_ref() };
     if streaming {
-        return match operation::send_streaming(&front, &headers, &admitted.client, &request).await {
+        return match operation::send_streaming(&front, &headers, &caller, &request).await {
             Ok(events) => live_event_stream(events, |event| event),
             Err(failure) => failed(&failure),
         };
     }
-    match operation::send_message(&front, &headers, &admitted.client, &request).await {
+    match operation::send_message(&front, &headers, &caller, &request).await {
         Ok(result) => reply_as(StatusCode::OK, &result, A2A_MEDIA_TYPE),
         Err(failure) => failed(&failure),
     }
