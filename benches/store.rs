@@ -17,7 +17,14 @@ fn store(c: &mut Criterion) {
     let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4, partition: None };
     // A warm store: 1,000 live sessions and 10,000 lock records.
     for i in 0..1000u64 {
-        let (_, s) = count_turn(&store, &format!("conversation-{i}"), 0, &policy, None).unwrap();
+        let (_, s) = count_turn(
+            &store,
+            &format!("conversation-{i}"),
+            0,
+            &policy,
+            silpgate::gateway::session::Party::Client(None),
+        )
+        .unwrap();
         store.commit(&Changes { sessions: vec![s], ..Changes::default() }, 0).unwrap();
     }
     for i in 0..10_000u64 {
@@ -36,8 +43,14 @@ fn store(c: &mut Criterion) {
         c.bench_function(&format!("session lookup+update{suffix}"), |b| {
             b.iter(|| {
                 n += 1;
-                let (_, s) =
-                    count_turn(&store, &format!("conversation-{}", n % 1000), n, &policy, None).unwrap();
+                let (_, s) = count_turn(
+                    &store,
+                    &format!("conversation-{}", n % 1000),
+                    n,
+                    &policy,
+                    silpgate::gateway::session::Party::Client(None),
+                )
+                .unwrap();
                 store.commit(&Changes { sessions: vec![s], ..Changes::default() }, n).unwrap();
                 if flush {
                     store.flush().unwrap();
@@ -85,7 +98,14 @@ fn store(c: &mut Criterion) {
             n += 1;
             let id = format!("message-{n}");
             assert_eq!(store.ledger(&id).unwrap(), None);
-            let (_, s) = count_turn(&store, &format!("conversation-{}", n % 1000), n, &policy, None).unwrap();
+            let (_, s) = count_turn(
+                &store,
+                &format!("conversation-{}", n % 1000),
+                n,
+                &policy,
+                silpgate::gateway::session::Party::Client(None),
+            )
+            .unwrap();
             let i = n % 10_000;
             let f = Freeze {
                 ir_hash: format!("sha256:{i:064x}"),
@@ -114,9 +134,14 @@ fn store(c: &mut Criterion) {
                 seq += 1;
                 let id = format!("relay-{seq}");
                 assert_eq!(store.ledger(&id).unwrap(), None);
-                let (_, s) =
-                    count_turn(&store, &format!("relay-conversation-{}", seq % 200), seq, &policy, None)
-                        .unwrap();
+                let (_, s) = count_turn(
+                    &store,
+                    &format!("relay-conversation-{}", seq % 200),
+                    seq,
+                    &policy,
+                    silpgate::gateway::session::Party::Client(None),
+                )
+                .unwrap();
                 let changes = Changes {
                     sessions: vec![s],
                     freezes: vec![Freeze {

@@ -50,7 +50,14 @@ fn fill_journal(dir: &Path) -> ! {
     let store = SledStore::open(dir, None).expect("store opens");
     let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4, partition: None };
     for i in 0..JOURNALED {
-        let (_, s) = count_turn(&store, &format!("journaled-{i:09}"), 0, &policy, None).unwrap();
+        let (_, s) = count_turn(
+            &store,
+            &format!("journaled-{i:09}"),
+            0,
+            &policy,
+            silpgate::gateway::session::Party::Client(None),
+        )
+        .unwrap();
         let changes = Changes {
             sessions: vec![s],
             freezes: vec![Freeze {
@@ -91,7 +98,14 @@ fn main() {
         for j in 0..BATCH {
             let i = batch * BATCH + j;
             // One conversation per message: every session stays live (no idle timeout here).
-            let (_, s) = count_turn(&store, &format!("conversation-{i:09}"), 0, &policy, None).unwrap();
+            let (_, s) = count_turn(
+                &store,
+                &format!("conversation-{i:09}"),
+                0,
+                &policy,
+                silpgate::gateway::session::Party::Client(None),
+            )
+            .unwrap();
             live +=
                 serde_json::to_vec(&s).unwrap().len() as u64 + "session:".len() as u64 + s.token.len() as u64;
             changes.sessions.push(s);

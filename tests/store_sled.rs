@@ -68,7 +68,9 @@ fn every_record_kind_survives_a_reopen() {
     {
         let store = SledStore::open(&dir, None).unwrap();
         let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
-        let (_, session) = count_turn(&store, "conv-1", 10, &policy, None).unwrap();
+        let (_, session) =
+            count_turn(&store, "conv-1", 10, &policy, silpgate::gateway::session::Party::Client(None))
+                .unwrap();
         let profile = AgentProfile {
             frontends: vec![Frontend::Json, Frontend::Natural],
             source: ProfileSource::Ping,
@@ -122,8 +124,10 @@ fn the_first_compile_is_frozen_and_drift_is_reported() {
 fn a_commit_is_all_or_nothing() {
     let store = SledStore::open(&temp_dir("atomic"), None).unwrap();
     let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
-    let (_, first) = count_turn(&store, "conv-a", 1, &policy, None).unwrap();
-    let (_, stale) = count_turn(&store, "conv-a", 1, &policy, None).unwrap();
+    let (_, first) =
+        count_turn(&store, "conv-a", 1, &policy, silpgate::gateway::session::Party::Client(None)).unwrap();
+    let (_, stale) =
+        count_turn(&store, "conv-a", 1, &policy, silpgate::gateway::session::Party::Client(None)).unwrap();
     store
         .commit(
             &Changes { sessions: vec![first], turns_seen: vec![("conv-a".into(), 0)], ..Changes::default() },
@@ -154,7 +158,8 @@ fn live_sessions_are_not_capped_and_idle_ones_expire_then_are_forgotten() {
     let store = SledStore::open(&temp_dir("pressure"), None).unwrap();
     let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: 1_000, partition: None };
     let turn = |token: &str, now: u64| -> Result<(String, u64), GatewayError> {
-        let (turn, record) = count_turn(&store, token, now, &policy, None)?;
+        let (turn, record) =
+            count_turn(&store, token, now, &policy, silpgate::gateway::session::Party::Client(None))?;
         let seen = vec![(record.token.clone(), record.turns - 1)];
         store.commit(&Changes { sessions: vec![record], turns_seen: seen, ..Changes::default() }, now)?;
         Ok((turn.id, turn.turn))
@@ -565,7 +570,9 @@ fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
         // `sid:<id>` allocation index of that layout.
         let store = SledStore::open(&dir, None).unwrap();
         let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
-        let (_, session) = count_turn(&store, "conv-old", 10, &policy, None).unwrap();
+        let (_, session) =
+            count_turn(&store, "conv-old", 10, &policy, silpgate::gateway::session::Party::Client(None))
+                .unwrap();
         store.commit(&Changes { sessions: vec![session], ..Changes::default() }, 10).unwrap();
         store.flush().unwrap();
     }
@@ -592,7 +599,9 @@ fn a_store_of_layout_5_opens_as_the_current_layout_with_everything_it_held() {
         // journal checkpointed), then stamped 5, is what layout 5 left on disk.
         let store = SledStore::open(&dir, None).unwrap();
         let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
-        let (_, session) = count_turn(&store, "conv-5", 10, &policy, None).unwrap();
+        let (_, session) =
+            count_turn(&store, "conv-5", 10, &policy, silpgate::gateway::session::Party::Client(None))
+                .unwrap();
         let freeze = Freeze {
             ir_hash: format!("sha256:{:064}", 5),
             frontend: Frontend::Code,
@@ -645,7 +654,14 @@ fn concurrent_commits_and_flushes_count_every_turn_once_and_survive_a_reopen() {
                         // Two conversations per thread, so that a thread's commits interleave
                         // with its own earlier, still unflushed, ones.
                         let token = format!("conv-{t}-{}", turn % 2);
-                        let (_, session) = count_turn(&*store, &token, turn, &policy, None).unwrap();
+                        let (_, session) = count_turn(
+                            &*store,
+                            &token,
+                            turn,
+                            &policy,
+                            silpgate::gateway::session::Party::Client(None),
+                        )
+                        .unwrap();
                         let changes = Changes {
                             turns_seen: vec![(token.clone(), session.turns - 1)],
                             sessions: vec![session],

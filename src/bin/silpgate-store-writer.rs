@@ -20,7 +20,9 @@ fn main() {
     let mut out = std::io::stdout().lock();
     loop {
         let token = format!("conversation-{}", step % 1000);
-        let (_, session) = count_turn(&store, &token, step, &policy, None).expect("session turn");
+        let (_, session) =
+            count_turn(&store, &token, step, &policy, silpgate::gateway::session::Party::Client(None))
+                .expect("session turn");
         let changes = Changes {
             sessions: vec![session],
             freezes: vec![Freeze {

@@ -332,9 +332,9 @@ impl Gateway {
                     idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
                     partition: inbound.origin.partition,
                 };
-                let sender = inbound.origin.principal.as_ref().map(|p| p.subject.as_str());
+                let party = party_of(&inbound.origin, answering.is_some());
                 let (turn, record) =
-                    session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy, sender)
+                    session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy, party)
                         .map_err(nowhere)?;
                 notes.push(Note::Session { id: turn.id.clone(), turn: turn.turn, renewed: turn.renewed });
                 changes.turns_seen.push((record.token.clone(), record.turns - 1));
@@ -344,7 +344,14 @@ impl Gateway {
                 changes.sessions.push(record);
                 Some(turn)
             }
-            (None, _) => None,
+            (None, Some(token)) => {
+                // No payload counts a turn, but a conversation begun by a principal stays
+                // its own for every message.
+                let party = party_of(&inbound.origin, answering.is_some());
+                session::check_owner(self.store.as_ref(), token, party).map_err(nowhere)?;
+                None
+            }
+            (None, None) => None,
         };
 
         let destination = match &route {
@@ -636,5 +643,14 @@ fn label_of(message: &Message, index: Option<usize>) -> Option<&str> {
     match index {
         None => message.label.as_deref(),
         Some(i) => message.submessages().get(i).and_then(|s: &Submessage| s.label.as_deref()),
+    }
+}
+
+/// Who sends a message, for its conversation's owner: an agent when it answers, else the
+/// door's client.
+fn party_of(origin: &Origin, answer: bool) -> session::Party<'_> {
+    match answer {
+        true => session::Party::Agent,
+        false => session::Party::Client(origin.principal.as_ref().map(|p| p.subject.as_str())),
     }
 }

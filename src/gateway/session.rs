@@ -61,19 +61,17 @@ pub struct SessionPolicy {
 /// Counts one turn of the conversation `token`, creating its session on the first turn.
 /// Returns the turn and the session record to commit; nothing is written here.
 ///
-/// `sender` is the subject of the principal sending the message, if any: a conversation
-/// begun by a principal is that principal's, and another is refused (`forbidden`).
+/// A conversation begun by a principal is that principal's: `party` another client is
+/// refused (`forbidden`).
 pub fn count_turn(
     store: &dyn Store,
     token: &str,
     now: Millis,
     policy: &SessionPolicy,
-    sender: Option<&str>,
+    party: Party<'_>,
 ) -> Result<(Turn, SessionRecord), GatewayError> {
     let mut record = match store.session_by_token(token)? {
-        Some(record) if record.owner.as_deref().is_some_and(|owner| Some(owner) != sender) => {
-            return Err(GatewayError::Forbidden("this conversation was begun by another principal"));
-        }
+        Some(record) if !party.may_continue(&record) => return Err(not_the_owner()),
         // An idle session stays expired: its last activity does not move any more.
         Some(record)
             if record.expired || now.saturating_sub(record.last_activity) > policy.idle_timeout_ms =>
@@ -82,7 +80,7 @@ pub fn count_turn(
         }
         Some(record) => record,
         None => SessionRecord {
-            owner: sender.map(str::to_owned),
+            owner: party.subject().map(str::to_owned),
             ..SessionRecord::begin(
                 id_for(token),
                 token,
@@ -99,6 +97,46 @@ pub fn count_turn(
     record.last_activity = now;
     let turn = Turn { id: record.id.clone(), turn: record.turns, renewed };
     Ok((turn, record))
+}
+
+/// Who a message of a conversation comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Party<'a> {
+    /// A door's client: the subject of its principal, when clients authenticate.
+    Client(Option<&'a str>),
+    /// An agent answering: its answer belongs to the conversation it answers.
+    Agent,
+}
+
+impl<'a> Party<'a> {
+    /// True when this party may continue the conversation of `record`: an agent answering,
+    /// the principal that began it, or anyone when no authenticated principal did.
+    fn may_continue(self, record: &SessionRecord) -> bool {
+        match self {
+            Party::Agent => true,
+            Party::Client(sender) => record.owner.as_deref().is_none_or(|owner| Some(owner) == sender),
+        }
+    }
+
+    /// The principal a conversation this party begins belongs to.
+    fn subject(self) -> Option<&'a str> {
+        match self {
+            Party::Client(sender) => sender,
+            Party::Agent => None,
+        }
+    }
+}
+
+/// Refuses `party` a conversation another principal began (one with a session).
+pub fn check_owner(store: &dyn Store, token: &str, party: Party<'_>) -> Result<(), GatewayError> {
+    match store.session_by_token(token)? {
+        Some(record) if !party.may_continue(&record) => Err(not_the_owner()),
+        _ => Ok(()),
+    }
+}
+
+fn not_the_owner() -> GatewayError {
+    GatewayError::Forbidden("this conversation was begun by another principal")
 }
 
 /// The session as it stood before `turn` was counted, if `now` is the session just after it
@@ -153,7 +191,7 @@ mod tests {
         now: Millis,
         policy: &SessionPolicy,
     ) -> Result<Turn, GatewayError> {
-        let (turn, record) = count_turn(store, token, now, policy, None)?;
+        let (turn, record) = count_turn(store, token, now, policy, Party::Client(None))?;
         store.commit(&Changes { sessions: vec![record], ..Changes::default() }, now)?;
         Ok(turn)
     }
@@ -205,12 +243,12 @@ mod tests {
             turn(&store, "back", i, &POLICY).unwrap();
         }
         // Turn 5 renews the context after it; taken back, turn 5 is counted again the same.
-        let (fifth, after) = count_turn(&store, "back", 5, &POLICY, None).unwrap();
+        let (fifth, after) = count_turn(&store, "back", 5, &POLICY, Party::Client(None)).unwrap();
         let before = store.session_by_token("back").unwrap().unwrap();
         let taken_back = uncount_turn(&after, &fifth).expect("the last turn counted");
         assert_eq!((taken_back.turns, taken_back.renewal_due), (before.turns, before.renewal_due));
         store.commit(&Changes { sessions: vec![after.clone()], ..Changes::default() }, 5).unwrap();
-        let sixth = count_turn(&store, "back", 6, &POLICY, None).unwrap().1;
+        let sixth = count_turn(&store, "back", 6, &POLICY, Party::Client(None)).unwrap().1;
         assert_eq!(uncount_turn(&sixth, &fifth), None, "a later turn keeps it");
         let renewed = Turn { renewed: true, ..fifth.clone() };
         assert!(uncount_turn(&after, &renewed).unwrap().renewal_due, "the notice is due again");
@@ -223,8 +261,8 @@ mod tests {
         let store = MemoryStore::new();
         turn(&store, "busy", 0, &POLICY).unwrap();
         // Two messages of one conversation plan from the same state...
-        let (_, first) = count_turn(&store, "busy", 1, &POLICY, None).unwrap();
-        let (_, second) = count_turn(&store, "busy", 2, &POLICY, None).unwrap();
+        let (_, first) = count_turn(&store, "busy", 1, &POLICY, Party::Client(None)).unwrap();
+        let (_, second) = count_turn(&store, "busy", 2, &POLICY, Party::Client(None)).unwrap();
         let commit = |record: SessionRecord| {
             let seen = vec![(record.token.clone(), record.turns - 1)];
             store.commit(&Changes { sessions: vec![record], turns_seen: seen, ..Changes::default() }, 3)

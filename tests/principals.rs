@@ -1,0 +1,306 @@
+//! Principals, black-box: JWTs minted here (key pairs made in the test, their key set served
+//! by a local server as the identity provider's `jwks_url`), static tokens naming principals,
+//! and who may reach which agent. silpgate runs as a process; every wait has a bound.
+
+mod support;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use support::agents::HttpAgent;
+use support::broker::{self, Names};
+use support::gateway;
+
+const ISSUER: &str = "https://idp.example.test/";
+const AUDIENCE: &str = "silpgate-test";
+
+/// A signing key of the test's identity provider, and its public JWK.
+struct Signer {
+    kid: String,
+    algorithm: Algorithm,
+    key: EncodingKey,
+    jwk: Value,
+}
+
+impl Signer {
+    /// A fresh P-256 key (ES256).
+    fn es256(kid: &str) -> Signer {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let point = pair.public_key_raw();
+        let jwk = json!({"kty": "EC", "crv": "P-256", "kid": kid, "use": "sig",
+            "x": B64.encode(&point[1..33]), "y": B64.encode(&point[33..65])});
+        Signer {
+            kid: kid.into(),
+            algorithm: Algorithm::ES256,
+            key: EncodingKey::from_ec_der(&pair.serialize_der()),
+            jwk,
+        }
+    }
+
+    /// A fresh Ed25519 key (EdDSA).
+    fn eddsa(kid: &str) -> Signer {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": B64.encode(pair.public_key_raw())});
+        Signer {
+            kid: kid.into(),
+            algorithm: Algorithm::EdDSA,
+            key: EncodingKey::from_ed_der(&pair.serialize_der()),
+            jwk,
+        }
+    }
+
+    /// A fresh 2048-bit RSA key (RS256), made by Python's `cryptography`.
+    fn rs256(kid: &str) -> Signer {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let script = r#"
+import base64, json
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+der = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+n = key.public_key().public_numbers().n
+b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+print(json.dumps({"der": base64.b64encode(der).decode(), "n": b64(n.to_bytes((n.bit_length() + 7) // 8, "big")), "e": b64((65537).to_bytes(3, "big"))}))
+"#;
+        let out = std::process::Command::new(python).args(["-c", script]).output().expect("python runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let made: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let der = base64::engine::general_purpose::STANDARD.decode(made["der"].as_str().unwrap()).unwrap();
+        let jwk = json!({"kty": "RSA", "kid": kid, "alg": "RS256", "n": made["n"], "e": made["e"]});
+        Signer { kid: kid.into(), algorithm: Algorithm::RS256, key: EncodingKey::from_rsa_der(&der), jwk }
+    }
+
+    /// A token for `subject` with `roles`, changed by `edit` (claims and header) before signing.
+    fn token(&self, subject: &str, roles: &[&str], edit: impl FnOnce(&mut Value, &mut Header)) -> String {
+        let now = jsonwebtoken::get_current_timestamp();
+        let mut claims = json!({"sub": subject, "roles": roles, "iss": ISSUER, "aud": AUDIENCE,
+            "iat": now, "exp": now + 300});
+        let mut header = Header::new(self.algorithm);
+        header.kid = Some(self.kid.clone());
+        edit(&mut claims, &mut header);
+        jsonwebtoken::encode(&header, &claims, &self.key).unwrap()
+    }
+}
+
+/// The identity provider's key set, served at `/jwks.json`; the test changes it at will.
+type KeySet = Arc<Mutex<Vec<Value>>>;
+
+async fn identity_provider(keys: KeySet) -> std::net::SocketAddr {
+    let serve = |axum::extract::State(keys): axum::extract::State<KeySet>| async move {
+        json!({"keys": *keys.lock().unwrap()}).to_string()
+    };
+    let app = axum::Router::new().route("/jwks.json", axum::routing::get(serve)).with_state(keys);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// A POST with `authorization` (empty: none): the status and the body as JSON.
+async fn post_as(addr: &str, path: &str, body: &str, authorization: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
+    let auth = if authorization.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {authorization}\r\n")
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(gateway::LONG, stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = String::from_utf8_lossy(&raw[split + 4..]).into_owned();
+    // A streamed answer's one event, or the body itself.
+    let json = body.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or(&body).to_owned();
+    (status, serde_json::from_str(&json).unwrap_or(Value::String(body)))
+}
+
+fn nlip(text: &str, conversation: &str) -> String {
+    json!({"format": "text", "subformat": "english", "content": text,
+        "submessages": [{"format": "token", "subformat": "conversation", "content": conversation}]})
+    .to_string()
+}
+
+/// silpgate taking JWTs from the identity provider at `idp` and the static token of
+/// principal `robot` (role `finance`), routing every message to an echoing HTTP agent that
+/// only `allow` may reach.
+async fn gateway_with(
+    test: &str,
+    idp: std::net::SocketAddr,
+    allow: &str,
+    agent: &HttpAgent,
+) -> broker::Daemon {
+    let names = Names::new(test);
+    let dir = broker::temp_dir(test);
+    let rest = format!(
+        r#"[auth]
+jwks_url = "http://{idp}/jwks.json"
+issuer = "{ISSUER}"
+audience = "{AUDIENCE}"
+jwks_refresh_secs = 0
+leeway_secs = 0
+[[auth.tokens]]
+subject = "robot"
+roles = ["finance"]
+token_env = "SILPGATE_TEST_ROBOT_TOKEN"
+[[agents]]
+name = "ledger"
+url = "http://{agent}/nlip"
+allow = {allow}
+[[routes]]
+name = "to-ledger"
+destination = "ledger"
+mode = "validate"
+"#,
+        agent = agent.addr
+    );
+    let config = gateway::config(&names, &dir.join("store"), false, 30_000, &rest);
+    let path = dir.join("silpgate.toml");
+    std::fs::write(&path, &config).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(["run", "--config"]).arg(&path).env("SILPGATE_TEST_ROBOT_TOKEN", "robot-secret");
+    tokio::task::spawn_blocking(move || broker::Daemon::spawn(command)).await.unwrap()
+}
+
+fn echo_agent() -> support::agents::HttpBehaviour {
+    Arc::new(|_, request| (200, Some(request.clone())))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why() {
+    let (es, ed, rs) = (Signer::es256("es-1"), Signer::eddsa("ed-1"), Signer::rs256("rs-1"));
+    let keys: KeySet = Arc::new(Mutex::new(vec![es.jwk.clone(), ed.jwk.clone(), rs.jwk.clone()]));
+    let idp = identity_provider(keys.clone()).await;
+    let agent = HttpAgent::start(echo_agent()).await;
+    let daemon = gateway_with("jwt-doors", idp, r#"["*"]"#, &agent).await;
+    let addr = daemon.http.clone();
+    let send = |token: String| {
+        let addr = addr.clone();
+        async move { post_as(&addr, "/nlip", &nlip("hello", "jwt-conv"), &token).await }
+    };
+
+    // Each algorithm, over /nlip.
+    for signer in [&es, &ed, &rs] {
+        let (status, answer) = send(signer.token("alice", &[], |_, _| {})).await;
+        assert_eq!(status, 200, "{:?}: {answer}", signer.algorithm);
+    }
+    // Each refusal, 401 with why.
+    let now = jsonwebtoken::get_current_timestamp();
+    let other = Signer::es256("es-1");
+    let refusals: Vec<(&str, String, &str)> = vec![
+        ("expired", es.token("alice", &[], |c, _| c["exp"] = json!(now - 60)), "expired"),
+        ("not yet", es.token("alice", &[], |c, _| c["nbf"] = json!(now + 600)), "not valid yet"),
+        ("another audience", es.token("alice", &[], |c, _| c["aud"] = json!("someone-else")), "audience"),
+        ("another issuer", es.token("alice", &[], |c, _| c["iss"] = json!("https://evil.test/")), "issuer"),
+        ("another key, same kid", other.token("alice", &[], |_, _| {}), "signature"),
+        ("no subject", es.token("alice", &[], |c, _| drop(c.as_object_mut().unwrap().remove("sub"))), "sub"),
+        (
+            "a header naming another algorithm",
+            ed.token("alice", &[], |_, h| h.kid = Some("es-1".into())),
+            "algorithm",
+        ),
+    ];
+    for (case, token, says) in refusals {
+        let (status, answer) = send(token).await;
+        assert_eq!(status, 401, "{case}: {answer}");
+        assert!(answer.to_string().contains(says), "{case}: {answer}");
+    }
+    // alg: none, and HS256 with the public key as its secret.
+    let unsigned = format!(
+        "{}.{}.",
+        B64.encode(r#"{"alg":"none","typ":"JWT","kid":"es-1"}"#),
+        B64.encode(json!({"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": now + 300}).to_string())
+    );
+    let (status, answer) = send(unsigned).await;
+    assert_eq!(status, 401, "alg none: {answer}");
+    let public = serde_json::to_vec(&es.jwk).unwrap();
+    let confused = jsonwebtoken::encode(
+        &Header { kid: Some("es-1".into()), ..Header::new(Algorithm::HS256) },
+        &json!({"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": now + 300}),
+        &EncodingKey::from_secret(&public),
+    )
+    .unwrap();
+    let (status, answer) = send(confused).await;
+    assert_eq!(status, 401, "HS256 with a public key: {answer}");
+
+    // Rotation: a key the set did not hold at start is fetched when a token names it.
+    let rotated = Signer::es256("es-2");
+    let (status, _) = send(rotated.token("alice", &[], |_, _| {})).await;
+    assert_eq!(status, 401, "a key nobody published yet");
+    keys.lock().unwrap().push(rotated.jwk.clone());
+    let (status, answer) = send(rotated.token("alice", &[], |_, _| {})).await;
+    assert_eq!(status, 200, "the rotated key: {answer}");
+
+    // The other doors: /a2a, /mcp and the WebSocket upgrade.
+    let good = es.token("alice", &[], |_, _| {});
+    let bad = es.token("alice", &[], |c, _| c["exp"] = json!(now - 60));
+    let a2a = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "contextId": "jwt-a2a", "parts": [{"text": "hi"}]}}})
+    .to_string();
+    assert_eq!(post_as(&addr, "/a2a", &a2a, &good).await.0, 200);
+    assert_eq!(post_as(&addr, "/a2a", &a2a, &bad).await.0, 401);
+    let mcp = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    assert_eq!(post_as(&addr, "/mcp", &mcp, &bad).await.0, 401);
+    assert_ne!(post_as(&addr, "/mcp", &mcp, &good).await.0, 401);
+    for (token, accepted) in [(&good, true), (&bad, false)] {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = format!("ws://{addr}/nlip/ws/text").into_client_request().unwrap();
+        request.headers_mut().insert("Authorization", format!("Bearer {token}").parse().unwrap());
+        let upgraded = tokio_tungstenite::connect_async(request).await;
+        assert_eq!(upgraded.is_ok(), accepted, "WebSocket upgrade: {upgraded:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_its_owners() {
+    let es = Signer::es256("es-1");
+    let idp = identity_provider(Arc::new(Mutex::new(vec![es.jwk.clone()]))).await;
+    let agent = HttpAgent::start(echo_agent()).await;
+    let daemon = gateway_with("jwt-allow", idp, r#"["role:finance", "sub:carol"]"#, &agent).await;
+    let addr = daemon.http.clone();
+    // SILP payloads: the conversation's first one begins its session, which records its owner.
+    let send = |token: String, conversation: &str| {
+        let (addr, body) = (addr.clone(), gateway::ir_request(1, conversation).to_string());
+        async move { post_as(&addr, "/nlip", &body, &token).await }
+    };
+    let alice = es.token("alice", &["finance"], |_, _| {});
+    let bob = es.token("bob", &["ops"], |_, _| {});
+    let carol = es.token("carol", &[], |_, _| {});
+
+    let (status, answer) = send(alice.clone(), "alice-1").await;
+    assert_eq!(status, 200, "a role the agent allows: {answer}");
+    let (status, answer) = send(carol.clone(), "carol-1").await;
+    assert_eq!(status, 200, "a subject the agent allows: {answer}");
+    let (status, refused) = send(bob, "bob-1").await;
+    assert_eq!(status, 403, "{refused}");
+    let said = refused.to_string();
+    assert!(said.contains("forbidden"), "{said}");
+    assert!(!said.contains("ledger"), "the refusal names no agent: {said}");
+    // A static token names its principal too.
+    let (status, answer) = send("robot-secret".into(), "robot-1").await;
+    assert_eq!(status, 200, "the static token's principal has the role: {answer}");
+
+    // alice began alice-1: carol, allowed to reach the agent, may not continue it.
+    let (status, refused) = send(carol, "alice-1").await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(refused.to_string().contains("another principal"), "{refused}");
+    let (status, _) = send(alice, "alice-1").await;
+    assert_eq!(status, 200, "its owner goes on");
+    // Text without a payload counts no turn, but the conversation is still alice's.
+    let text = nlip("one more thing", "alice-1");
+    let (status, refused) = post_as(&addr, "/nlip", &text, &es.token("carol", &[], |_, _| {})).await;
+    assert_eq!(status, 403, "{refused}");
+    let before = agent.received.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(before, 4, "the refused messages never reached the agent");
+}
