@@ -304,3 +304,68 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     let before = agent.received.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(before, 4, "the refused messages never reached the agent");
 }
+
+/// An AMQP sender is the broker user the broker verified, with `[auth.broker_roles]`' roles:
+/// it reaches the agent its role is allowed, and a message to one that does not allow it is
+/// refused `forbidden` (the sender told, the message dead-lettered) without reaching it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amqp_senders_broker_user_is_its_principal_with_the_roles_configured() {
+    let names = Names::new("amqp-principal");
+    let dir = broker::temp_dir("amqp-principal");
+    let (open, closed) = (HttpAgent::start(echo_agent()).await, HttpAgent::start(echo_agent()).await);
+    let rest = format!(
+        r#"[auth.broker_roles]
+guest = ["finance"]
+[[agents]]
+name = "open"
+url = "http://{open}/nlip"
+allow = ["role:finance"]
+[[agents]]
+name = "closed"
+url = "http://{closed}/nlip"
+allow = ["sub:nobody"]
+[[routes]]
+name = "to-open"
+destination = "open"
+mode = "validate"
+[routes.match]
+label = "open"
+[[routes]]
+name = "to-closed"
+destination = "closed"
+mode = "validate"
+[routes.match]
+label = "closed"
+"#,
+        open = open.addr,
+        closed = closed.addr
+    );
+    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
+    let _daemon = gateway::start(&config, &dir, true).await;
+    let (_connection, channel) = broker::channel().await;
+    gateway::declare(&channel, &names.replies()).await;
+    let message = |i: usize, label: &str| {
+        let properties = lapin::BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(format!("principal-{i}").into())
+            .with_correlation_id(format!("principal-{i}").into())
+            .with_reply_to(names.replies().into())
+            .with_user_id("guest".into());
+        (names.inbound(), broker::envelope(i, i, Some(label)), properties)
+    };
+    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(1, "open"), message(2, "closed")])
+        .await;
+    let replies = broker::collect(&channel, &names.replies(), gateway::LONG, |got| got.len() >= 2).await;
+    let reply_to = |id: &str| -> Value {
+        let reply = replies.iter().find(|r| r.correlation_id.as_deref() == Some(id)).expect("a reply");
+        serde_json::from_slice(&reply.body).unwrap()
+    };
+    assert_ne!(reply_to("principal-1")["messagetype"], "error", "{}", reply_to("principal-1"));
+    let refused = reply_to("principal-2");
+    assert!(refused.to_string().contains("forbidden"), "{refused}");
+    let dead = broker::collect(&channel, &names.dead(), gateway::LONG, |got| !got.is_empty()).await;
+    assert_eq!(dead.len(), 1, "the refused message is dead-lettered");
+    assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("forbidden"));
+    let reached = |agent: &HttpAgent| agent.received.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!((reached(&open), reached(&closed)), (1, 0));
+}

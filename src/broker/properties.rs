@@ -32,6 +32,9 @@ pub(crate) const FORWARDED_HEADER: &str = "x-silpgate-forwarded-by";
 /// `<index>/<count>`, so that an instance waiting for a forwarded message's replies puts them
 /// in order (they may be taken side by side) and knows when it has them all.
 pub(crate) const REPLY_HEADER: &str = "x-silpgate-reply";
+/// In a cluster: the principal of a front-door message another instance forwarded, as JSON.
+/// Believed only where [`FORWARDED_HEADER`] is (the broker-checked `user_id` is silpgate's).
+pub(crate) const PRINCIPAL_HEADER: &str = "x-silpgate-principal";
 /// On a request: its sender takes interim replies (an agent's progress) before the answer.
 pub const PROGRESS_HEADER: &str = "x-silpgate-progress";
 /// On a reply to a sender that takes interim replies: `progress` on each interim one,
@@ -71,6 +74,13 @@ pub(crate) struct Envelope {
     pub reply_place: (usize, usize),
     /// The sender takes interim replies ([`PROGRESS_HEADER`]).
     pub wants_progress: bool,
+    /// The principal a forwarding instance verified ([`PRINCIPAL_HEADER`]); believe it only
+    /// of a message [`Envelope::forwarded_by_silpgate`].
+    pub forwarded_principal: Option<crate::principal::Principal>,
+    /// The broker-checked user a partition message's sender had ([`USER_ID_HEADER`], which
+    /// the ingress sets from the `user_id` the broker checked, and nothing else): believe it
+    /// only of a message taken from a partition queue.
+    pub partitioned_user: Option<String>,
 }
 
 impl Envelope {
@@ -125,6 +135,8 @@ impl Envelope {
             Some(other) => value_text(other).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
             None => false,
         };
+        let forwarded_principal =
+            header(PRINCIPAL_HEADER).and_then(value_text).and_then(|v| serde_json::from_str(&v).ok());
         Envelope {
             encoding,
             message_id: text(properties.message_id()),
@@ -137,6 +149,8 @@ impl Envelope {
             forwarded_by,
             reply_place,
             wants_progress,
+            forwarded_principal,
+            partitioned_user: header(USER_ID_HEADER).and_then(value_text),
         }
     }
 
@@ -213,6 +227,8 @@ pub(crate) struct Forwarded<'a> {
     pub key: &'a str,
     /// The door it came through (`http`, `ws`, ...): the source its routes match on.
     pub source: &'a str,
+    /// Who sent it, as the forwarding door verified.
+    pub principal: Option<&'a crate::principal::Principal>,
     pub message_id: &'a str,
     /// Where the owner sends the replies: the forwarding instance's reply queue.
     pub reply_to: &'a str,
@@ -230,6 +246,10 @@ pub(crate) fn forwarded_properties(f: &Forwarded<'_>, mut headers: FieldTable) -
     headers.insert(super::topology::CONVERSATION_HEADER.into(), long_string(f.key));
     headers.insert(SOURCE_HEADER.into(), long_string(f.source));
     headers.insert(FORWARDED_HEADER.into(), long_string(f.instance));
+    if let Some(principal) = f.principal {
+        let principal = serde_json::to_string(principal).expect("a principal is JSON");
+        headers.insert(PRINCIPAL_HEADER.into(), long_string(&principal));
+    }
     BasicProperties::default()
         .with_delivery_mode(PERSISTENT)
         .with_content_type(Encoding::Json.content_type().into())
@@ -451,6 +471,7 @@ mod tests {
         let forwarded = Forwarded {
             key: "conv-1",
             source: "http",
+            principal: Some(&crate::principal::Principal::new("alice", vec!["finance".into()])),
             message_id: "gw-1",
             reply_to: "silpgate.replies.a",
             correlation_id: "gw-1",
@@ -462,6 +483,7 @@ mod tests {
         assert_eq!(read.forwarded_by.as_deref(), Some("a"));
         assert_eq!(read.replies, vec![(Encoding::Json, "silpgate.replies.a".to_owned())]);
         assert!(read.forwarded_by_silpgate("silpgate"));
+        assert_eq!(read.forwarded_principal.as_ref().map(|p| p.subject.as_str()), Some("alice"));
         assert!(!read.forwarded_by_silpgate("producer"), "another broker user is not silpgate");
         // Ingress drops `user_id`: a producer's own forwarded-by header proves nothing.
         let claimed =

@@ -471,7 +471,7 @@ impl Cluster {
     pub(crate) fn forward_publication(
         &self,
         envelope: &crate::nlip::Message,
-        (key, source): (&str, &str),
+        (key, source, principal): (&str, &str, Option<&crate::principal::Principal>),
         id: &str,
         user: &str,
         span: &tracing::Span,
@@ -479,6 +479,7 @@ impl Cluster {
         let forwarded = properties::Forwarded {
             key,
             source,
+            principal,
             message_id: id,
             reply_to: crate::broker::publish::DIRECT_REPLY_TO,
             correlation_id: id,

@@ -211,10 +211,11 @@ impl Front {
         // guards against a wait that was never registered.
         let limit = self.intake.waiting().timeout() + Duration::from_secs(5);
         if self.intake.forwards_to_owner(&envelope) {
-            let answered = match self.intake.forward(&envelope, (transport, source), &span).await {
-                Ok(replies) => AnswerSource::Owner(replies),
-                Err(refused) => return Submitted::Ready(refused_to_sender(refused, label, source)),
-            };
+            let answered =
+                match self.intake.forward(&envelope, (transport, source, principal.as_ref()), &span).await {
+                    Ok(replies) => AnswerSource::Owner(replies),
+                    Err(refused) => return Submitted::Ready(refused_to_sender(refused, label, source)),
+                };
             return Submitted::Awaiting(Awaiting { answered, limit, span, _measure: measure });
         }
         let (path, answered) = InPlace::new(progress);

@@ -222,7 +222,7 @@ impl Intake {
     pub(crate) async fn forward(
         &self,
         envelope: &Message,
-        (transport, source): (Transport, &str),
+        (transport, source, principal): (Transport, &str, Option<&crate::principal::Principal>),
         span: &tracing::Span,
     ) -> Result<tokio::sync::oneshot::Receiver<Vec<Message>>, NotTaken> {
         let unforwarded = |e: ClusterError| failed(span, transport, refusal(Failure::Forward(e)));
@@ -235,7 +235,7 @@ impl Intake {
         let id = self.ids.next();
         let publish_span = info_span!(parent: span, "cluster forward", messaging.destination.name = %cluster.config.exchange);
         let publication =
-            cluster.forward_publication(envelope, (key, source), &id, &link.user, &publish_span);
+            cluster.forward_publication(envelope, (key, source, principal), &id, &link.user, &publish_span);
         let replies = self.forwards.expect(&id);
         let sent =
             async { link.publisher.send(publication)?.confirmed().await }.instrument(publish_span).await;

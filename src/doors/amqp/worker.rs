@@ -515,12 +515,13 @@ impl Pipeline {
             message_id: envelope.message_id.clone(),
             partition: job.partition,
             // The broker verified the user: the principal. A front door's message forwarded by
-            // silpgate carries silpgate's own user, no principal.
-            principal: envelope.user_id.as_ref().filter(|_| !front_door).map(|user| {
-                let roles =
-                    self.intake.gateway().config().auth.broker_roles.get(user).cloned().unwrap_or_default();
-                crate::principal::Principal::new(user.clone(), roles)
-            }),
+            // silpgate carries the principal its door verified.
+            // In a cluster, the user the ingress carried from the inbound queue.
+            principal: match (front_door, job.partition) {
+                (true, _) => envelope.forwarded_principal.clone(),
+                (false, Some(_)) => self.broker_principal(envelope.partitioned_user.as_ref()),
+                (false, None) => self.broker_principal(envelope.user_id.as_ref()),
+            },
         };
         // The agent's answer goes to the sender's reply addresses, written for the sender.
         let answers = (!envelope.replies.is_empty()).then(|| {
@@ -535,6 +536,12 @@ impl Pipeline {
         });
         let content_id = Some(base_id(job));
         Arrival { envelope: message, origin, span: job.span.clone(), answers, content_id }
+    }
+
+    /// The principal of an AMQP sender: its broker user, with `[auth] broker_roles`' roles.
+    fn broker_principal(&self, user: Option<&String>) -> Option<crate::principal::Principal> {
+        let roles = |user: &String| self.intake.gateway().config().auth.broker_roles.get(user).cloned();
+        user.map(|user| crate::principal::Principal::new(user.clone(), roles(user).unwrap_or_default()))
     }
 
     /// A message the intake refused; a sender of poison hears why.
