@@ -32,6 +32,7 @@ fn store(c: &mut Criterion) {
             ir_hash: format!("sha256:{i:064x}"),
             frontend: Frontend::Code,
             output: format!("cancel(x{i})"),
+            principal: None,
         };
         store.commit(&Changes { freezes: vec![f], ..Changes::default() }, 0).unwrap();
     }
@@ -65,6 +66,7 @@ fn store(c: &mut Criterion) {
                     ir_hash: format!("sha256:{i:064x}"),
                     frontend: Frontend::Code,
                     output: format!("cancel(x{i})"),
+                    principal: None,
                 };
                 let frozen = store.commit(&Changes { freezes: vec![f], ..Changes::default() }, n).unwrap();
                 assert!(!frozen[0].first);
@@ -111,6 +113,7 @@ fn store(c: &mut Criterion) {
                 ir_hash: format!("sha256:{i:064x}"),
                 frontend: Frontend::Code,
                 output: format!("cancel(x{i})"),
+                principal: None,
             };
             let changes = Changes {
                 sessions: vec![s],
@@ -148,6 +151,7 @@ fn store(c: &mut Criterion) {
                         ir_hash: format!("sha256:{:064x}", u64::MAX - seq),
                         frontend: Frontend::Json,
                         output: format!("{{\"op\":\"cancel\",\"target\":\"relay-{seq}\"}}"),
+                        principal: None,
                     }],
                     ledger: vec![(id.clone(), LedgerState::Pending { turn: None, session: None })],
                     ..Changes::default()

@@ -64,6 +64,7 @@ fn fill_journal(dir: &Path) -> ! {
                 ir_hash: format!("sha256:{:064x}", u64::MAX - i),
                 frontend: Frontend::Code,
                 output: format!("cancel(journaled{i})"),
+                principal: None,
             }],
             ledger: vec![(format!("journaled-{i:012}"), LedgerState::Published)],
             ..Changes::default()
@@ -114,6 +115,7 @@ fn main() {
                 ir_hash: format!("sha256:{i:064x}"),
                 frontend: Frontend::Code,
                 output,
+                principal: None,
             });
             changes.ledger.push((format!("message-{i:012}"), LedgerState::Published));
         }

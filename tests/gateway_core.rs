@@ -423,7 +423,12 @@ fn the_compile_lock_freezes_the_first_compile_and_reports_drift() {
     let mut other = ir();
     other["meta"]["req_id"] = json!("abcd");
     let parsed = silpgate::silp::schema::parse_ir(&other).unwrap();
-    let freeze = Freeze { ir_hash: parsed.ir_hash(), frontend: Frontend::Code, output: "start(hike)".into() };
+    let freeze = Freeze {
+        ir_hash: parsed.ir_hash(),
+        frontend: Frontend::Code,
+        output: "start(hike)".into(),
+        principal: None,
+    };
     store.commit(&Changes { freezes: vec![freeze], ..Changes::default() }, 0).unwrap();
     let o =
         g.handle(inbound(json!({"format":"structured","subformat":"silp-ir","content":other}), "ingress", 0));

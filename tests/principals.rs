@@ -140,7 +140,7 @@ async fn gateway_with(
     idp: std::net::SocketAddr,
     allow: &str,
     agent: &HttpAgent,
-) -> broker::Daemon {
+) -> (broker::Daemon, std::path::PathBuf) {
     let names = Names::new(test);
     let dir = broker::temp_dir(test);
     let rest = format!(
@@ -161,7 +161,7 @@ allow = {allow}
 [[routes]]
 name = "to-ledger"
 destination = "ledger"
-mode = "validate"
+mode = "encode"
 "#,
         agent = agent.addr
     );
@@ -170,7 +170,8 @@ mode = "validate"
     std::fs::write(&path, &config).unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"));
     command.args(["run", "--config"]).arg(&path).env("SILPGATE_TEST_ROBOT_TOKEN", "robot-secret");
-    tokio::task::spawn_blocking(move || broker::Daemon::spawn(command)).await.unwrap()
+    let daemon = tokio::task::spawn_blocking(move || broker::Daemon::spawn(command)).await.unwrap();
+    (daemon, dir.join("store"))
 }
 
 fn echo_agent() -> support::agents::HttpBehaviour {
@@ -183,7 +184,7 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
     let keys: KeySet = Arc::new(Mutex::new(vec![es.jwk.clone(), ed.jwk.clone(), rs.jwk.clone()]));
     let idp = identity_provider(keys.clone()).await;
     let agent = HttpAgent::start(echo_agent()).await;
-    let daemon = gateway_with("jwt-doors", idp, r#"["*"]"#, &agent).await;
+    let (daemon, _) = gateway_with("jwt-doors", idp, r#"["*"]"#, &agent).await;
     let addr = daemon.http.clone();
     let send = |token: String| {
         let addr = addr.clone();
@@ -267,11 +268,19 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     let es = Signer::es256("es-1");
     let idp = identity_provider(Arc::new(Mutex::new(vec![es.jwk.clone()]))).await;
     let agent = HttpAgent::start(echo_agent()).await;
-    let daemon = gateway_with("jwt-allow", idp, r#"["role:finance", "sub:carol"]"#, &agent).await;
+    let (daemon, store) = gateway_with("jwt-allow", idp, r#"["role:finance", "sub:carol"]"#, &agent).await;
     let addr = daemon.http.clone();
-    // SILP payloads: the conversation's first one begins its session, which records its owner.
+    // SILP payloads: the conversation's first one begins its session, which records its owner,
+    // and its compile is frozen in the compile.lock under its principal. Each principal's
+    // payload is its own (order<n>), so that each freezes its own record.
+    let order = |conversation: &str| match conversation.split('-').next() {
+        Some("alice") => 1,
+        Some("carol") => 2,
+        Some("robot") => 3,
+        _ => 4,
+    };
     let send = |token: String, conversation: &str| {
-        let (addr, body) = (addr.clone(), gateway::ir_request(1, conversation).to_string());
+        let (addr, body) = (addr.clone(), gateway::ir_request(order(conversation), conversation).to_string());
         async move { post_as(&addr, "/nlip", &body, &token).await }
     };
     let alice = es.token("alice", &["finance"], |_, _| {});
@@ -303,6 +312,36 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     assert_eq!(status, 403, "{refused}");
     let before = agent.received.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(before, 4, "the refused messages never reached the agent");
+
+    // The compile.lock names who froze each record; one principal's records are exported
+    // from a chain that verifies whole.
+    daemon.kill();
+    let silpgate = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate")).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let store = store.to_str().unwrap();
+    silpgate(&["lock", "verify", "--store", store]);
+    let records = |subject: &str| -> Vec<Value> {
+        let text = silpgate(&["lock", "export", "--store", store, "--principal", subject]);
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let of_alice = records("alice");
+    assert!(!of_alice.is_empty(), "alice froze a record");
+    assert!(
+        of_alice
+            .iter()
+            .all(|r| r["principal"] == "alice" && r["output"].as_str().unwrap().contains("order1")),
+        "{of_alice:?}"
+    );
+    let of_carol = records("carol");
+    assert!(
+        !of_carol.is_empty() && of_carol.iter().all(|r| r["output"].as_str().unwrap().contains("order2")),
+        "{of_carol:?}"
+    );
+    assert!(records("bob").is_empty(), "bob reached nothing");
+    assert!(records("robot").iter().all(|r| r["output"].as_str().unwrap().contains("order3")));
 }
 
 /// An AMQP sender is the broker user the broker verified, with `[auth.broker_roles]`' roles:

@@ -40,7 +40,7 @@ fn raw_db(dir: &Path) -> sled::Db {
 }
 
 fn freeze(hash: &str, frontend: Frontend, output: &str) -> Freeze {
-    Freeze { ir_hash: format!("sha256:{hash}"), frontend, output: output.into() }
+    Freeze { ir_hash: format!("sha256:{hash}"), frontend, output: output.into(), principal: None }
 }
 
 fn silpgate(args: &[&str]) -> (i32, String, String) {
@@ -453,7 +453,7 @@ fn a_store_of_the_previous_layout_is_migrated_with_its_key_and_refused_with_anot
         let mut prev = GENESIS.to_owned();
         for seq in 0..3u64 {
             let ir_hash = format!("sha256:{seq:064}");
-            let r = sealer.next(seq, &prev, &ir_hash, "code", &format!("cancel(x{seq})"), "t".into());
+            let r = sealer.next(seq, &prev, &ir_hash, "code", &format!("cancel(x{seq})"), ("t".into(), None));
             db.insert(lock_key(seq), serde_json::to_vec(&r).unwrap()).unwrap();
             db.insert([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat(), &seq.to_be_bytes()).unwrap();
             prev = r.record_hash;
@@ -606,6 +606,7 @@ fn a_store_of_layout_5_opens_as_the_current_layout_with_everything_it_held() {
             ir_hash: format!("sha256:{:064}", 5),
             frontend: Frontend::Code,
             output: "cancel(x5)".into(),
+            principal: None,
         };
         let changes = Changes {
             sessions: vec![session],

@@ -29,6 +29,7 @@ fn main() {
                 ir_hash: format!("sha256:{step:064x}"),
                 frontend: Frontend::Code,
                 output: format!("cancel(step{step})"),
+                principal: None,
             }],
             ledger: vec![(format!("message-{step}"), LedgerState::Published)],
             ..Changes::default()

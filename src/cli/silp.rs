@@ -186,7 +186,7 @@ fn compile_one(
         warnings.extend(silp::draft02::warnings(&ir));
     }
     let Some(store) = lock else { return Ok((output, warnings)) };
-    let freeze = Freeze { ir_hash: ir.ir_hash(), frontend, output };
+    let freeze = Freeze { ir_hash: ir.ir_hash(), frontend, output, principal: None };
     let changes = Changes { freezes: vec![freeze], ..Changes::default() };
     let frozen = store
         .commit(&changes, crate::util::time::now_millis())

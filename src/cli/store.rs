@@ -28,6 +28,11 @@ pub(super) enum LockCommand {
         store: PathBuf,
         #[arg(long, value_enum, default_value_t = ExportFormat::Chain)]
         format: ExportFormat,
+        /// Only the records frozen by this principal's messages (its subject), once the whole
+        /// chain has verified; each keeps its seal, and no head line follows (the selection is
+        /// not the chain).
+        #[arg(long)]
+        principal: Option<String>,
         /// Output file; stdout when absent.
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -119,7 +124,7 @@ pub(super) fn run_lock(command: LockCommand) -> ExitCode {
                 }
             }
         }
-        LockCommand::Export { store, format, output, key_env } => {
+        LockCommand::Export { store, format, principal, output, key_env } => {
             let key = match chain::key_from_env(key_env.as_deref()) {
                 Ok(k) => k,
                 Err(e) => {
@@ -131,6 +136,12 @@ pub(super) fn run_lock(command: LockCommand) -> ExitCode {
                 Ok(s) => s,
                 Err(code) => return code,
             };
+            if principal.is_some()
+                && let Err(e) = store.verify_lock()
+            {
+                eprintln!("error: the chain does not verify, so no selection of it is exported: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
             let mut text = String::new();
             for record in store.lock_records() {
                 let record = match record {
@@ -140,6 +151,9 @@ pub(super) fn run_lock(command: LockCommand) -> ExitCode {
                         return ExitCode::from(EXIT_INVALID);
                     }
                 };
+                if principal.as_ref().is_some_and(|subject| record.principal.as_ref() != Some(subject)) {
+                    continue;
+                }
                 match format {
                     ExportFormat::Chain => {
                         text.push_str(&serde_json::to_string(&record).expect("records serialise"))
@@ -148,7 +162,7 @@ pub(super) fn run_lock(command: LockCommand) -> ExitCode {
                 }
                 text.push('\n');
             }
-            if let ExportFormat::Chain = format {
+            if let (ExportFormat::Chain, None) = (format, &principal) {
                 match store.lock_head() {
                     Ok(head) => {
                         let line = chain::HeadLine { head };

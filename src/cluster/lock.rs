@@ -104,6 +104,7 @@ mod tests {
             output: "cancel(x)".into(),
             at: 1,
             by: "a".into(),
+            principal: None,
         };
         let read = serde_json::from_slice::<Entry>(&encode(&proposal)).unwrap();
         assert_eq!(read, Entry::Proposal(proposal));

@@ -416,7 +416,12 @@ impl Gateway {
             if let OutputForm::Surface(frontend) = form {
                 // The store keeps the first compile and reports drift against this one.
                 let output = crate::silp::compile(&unit.ir, frontend);
-                changes.freezes.push(Freeze { ir_hash: unit.ir.ir_hash(), frontend, output });
+                changes.freezes.push(Freeze {
+                    ir_hash: unit.ir.ir_hash(),
+                    frontend,
+                    output,
+                    principal: inbound.origin.principal.as_ref().map(|p| p.subject.clone()),
+                });
             }
             pending.push((unit, form));
         }

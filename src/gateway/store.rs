@@ -91,6 +91,8 @@ pub struct Freeze {
     pub ir_hash: String,
     pub frontend: Frontend,
     pub output: String,
+    /// The subject of the principal whose message froze it, recorded in the record.
+    pub principal: Option<String>,
 }
 
 /// The result of a compile through the compile.lock.

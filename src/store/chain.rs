@@ -43,6 +43,11 @@ pub struct LockRecord {
     pub output_hash: String,
     pub timestamp: String,
     pub prev_hash: String,
+    /// The subject of the principal whose message froze it; absent when none was known (no
+    /// authentication, or a record older than principals), and then no part of the hash, so
+    /// that older records verify as they always did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// Hash (or HMAC) over every field above.
     pub record_hash: String,
 }
@@ -131,7 +136,10 @@ impl Sealer {
             ("output_hash", &record.output_hash),
             ("timestamp", &record.timestamp),
             ("prev_hash", &record.prev_hash),
-        ] {
+        ]
+        .into_iter()
+        .chain(record.principal.as_ref().map(|subject| ("principal", subject)))
+        {
             canonical.push_str(",\"");
             canonical.push_str(key);
             canonical.push_str("\":");
@@ -149,7 +157,7 @@ impl Sealer {
         ir_hash: &str,
         frontend: &str,
         output: &str,
-        timestamp: String,
+        (timestamp, principal): (String, Option<&str>),
     ) -> LockRecord {
         let mut record = LockRecord {
             seq,
@@ -159,6 +167,7 @@ impl Sealer {
             output_hash: format!("sha256:{}", sha256_hex(output.as_bytes())),
             timestamp,
             prev_hash: prev_hash.to_owned(),
+            principal: principal.map(str::to_owned),
             record_hash: String::new(),
         };
         record.record_hash = self.record_hash(&record);
@@ -299,7 +308,7 @@ mod tests {
                     &format!("sha256:{seq:064}"),
                     "code",
                     &format!("cancel(x{seq})"),
-                    "t".into(),
+                    ("t".into(), None),
                 );
                 prev = r.record_hash.clone();
                 r
@@ -312,6 +321,20 @@ mod tests {
     }
 
     const KEY: &[u8] = b"a compile.lock key of 32 bytes..";
+
+    #[test]
+    fn a_records_principal_is_sealed_with_it_and_one_without_hashes_as_before() {
+        let sealer = Sealer::new(Some(KEY.to_vec())).unwrap();
+        let plain = sealer.next(0, GENESIS, "sha256:00", "code", "cancel(x)", ("t".into(), None));
+        let alices = sealer.next(0, GENESIS, "sha256:00", "code", "cancel(x)", ("t".into(), Some("alice")));
+        assert_ne!(plain.record_hash, alices.record_hash, "the principal is part of the hash");
+        assert_eq!(check(std::slice::from_ref(&alices), None, &sealer), Ok(1));
+        let claimed = LockRecord { principal: Some("mallory".into()), ..alices.clone() };
+        assert!(check(&[claimed], None, &sealer).is_err(), "another principal breaks the seal");
+        let dropped = LockRecord { principal: None, ..alices };
+        assert!(check(&[dropped], None, &sealer).is_err(), "so does removing it");
+        assert!(!serde_json::to_string(&plain).unwrap().contains("principal"), "absent, not null");
+    }
 
     #[test]
     fn an_intact_chain_verifies() {
@@ -400,7 +423,7 @@ mod tests {
             "sha256:824ed0a61e576ad3aaaa",
             "code",
             "if !rain(t+1): start(hike)",
-            "2026-11-29T20:40:46.072353+00:00".into(),
+            ("2026-11-29T20:40:46.072353+00:00".into(), None),
         );
         assert_eq!(
             reference_line(&r),

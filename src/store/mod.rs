@@ -502,7 +502,7 @@ impl SledStore {
             &freeze.ir_hash,
             freeze.frontend.name(),
             &freeze.output,
-            crate::util::time::iso8601(at),
+            (crate::util::time::iso8601(at), freeze.principal.as_deref()),
         );
         let seq = chain.records.to_be_bytes();
         batch.insert(key(LOCK, &seq), encode(&record));

@@ -53,6 +53,9 @@ pub(crate) struct LockProposal {
     pub at: Millis,
     /// The instance that proposed it.
     pub by: String,
+    /// The subject of the principal whose message froze it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 impl LockProposal {
@@ -63,6 +66,7 @@ impl LockProposal {
             output: freeze.output.clone(),
             at,
             by: by.to_owned(),
+            principal: freeze.principal.clone(),
         }
     }
 }
@@ -240,8 +244,12 @@ impl SledStore {
         let fresh = self.get(&index)?.is_none();
         if fresh {
             let chain = self.chain_head()?;
-            let freeze =
-                Freeze { ir_hash: proposal.ir_hash.clone(), frontend, output: proposal.output.clone() };
+            let freeze = Freeze {
+                ir_hash: proposal.ir_hash.clone(),
+                frontend,
+                output: proposal.output.clone(),
+                principal: proposal.principal.clone(),
+            };
             let head = self.put_lock_record(&mut batch, &chain, &freeze, proposal.at);
             batch.insert(super::HEAD_KEY, encode(&head));
         }
@@ -392,6 +400,7 @@ mod tests {
             output: output.into(),
             at: 1_700_000_000_000,
             by: by.into(),
+            principal: None,
         };
         assert!(store.follow_lock(0, &proposal("first", "a")).unwrap());
         assert!(!store.follow_lock(1, &proposal("second", "b")).unwrap());
