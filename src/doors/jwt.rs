@@ -289,3 +289,62 @@ async fn fetch(client: &reqwest::Client, url: &reqwest::Url) -> Result<Vec<u8>, 
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use serde_json::json;
+
+    /// A P-256 key pair: the signing key, and its JWK with `extra` fields.
+    fn es256(extra: Value) -> (jsonwebtoken::EncodingKey, Value) {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let point = pair.public_key_raw();
+        let mut jwk = json!({"kty": "EC", "crv": "P-256", "x": B64.encode(&point[1..33]), "y": B64.encode(&point[33..65])});
+        jwk.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        (jsonwebtoken::EncodingKey::from_ec_der(&pair.serialize_der()), jwk)
+    }
+
+    #[test]
+    fn keys_are_taken_for_signatures_with_their_own_algorithm_only() {
+        let key = |jwk: Value| key_of(&serde_json::from_value(jwk).unwrap()).map(|k| k.algorithm);
+        let (_, ec) = es256(json!({}));
+        assert_eq!(key(ec.clone()), Some(Algorithm::ES256));
+        let mut claimed = ec.clone();
+        claimed["alg"] = json!("RS256");
+        assert_eq!(key(claimed), None, "an EC key claiming RS256 is no key");
+        let mut encryption = ec;
+        encryption["use"] = json!("enc");
+        assert_eq!(key(encryption), None, "a key for encryption signs nothing");
+        assert_eq!(key(json!({"kty": "oct", "k": "c2VjcmV0"})), None, "an HMAC secret is no key");
+    }
+
+    #[tokio::test]
+    async fn a_key_set_file_verifies_its_tokens_and_names_their_principal() {
+        let (signing, jwk) = es256(json!({"kid": "k1"}));
+        let dir = std::env::temp_dir().join(format!("silpgate-jwks-{}", crate::util::token::unguessable()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("jwks.json");
+        std::fs::write(&file, json!({"keys": [jwk]}).to_string()).unwrap();
+        let config =
+            AuthConfig { jwks_file: Some(file), audience: Some("me".into()), ..AuthConfig::default() };
+        let jwts = Jwts::new(&config).await.unwrap().expect("JWTs are taken");
+        let now = jsonwebtoken::get_current_timestamp();
+        let token = |claims: Value| {
+            let header = jsonwebtoken::Header {
+                kid: Some("k1".into()),
+                ..jsonwebtoken::Header::new(Algorithm::ES256)
+            };
+            jsonwebtoken::encode(&header, &claims, &signing).unwrap()
+        };
+        let alice = jwts
+            .verify(&token(json!({"sub": "alice", "aud": "me", "exp": now + 60, "roles": "finance ops"})))
+            .await
+            .unwrap();
+        assert_eq!(alice, Principal::new("alice", vec!["finance".into(), "ops".into()]));
+        let unaudienced = jwts.verify(&token(json!({"sub": "alice", "exp": now + 60}))).await;
+        assert_eq!(unaudienced, Err(JwtError::Missing("aud".into())));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
