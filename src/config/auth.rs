@@ -35,6 +35,9 @@ pub struct AuthConfig {
     /// Roles of AMQP senders, by the broker user the broker verified (`user_id`): the user is
     /// the principal's subject.
     pub broker_roles: BTreeMap<String, Vec<String>>,
+    /// Who may use each of `/mcp`'s tools, by tool name (rules as `[[agents]] allow`). A tool
+    /// not named is everyone's.
+    pub mcp_tools: BTreeMap<String, Vec<String>>,
 }
 
 /// One static bearer token and the principal it names.
@@ -61,6 +64,7 @@ impl Default for AuthConfig {
             leeway_secs: 30,
             tokens: Vec::new(),
             broker_roles: BTreeMap::new(),
+            mcp_tools: BTreeMap::new(),
         }
     }
 }
@@ -81,6 +85,11 @@ impl AuthConfig {
             let local = parsed.host_str().is_some_and(super::is_loopback);
             if parsed.scheme() != "https" && !(parsed.scheme() == "http" && local) {
                 return Err(invalid("jwks_url must be https:// (http:// only on this machine)".into()));
+            }
+        }
+        for (tool, rules) in &self.mcp_tools {
+            if let Some(why) = rules.iter().find_map(|rule| crate::principal::rule_error(rule)) {
+                return Err(invalid(format!("mcp_tools.{tool}: {why}")));
             }
         }
         for token in &self.tokens {

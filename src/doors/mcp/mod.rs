@@ -58,11 +58,15 @@ async fn post_mcp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let bytes = match super::jsonrpc::admit(&front, peer, &headers, body).await {
-        Ok(admitted) => admitted.body,
+    let admitted = match super::jsonrpc::admit(&front, peer, &headers, body).await {
+        Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
-    match respond(&headers, &bytes) {
+    let access = ToolAccess {
+        rules: &front.gateway().config().auth.mcp_tools,
+        principal: admitted.principal.as_ref(),
+    };
+    match respond(&headers, &admitted.body, &access) {
         Some((status, body)) => reply(status, &body),
         // A notification or a response: nothing to answer.
         None => StatusCode::ACCEPTED.into_response(),
@@ -72,8 +76,35 @@ async fn post_mcp(
 /// A JSON-RPC failure: its code and message, and the data some codes carry.
 type Failure = (i64, String, Option<Value>);
 
+/// Which tools the caller may use (`[auth.mcp_tools]`: a tool without rules is everyone's).
+/// A tool it may not use is neither listed nor called: it is answered as an unknown tool,
+/// which says nothing of it.
+pub(crate) struct ToolAccess<'a> {
+    pub rules: &'a std::collections::BTreeMap<String, Vec<String>>,
+    pub principal: Option<&'a crate::principal::Principal>,
+}
+
+impl ToolAccess<'_> {
+    fn may_use(&self, tool: &str) -> bool {
+        self.rules.get(tool).is_none_or(|rules| crate::principal::allowed(rules, self.principal))
+    }
+
+    /// The tools this caller may use.
+    fn list(&self) -> Value {
+        let mut tools = tools::list();
+        if let Some(all) = tools.as_array_mut() {
+            all.retain(|tool| tool["name"].as_str().is_some_and(|name| self.may_use(name)));
+        }
+        tools
+    }
+}
+
 /// The HTTP status and JSON-RPC response to one body, or `None` when it asks for none.
-pub(crate) fn respond(headers: &HeaderMap, body: &[u8]) -> Option<(StatusCode, Value)> {
+pub(crate) fn respond(
+    headers: &HeaderMap,
+    body: &[u8],
+    access: &ToolAccess<'_>,
+) -> Option<(StatusCode, Value)> {
     let bad = |message: &str, code| Some((StatusCode::BAD_REQUEST, error(Value::Null, code, message)));
     let request: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
@@ -93,9 +124,9 @@ pub(crate) fn respond(headers: &HeaderMap, body: &[u8]) -> Option<(StatusCode, V
     let answered = if is_stateless {
         stateless::check(method, params, headers)
             .map_err(|r| (r.code, r.message, r.data))
-            .and_then(|_| answer_stateless(method, params))
+            .and_then(|_| answer_stateless(method, params, access))
     } else {
-        answer_handshake(method, params)
+        answer_handshake(method, params, access)
     };
     Some(match answered {
         Ok(result) => (StatusCode::OK, json!({"jsonrpc": "2.0", "id": id, "result": result})),
@@ -120,19 +151,27 @@ pub(crate) fn respond(headers: &HeaderMap, body: &[u8]) -> Option<(StatusCode, V
 }
 
 /// A handshake-era request's result.
-fn answer_handshake(method: &str, params: Option<&Map<String, Value>>) -> Result<Value, Failure> {
+fn answer_handshake(
+    method: &str,
+    params: Option<&Map<String, Value>>,
+    access: &ToolAccess<'_>,
+) -> Result<Value, Failure> {
     match method {
         "initialize" => Ok(initialize(params)),
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(json!({"tools": tools::list()})),
-        "tools/call" => call(params),
+        "tools/list" => Ok(json!({"tools": access.list()})),
+        "tools/call" => call(params, access),
         _ => Err(not_served(method)),
     }
 }
 
 /// A 2026-07-28 request's result: every result says it is complete, and lists say how long
 /// they may be kept.
-fn answer_stateless(method: &str, params: Option<&Map<String, Value>>) -> Result<Value, Failure> {
+fn answer_stateless(
+    method: &str,
+    params: Option<&Map<String, Value>>,
+    access: &ToolAccess<'_>,
+) -> Result<Value, Failure> {
     let mut result = match method {
         "server/discover" => json!({
             "supportedVersions": stateless::VERSIONS,
@@ -142,8 +181,8 @@ fn answer_stateless(method: &str, params: Option<&Map<String, Value>>) -> Result
             "cacheScope": "private",
             "_meta": {stateless::SERVER_INFO_KEY: server_info()},
         }),
-        "tools/list" => json!({"tools": tools::list(), "ttlMs": TOOLS_TTL_MS, "cacheScope": "private"}),
-        "tools/call" => call(params)?,
+        "tools/list" => json!({"tools": access.list(), "ttlMs": TOOLS_TTL_MS, "cacheScope": "private"}),
+        "tools/call" => call(params, access)?,
         _ => return Err(not_served(method)),
     };
     result["resultType"] = json!("complete");
@@ -169,7 +208,7 @@ fn initialize(params: Option<&Map<String, Value>>) -> Value {
     })
 }
 
-fn call(params: Option<&Map<String, Value>>) -> Result<Value, Failure> {
+fn call(params: Option<&Map<String, Value>>, access: &ToolAccess<'_>) -> Result<Value, Failure> {
     let invalid = |message: String| (-32602, message, None);
     let name = params
         .and_then(|p| p.get("name"))
@@ -180,7 +219,8 @@ fn call(params: Option<&Map<String, Value>>) -> Result<Value, Failure> {
         Some(Value::Object(arguments)) => arguments.clone(),
         Some(_) => return Err(invalid("tools/call arguments must be an object".to_owned())),
     };
-    let Some(outcome) = tools::call(name, &arguments) else {
+    let outcome = access.may_use(name).then(|| tools::call(name, &arguments)).flatten();
+    let Some(outcome) = outcome else {
         return Err(invalid(format!("unknown tool '{name}'")));
     };
     Ok(match outcome {
@@ -198,8 +238,42 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
+    static NO_RULES: std::sync::LazyLock<std::collections::BTreeMap<String, Vec<String>>> =
+        std::sync::LazyLock::new(Default::default);
+
+    fn everyone() -> ToolAccess<'static> {
+        ToolAccess { rules: &NO_RULES, principal: None }
+    }
+
+    #[test]
+    fn a_tool_the_caller_may_not_use_is_neither_listed_nor_called() {
+        let rules =
+            std::collections::BTreeMap::from([("silp_compile".to_owned(), vec!["role:authors".to_owned()])]);
+        let author = crate::principal::Principal::new("ann", vec!["authors".into()]);
+        let reader = crate::principal::Principal::new("rob", Vec::new());
+        let listed = |principal| {
+            let access = ToolAccess { rules: &rules, principal: Some(principal) };
+            let (_, body) =
+                respond(&HeaderMap::new(), br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &access)
+                    .unwrap();
+            body["result"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert!(listed(&author).contains(&"silp_compile".to_owned()));
+        assert!(!listed(&reader).contains(&"silp_compile".to_owned()));
+        assert!(listed(&reader).contains(&"silp_decode".to_owned()), "a tool without rules is everyone's");
+        let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"silp_compile","arguments":{}}}"#;
+        let access = ToolAccess { rules: &rules, principal: Some(&reader) };
+        let (_, refused) = respond(&HeaderMap::new(), call, &access).unwrap();
+        assert_eq!(refused["error"]["message"], "unknown tool 'silp_compile'", "{refused}");
+    }
+
     fn handshake(body: &[u8]) -> Option<(StatusCode, Value)> {
-        respond(&HeaderMap::new(), body)
+        respond(&HeaderMap::new(), body, &everyone())
     }
 
     /// A 2026-07-28 request: its `_meta` envelope and the headers that repeat it.
@@ -213,7 +287,7 @@ mod tests {
             headers.insert("mcp-name", HeaderValue::from_str(name).unwrap());
         }
         let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-        respond(&headers, body.to_string().as_bytes()).unwrap()
+        respond(&headers, body.to_string().as_bytes(), &everyone()).unwrap()
     }
 
     #[test]
@@ -276,7 +350,7 @@ mod tests {
         headers.insert("mcp-method", HeaderValue::from_static("server/discover"));
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
             stateless::PROTOCOL_VERSION_KEY: "2031-01-01", "io.modelcontextprotocol/clientCapabilities": {}}}});
-        let (status, refused) = respond(&headers, body.to_string().as_bytes()).unwrap();
+        let (status, refused) = respond(&headers, body.to_string().as_bytes(), &everyone()).unwrap();
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(refused["error"]["code"], stateless::UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(refused["error"]["data"]["supported"], json!(["2026-07-28"]));
