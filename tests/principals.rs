@@ -154,6 +154,8 @@ leeway_secs = 0
 subject = "robot"
 roles = ["finance"]
 token_env = "SILPGATE_TEST_ROBOT_TOKEN"
+[auth.mcp_tools]
+silp_compile = ["role:authors"]
 [[agents]]
 name = "ledger"
 url = "http://{agent}/nlip"
@@ -254,6 +256,23 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
     let mcp = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
     assert_eq!(post_as(&addr, "/mcp", &mcp, &bad).await.0, 401);
     assert_ne!(post_as(&addr, "/mcp", &mcp, &good).await.0, 401);
+    // A tool kept for a role is not even listed to a principal without it.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let tools = |token: String| {
+        let (addr, list) = (addr.clone(), list.clone());
+        async move {
+            let (_, listed) = post_as(&addr, "/mcp", &list, &token).await;
+            listed["result"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let compile = "silp_compile".to_owned();
+    assert!(!tools(good.clone()).await.contains(&compile));
+    assert!(tools(es.token("ann", &["authors"], |_, _| {})).await.contains(&compile));
     for (token, accepted) in [(&good, true), (&bad, false)] {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         let mut request = format!("ws://{addr}/nlip/ws/text").into_client_request().unwrap();
