@@ -399,7 +399,7 @@ label = "closed"
         closed = closed.addr
     );
     let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
-    let _daemon = gateway::start(&config, &dir, true).await;
+    let daemon = gateway::start(&config, &dir, true).await;
     let (_connection, channel) = broker::channel().await;
     gateway::declare(&channel, &names.replies()).await;
     let message = |i: usize, label: &str| {
@@ -426,4 +426,8 @@ label = "closed"
     assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("forbidden"));
     let reached = |agent: &HttpAgent| agent.received.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!((reached(&open), reached(&closed)), (1, 0));
+    // The ledger entry of the message names its sender.
+    daemon.terminate(std::time::Duration::from_secs(30));
+    let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();
+    assert_eq!(store.ledger_principal("principal-1").unwrap().as_deref(), Some("guest"));
 }

@@ -220,6 +220,28 @@ fn the_ledger_is_bounded_by_age_and_size() {
 }
 
 #[test]
+fn a_ledger_entry_names_its_principal_and_keeps_it_when_marked_published() {
+    let dir = temp_dir("ledger-principal");
+    let store = SledStore::open(&dir, None).unwrap();
+    let pending = LedgerState::Pending { turn: None, session: None };
+    let by = |principal: Option<&str>, id: &str, state: LedgerState| Changes {
+        ledger: vec![(id.to_owned(), state)],
+        principal: principal.map(str::to_owned),
+        ..Changes::default()
+    };
+    store.commit(&by(Some("alice"), "m1", pending.clone()), 1).unwrap();
+    store.commit(&by(None, "m2", pending), 1).unwrap();
+    // The batched mark names nobody: the entry keeps its principal.
+    store.commit(&by(None, "m1", LedgerState::Published), 2).unwrap();
+    assert_eq!(store.ledger("m1").unwrap(), Some(LedgerState::Published));
+    assert_eq!(store.ledger_principal("m1").unwrap().as_deref(), Some("alice"));
+    assert_eq!(store.ledger_principal("m2").unwrap(), None);
+    drop(store);
+    let reopened = SledStore::open(&dir, None).unwrap();
+    assert_eq!(reopened.ledger_principal("m1").unwrap().as_deref(), Some("alice"), "after a reopen");
+}
+
+#[test]
 fn a_store_of_another_schema_version_is_refused() {
     let dir = temp_dir("schema");
     {

@@ -431,6 +431,7 @@ impl Gateway {
                 LedgerState::Pending { turn: session.clone(), session: change.session.clone().map(Box::new) };
             change.message = Some((id.to_owned(), state.for_replica()));
             changes.ledger.push((id.to_owned(), state));
+            changes.principal = inbound.origin.principal.as_ref().map(|p| p.subject.clone());
         }
 
         // One atomic state step; the compile.lock answers with what is frozen.

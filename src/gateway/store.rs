@@ -168,6 +168,9 @@ pub struct Changes {
     /// Ledger entries to drop: messages refused for good after their state was committed,
     /// whose ids may come again as new messages.
     pub forgotten: Vec<String>,
+    /// The subject of the principal whose message made these changes: its new ledger entries
+    /// name it, and keep it when later marked published.
+    pub principal: Option<String>,
 }
 
 impl Changes {

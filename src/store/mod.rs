@@ -104,6 +104,9 @@ pub struct SledStore {
 struct LedgerEntry {
     state: LedgerState,
     at: Millis,
+    /// The subject of the principal whose message it is, when one was known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
 }
 
 const HEAD_KEY: &[u8] = b"meta:lock_head";
@@ -458,22 +461,33 @@ impl SledStore {
     /// Writes a ledger entry into `batch`. An entry keeps the time it was first written (the
     /// ledger's age limit counts from the message's first handling), so its time index is
     /// written once: marking a message published costs one write, not three.
+    /// The entry keeps its principal once it has one: a mark (published) names none.
     fn put_ledger(
         &self,
         batch: &mut Writes,
         id: &str,
         state: &LedgerState,
-        now: Millis,
+        (now, principal): (Millis, Option<&str>),
     ) -> Result<(), StoreError> {
-        let at = match self.get(&key(LEDGER, id.as_bytes()))? {
-            Some(old) => decode::<LedgerEntry>(&old, "ledger entry")?.at,
+        let (at, principal) = match self.get(&key(LEDGER, id.as_bytes()))? {
+            Some(old) => {
+                let old = decode::<LedgerEntry>(&old, "ledger entry")?;
+                (old.at, principal.map(str::to_owned).or(old.principal))
+            }
             None => {
                 batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
-                now
+                (now, principal.map(str::to_owned))
             }
         };
-        batch.insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: state.clone(), at }));
+        batch
+            .insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: state.clone(), at, principal }));
         Ok(())
+    }
+
+    /// The subject of the principal whose message `id` is, as its ledger entry names it.
+    pub fn ledger_principal(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let entry = self.get(&key(LEDGER, id.as_bytes()))?;
+        Ok(entry.map(|b| decode::<LedgerEntry>(&b, "ledger entry")).transpose()?.and_then(|e| e.principal))
     }
 
     /// Removes a ledger entry and its time index from `batch`'s writes, if it is held.
@@ -652,7 +666,7 @@ impl Store for SledStore {
             batch.insert(key(PROFILE, agent.as_bytes()), encode(profile));
         }
         for (id, state) in &changes.ledger {
-            self.put_ledger(&mut batch, id, state, now)?;
+            self.put_ledger(&mut batch, id, state, (now, changes.principal.as_deref()))?;
         }
         for id in &changes.forgotten {
             self.remove_ledger(&mut batch, id)?;

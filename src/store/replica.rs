@@ -146,12 +146,12 @@ impl SledStore {
                 // The ledger entry applies either way: the message's turn is in the newer
                 // record as in its own.
                 if let Some((id, state)) = message {
-                    self.put_ledger(&mut batch, id, state, now)?;
+                    self.put_ledger(&mut batch, id, state, (now, None))?;
                 }
             }
             PartitionChange::Snapshot { sessions, pending } => {
                 for (id, state) in pending {
-                    self.put_ledger(&mut batch, id, state, now)?;
+                    self.put_ledger(&mut batch, id, state, (now, None))?;
                 }
                 for stale in self.partition_sessions(partition)? {
                     if !sessions.iter().any(|s| s.token == stale.token) {
@@ -164,7 +164,7 @@ impl SledStore {
             }
             PartitionChange::Published { ids } => {
                 for id in ids {
-                    self.put_ledger(&mut batch, id, &LedgerState::Published, now)?;
+                    self.put_ledger(&mut batch, id, &LedgerState::Published, (now, None))?;
                 }
             }
             PartitionChange::TakenBack { session, message_id } => {
