@@ -64,7 +64,10 @@ n = key.public_key().public_numbers().n
 b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 print(json.dumps({"der": base64.b64encode(der).decode(), "n": b64(n.to_bytes((n.bit_length() + 7) // 8, "big")), "e": b64((65537).to_bytes(3, "big"))}))
 "#;
-        let out = std::process::Command::new(python).args(["-c", script]).output().expect("python runs");
+        let mut command = std::process::Command::new(python);
+        command.args(["-c", script]);
+        // Bounded: a hung key generation fails the test rather than holding CI.
+        let out = support::process::run_bounded(command, gateway::LONG);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let made: Value = serde_json::from_slice(&out.stdout).unwrap();
         let der = base64::engine::general_purpose::STANDARD.decode(made["der"].as_str().unwrap()).unwrap();
@@ -336,7 +339,9 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     // from a chain that verifies whole.
     daemon.kill();
     let silpgate = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate")).args(args).output().unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"));
+        command.args(args);
+        let out = support::process::run_bounded(command, gateway::LONG);
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };

@@ -394,10 +394,8 @@ impl Webhooks {
     /// One POST of `notification` to its webhook, carrying its id
     /// (`Silpgate-Notification-Id`) for a webhook that wants to tell a copy.
     async fn attempt(&self, notification: &Notification) -> Attempt {
-        let allowed = reqwest::Url::parse(&notification.url).is_ok_and(|url| {
-            let origin = url.origin().ascii_serialization();
-            self.config.push_origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(&origin))
-        });
+        let allowed = reqwest::Url::parse(&notification.url)
+            .is_ok_and(|url| super::push::at_allowed_origin(&url, &self.config.push_origins));
         if !allowed {
             return Attempt::Refused("its URL is no longer at one of a2a.push_origins".into());
         }

@@ -42,10 +42,10 @@ impl PushConfig {
                 "url carries a user name or password; send credentials in authentication".into(),
             ));
         }
-        let origin = parsed.origin().ascii_serialization();
-        if !origins.iter().any(|allowed| allowed.trim_end_matches('/').eq_ignore_ascii_case(&origin)) {
+        if !at_allowed_origin(&parsed, origins) {
             return Err(invalid(format!(
-                "webhooks at {origin} are not allowed here (a2a.push_origins names where they may be)"
+                "webhooks at {} are not allowed here (a2a.push_origins names where they may be)",
+                parsed.origin().ascii_serialization()
             )));
         }
         let authentication = config.get("authentication").filter(|a| !a.is_null());
@@ -120,6 +120,12 @@ impl PushConfig {
             payload,
         }
     }
+}
+
+/// True when `url` is at one of `origins` (scheme, host and port).
+pub(crate) fn at_allowed_origin(url: &reqwest::Url, origins: &[String]) -> bool {
+    let origin = url.origin().ascii_serialization();
+    origins.iter().any(|allowed| allowed.trim_end_matches('/').eq_ignore_ascii_case(&origin))
 }
 
 /// One notification, as it waits in its task's record and then in the push queue: everything
