@@ -11,7 +11,7 @@ use silpgate::gateway::{Gateway, GatewayError, Inbound, Origin, Status, Transpor
 use silpgate::nlip::{self, Encoding, Limits};
 use silpgate::silp::Frontend;
 use silpgate::store::chain::{GENESIS, Sealer};
-use silpgate::store::{Retention, SCHEMA_VERSION, SledStore};
+use silpgate::store::{Retention, SCHEMA_VERSION, SledStore, keyed};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -371,13 +371,41 @@ fn a_keyed_chain_catches_a_rewrite_without_the_key() {
     assert!(code == 2 && err.contains("SILPGATE_UNSET_KEY"), "{err}");
 }
 
-/// The records of `dir`'s chain, read directly from sled (the store must be closed).
-fn raw_records(db: &sled::Db) -> Vec<serde_json::Value> {
-    db.scan_prefix("lock:").values().map(|v| serde_json::from_slice(&v.unwrap()).unwrap()).collect()
+/// The chunks of `family` in `db`, by sled key (the store must be closed).
+fn raw_chunks(db: &sled::Db, family: &keyed::Family) -> Vec<(Vec<u8>, keyed::Chunk)> {
+    db.scan_prefix(family.physical)
+        .map(|entry| {
+            let (key, bytes) = entry.unwrap();
+            (key.to_vec(), keyed::decode_chunk(&bytes).unwrap())
+        })
+        .collect()
 }
 
-fn lock_key(seq: u64) -> Vec<u8> {
-    [b"lock:".as_slice(), &seq.to_be_bytes()].concat()
+/// The records of a closed store's chain, read directly from sled.
+fn raw_records(db: &sled::Db) -> Vec<serde_json::Value> {
+    raw_chunks(db, &keyed::LOCK_RECORDS)
+        .into_iter()
+        .flat_map(|(_, chunk)| chunk.into_values())
+        .map(|v| serde_json::from_slice(&v).unwrap())
+        .collect()
+}
+
+/// Replaces the records of a closed store's chain (all in its first chunk) with `records`.
+fn write_raw_records(db: &sled::Db, records: &[serde_json::Value]) {
+    let chunk: keyed::Chunk = records
+        .iter()
+        .map(|r| (r["seq"].as_u64().unwrap().to_be_bytes().to_vec(), serde_json::to_vec(r).unwrap()))
+        .collect();
+    db.insert(keyed::LOCK_RECORDS.chunk_key(0), keyed::encode_chunk(&chunk)).unwrap();
+}
+
+/// The head anyone without a key can write for an unkeyed chain, or a keyed one rewritten
+/// without its key.
+fn plain_head(records: u64, last: &str) -> Vec<u8> {
+    let head_hash =
+        silpgate::util::hash::sha256_hex(format!("silpgate-lock-head:{records}:{last}").as_bytes());
+    serde_json::to_vec(&serde_json::json!({"records": records, "last_hash": last, "head_hash": head_hash}))
+        .unwrap()
 }
 
 #[test]
@@ -386,15 +414,10 @@ fn deleting_the_last_records_and_rewriting_the_head_without_the_key_is_caught() 
     {
         let db = raw_db(&dir);
         let records = raw_records(&db);
-        // Drop the last record and its index entry, and write a head for the shorter chain
-        // the way anyone without the key can: with plain SHA-256.
-        db.remove(lock_key(4)).unwrap();
-        let ir_hash = records[4]["ir_hash"].as_str().unwrap();
-        db.remove([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat()).unwrap();
-        let last = records[3]["record_hash"].as_str().unwrap();
-        let head_hash = silpgate::util::hash::sha256_hex(format!("silpgate-lock-head:4:{last}").as_bytes());
-        let head = serde_json::json!({"records": 4, "last_hash": last, "head_hash": head_hash});
-        db.insert("meta:lock_head", serde_json::to_vec(&head).unwrap()).unwrap();
+        // Drop the last record, and write a head for the shorter chain the way anyone without
+        // the key can: with plain SHA-256.
+        write_raw_records(&db, &records[..4]);
+        db.insert("meta:lock_head", plain_head(4, records[3]["record_hash"].as_str().unwrap())).unwrap();
         db.flush().unwrap();
     }
     let (code, out, err) = verify_store(&dir, Some(KEY));
@@ -404,21 +427,46 @@ fn deleting_the_last_records_and_rewriting_the_head_without_the_key_is_caught() 
     assert!(matches!(SledStore::open(&dir, Some(KEY.to_vec())), Err(StoreError::Corrupt(_))));
 }
 
+/// The index is rebuilt from the chain, so it cannot be pointed elsewhere; what is left to
+/// catch is a chain that freezes one entry twice. Unkeyed, anyone can write one whose hashes
+/// all hold.
 #[test]
-fn an_index_entry_pointed_at_another_record_is_caught() {
+fn a_chain_rewritten_to_freeze_one_entry_twice_is_caught_and_the_first_freeze_is_served() {
     let dir = filled_store("index", None);
     {
         let db = raw_db(&dir);
-        let records = raw_records(&db);
-        let ir_hash = records[1]["ir_hash"].as_str().unwrap();
-        db.insert([b"lockx:code\0".as_slice(), ir_hash.as_bytes()].concat(), &2u64.to_be_bytes()).unwrap();
+        let mut records = raw_records(&db);
+        let sealer = Sealer::new(None).unwrap();
+        let mut prev = records[1]["record_hash"].as_str().unwrap().to_owned();
+        for seq in 2..5u64 {
+            let i = seq as usize;
+            let ir_hash =
+                if seq == 2 { records[1]["ir_hash"].clone() } else { records[i]["ir_hash"].clone() };
+            let record = sealer.next(
+                seq,
+                &prev,
+                ir_hash.as_str().unwrap(),
+                "code",
+                records[i]["output"].as_str().unwrap(),
+                (records[i]["timestamp"].as_str().unwrap().to_owned(), None),
+            );
+            prev = record.record_hash.clone();
+            records[i] = serde_json::to_value(record).unwrap();
+        }
+        write_raw_records(&db, &records);
+        db.insert("meta:lock_head", plain_head(5, &prev)).unwrap();
         db.flush().unwrap();
     }
     let (code, out, _) = verify_store(&dir, None);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("points at the record of"), "{out}");
-    let (code, _, err) = silpgate(&["lock", "show", "--store", dir.to_str().unwrap(), &format!("{:064}", 1)]);
-    assert!(code == 1 && err.contains("points at another record"), "{err}");
+    assert!(
+        out.contains("record 2 freezes (code, sha256:") && out.contains("frozen first by record 1"),
+        "{out}"
+    );
+    let (code, out, err) =
+        silpgate(&["lock", "show", "--store", dir.to_str().unwrap(), &format!("{:064}", 1)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cancel(x1)") && !out.contains("cancel(x2)"), "the first freeze is served: {out}");
 }
 
 fn compile_into(dir: &Path, key: Option<&[u8]>, text: &str) -> (i32, String, String) {
@@ -464,6 +512,11 @@ fn a_key_shorter_than_32_bytes_is_refused_and_never_shown() {
         SledStore::open(&temp_dir("short-key-open"), Some(vec![1; 31])),
         Err(StoreError::Key(_))
     ));
+}
+
+/// A compile.lock record's own key, as layouts 3 to 6 stored it.
+fn lock_key(seq: u64) -> Vec<u8> {
+    [b"lock:".as_slice(), &seq.to_be_bytes()].concat()
 }
 
 #[test]
@@ -613,27 +666,48 @@ fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
     assert_eq!(db.scan_prefix("sid:").count(), 0, "the allocation index is gone");
 }
 
+/// Turns a closed store of the current layout back into layout 6: every compile.lock record,
+/// index entry and ledger time key under its own sled key.
+fn unpack_to_layout_6(db: &sled::Db) {
+    for (chunk_key, chunk) in raw_chunks(db, &keyed::LOCK_RECORDS) {
+        for (seq, record) in chunk {
+            let r: serde_json::Value = serde_json::from_slice(&record).unwrap();
+            let index = [
+                b"lockx:".as_slice(),
+                &keyed::lock_index_member(r["frontend"].as_str().unwrap(), r["ir_hash"].as_str().unwrap()),
+            ]
+            .concat();
+            db.insert(index, seq.as_slice()).unwrap();
+            db.insert([b"lock:".as_slice(), &seq].concat(), record).unwrap();
+        }
+        db.remove(chunk_key).unwrap();
+    }
+    for (chunk_key, chunk) in raw_chunks(db, &keyed::LEDGER_TIMES) {
+        for (member, value) in chunk {
+            db.insert([b"ledgert:".as_slice(), &member].concat(), value).unwrap();
+        }
+        db.remove(chunk_key).unwrap();
+    }
+    db.insert("meta:schema_version", "6").unwrap();
+    db.flush().unwrap();
+}
+
 #[test]
-fn a_store_of_layout_5_opens_as_the_current_layout_with_everything_it_held() {
-    let dir = temp_dir("v5");
+fn a_store_of_layout_6_is_packed_into_chunks_with_everything_it_held() {
+    let dir = temp_dir("v6");
+    let records = 70u64;
     {
-        // Layout 5's keyed records are the current layout's: a store written and closed (its
-        // journal checkpointed), then stamped 5, is what layout 5 left on disk.
         let store = SledStore::open(&dir, None).unwrap();
         let policy = SessionPolicy { heartbeat: 5, idle_timeout_ms: 60_000, partition: None };
         let (_, session) =
-            count_turn(&store, "conv-5", 10, &policy, silpgate::gateway::session::Party::Client(None))
+            count_turn(&store, "conv-6", 10, &policy, silpgate::gateway::session::Party::Client(None))
                 .unwrap();
-        let freeze = Freeze {
-            ir_hash: format!("sha256:{:064}", 5),
-            frontend: Frontend::Code,
-            output: "cancel(x5)".into(),
-            principal: None,
-        };
+        let freezes =
+            (0..records).map(|i| freeze(&format!("{i:064}"), Frontend::Code, &format!("cancel(x{i})")));
         let changes = Changes {
             sessions: vec![session],
-            freezes: vec![freeze],
-            ledger: vec![("m-5".into(), LedgerState::Published)],
+            freezes: freezes.collect(),
+            ledger: (0..5).map(|i| (format!("m-{i}"), LedgerState::Published)).collect(),
             ..Changes::default()
         };
         store.commit(&changes, 10).unwrap();
@@ -642,20 +716,39 @@ fn a_store_of_layout_5_opens_as_the_current_layout_with_everything_it_held() {
     {
         let db = raw_db(&dir);
         assert_eq!(db.scan_prefix("journal:").count(), 0, "a closed store leaves no journal");
-        db.insert("meta:schema_version", "5").unwrap();
-        db.flush().unwrap();
+        assert_eq!(raw_chunks(&db, &keyed::LOCK_RECORDS).len(), 3, "70 records in chunks of 32");
+        unpack_to_layout_6(&db);
+        assert_eq!(db.scan_prefix("lock:").count(), 70);
     }
     let (code, out, err) = silpgate(&["sessions", "list", "--store", dir.to_str().unwrap()]);
-    assert_eq!(code, 0, "a layout-5 store can be read as it is: {err}");
-    assert!(out.contains("conv-5"), "{out}");
-    let store = SledStore::open(&dir, None).expect("a layout-5 store opens, migrated");
-    assert_eq!(store.session_by_token("conv-5").unwrap().expect("its sessions are kept").turns, 1);
-    assert_eq!(store.ledger("m-5").unwrap(), Some(LedgerState::Published));
-    assert_eq!(store.verify_lock(), Ok(1));
+    assert_eq!(code, 0, "a layout-6 store is readable without its key: {err}");
+    assert!(out.contains("conv-6"), "{out}");
+    let store = SledStore::open(&dir, None).expect("a layout-6 store opens, migrated");
+    assert_eq!(store.session_by_token("conv-6").unwrap().expect("its sessions are kept").turns, 1);
+    assert_eq!(store.ledger("m-4").unwrap(), Some(LedgerState::Published));
+    assert_eq!(store.verify_lock(), Ok(records));
+    assert_eq!(
+        store.frozen(&format!("sha256:{:064}", 41), Frontend::Code).unwrap().as_deref(),
+        Some("cancel(x41)")
+    );
+    // The ledger's time index moved with it: an age limit still finds every entry.
+    let retention = Retention {
+        ledger_ttl_ms: 0,
+        ledger_max_entries: 100,
+        session_idle_ms: 60_000,
+        tombstone_ms: 60_000,
+    };
+    assert_eq!(store.sweep(1_000, &retention).unwrap().ledger_dropped, 5);
+    assert_eq!(store.ledger("m-4").unwrap(), None);
     drop(store);
     let db = raw_db(&dir);
     assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
-    assert_eq!(SCHEMA_VERSION, "6");
+    assert_eq!(SCHEMA_VERSION, "7");
+    for gone in ["lock:", "lockx:", "ledgert:"] {
+        assert_eq!(db.scan_prefix(gone).count(), 0, "no {gone} key is left");
+    }
+    assert_eq!(raw_chunks(&db, &keyed::LOCK_RECORDS).len(), 3);
+    assert_eq!(raw_chunks(&db, &keyed::LEDGER_TIMES).len(), 0, "the swept entries took their chunk");
 }
 
 /// Commits wait in memory until a flush hands them to sled as one batch; readers see them

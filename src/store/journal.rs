@@ -12,6 +12,7 @@
 //! and is dropped (its messages were never acknowledged); a damaged record with good ones
 //! after it would lose acknowledged state silently, so the store refuses to open instead.
 
+use super::keyed::Keyed;
 use crate::gateway::store::StoreError;
 use sled::IVec;
 use std::collections::BTreeMap;
@@ -118,7 +119,8 @@ pub(super) struct Replayed {
 /// Applies every journal record left in `db` (a crash came before their checkpoint) to the
 /// keyed state, in order, and removes them, in one atomic batch made durable before the store
 /// is used.
-pub(super) fn replay(db: &sled::Db) -> Result<Replayed, StoreError> {
+pub(super) fn replay(keyed: &Keyed) -> Result<Replayed, StoreError> {
+    let db = keyed.db();
     let unavailable = |e: sled::Error| StoreError::Unavailable(e.to_string());
     let mut writes = WriteMap::new();
     let mut trim = sled::Batch::default();
@@ -150,12 +152,13 @@ pub(super) fn replay(db: &sled::Db) -> Result<Replayed, StoreError> {
         return Ok(replayed);
     }
     let mut batch = trim;
-    for (key, value) in writes {
+    keyed.apply(writes.iter().map(|(k, v)| (k.as_ref(), v.as_deref())), |key, value| {
         match value {
             Some(value) => batch.insert(key, value),
             None => batch.remove(key),
         }
-    }
+        Ok(())
+    })?;
     db.apply_batch(batch).map_err(unavailable)?;
     db.flush().map_err(unavailable)?;
     Ok(replayed)
@@ -188,16 +191,17 @@ mod tests {
         }
     }
 
-    fn db() -> sled::Db {
-        sled::Config::new().temporary(true).open().unwrap()
+    fn db() -> Keyed {
+        Keyed::new(sled::Config::new().temporary(true).open().unwrap())
     }
 
     #[test]
     fn replay_applies_records_in_order_and_empties_the_journal() {
-        let db = db();
+        let keyed = db();
+        let db = keyed.db();
         db.insert(key(0), encode(&writes(&[("a", Some("1")), ("b", Some("x"))]))).unwrap();
         db.insert(key(1), encode(&writes(&[("a", Some("2")), ("b", None)]))).unwrap();
-        assert_eq!(replay(&db).unwrap(), Replayed { records: 2, torn_tail: None });
+        assert_eq!(replay(&keyed).unwrap(), Replayed { records: 2, torn_tail: None });
         assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"2"[..]));
         assert_eq!(db.get("b").unwrap(), None);
         assert_eq!(db.scan_prefix(PREFIX).count(), 0);
@@ -205,17 +209,19 @@ mod tests {
 
     #[test]
     fn a_torn_tail_is_dropped_and_a_damaged_middle_refuses_to_open() {
-        let db = db();
+        let keyed = db();
+        let db = keyed.db();
         db.insert(key(0), encode(&writes(&[("a", Some("1"))]))).unwrap();
         let torn = encode(&writes(&[("a", Some("2"))]));
         db.insert(key(1), &torn[..torn.len() - 1]).unwrap();
-        assert_eq!(replay(&db).unwrap(), Replayed { records: 1, torn_tail: Some(1) });
+        assert_eq!(replay(&keyed).unwrap(), Replayed { records: 1, torn_tail: Some(1) });
         assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"1"[..]), "nothing of the torn record applied");
 
-        let db = self::db();
+        let keyed = self::db();
+        let db = keyed.db();
         db.insert(key(0), b"damaged").unwrap();
         db.insert(key(1), encode(&writes(&[("a", Some("2"))]))).unwrap();
-        let refused = replay(&db).unwrap_err().to_string();
+        let refused = replay(&keyed).unwrap_err().to_string();
         assert!(refused.contains("journal record 0 is damaged"), "{refused}");
         assert_eq!(db.scan_prefix(PREFIX).count(), 2, "nothing removed");
         assert_eq!(db.get("a").unwrap(), None, "nothing applied");

@@ -8,19 +8,23 @@
 //! id space: the `sid:<id>` allocation index of layouts 3 and 4 is dropped (sessions keep
 //! their ids). Layout 6 adds the journal (`journal:<seq>`): its keyed records are layout 5's,
 //! but a store that may hold state in its journal must not be opened by a build that does not
-//! replay it, so the version moves.
+//! replay it, so the version moves. Layout 7 packs compile.lock records and the ledger's time
+//! index into chunks and keeps the compile.lock index in memory ([`super::keyed`]): `lock:`,
+//! `lockx:` and `ledgert:` keys give way to `lockc:` and `ledgertc:` chunks.
 
+use super::keyed::{Keyed, LEDGER_TIME, LOCK, LOCK_INDEX};
 use super::{HEAD_KEY, KEY_FINGERPRINT, SledStore, corrupt, unavailable};
 use crate::gateway::store::StoreError;
 use crate::store::chain::{self, Sealer};
 use serde::Deserialize;
 
 /// The layout version written into the store; a store with another version is refused.
-pub const SCHEMA_VERSION: &str = "6";
+pub const SCHEMA_VERSION: &str = "7";
 /// The layouts migrated from.
 const LAYOUT_3: &str = "3";
 const LAYOUT_4: &str = "4";
 const LAYOUT_5: &str = "5";
+const LAYOUT_6: &str = "6";
 /// Layouts 3 and 4: session id -> conversation token, the allocation index.
 const SESSION_ID: &[u8] = b"sid:";
 
@@ -44,27 +48,31 @@ fn refuse(found: Option<&str>) -> StoreError {
     ))
 }
 
-/// Brings the store in `db` to the current layout: a new store is initialised for `sealer`'s
-/// key, a layout-3 store migrated, any other refused.
-pub(super) fn to_current(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
+/// Brings the store to the current layout: a new store is initialised for `sealer`'s key, an
+/// older one migrated, any other refused.
+pub(super) fn to_current(keyed: &Keyed, sealer: &Sealer) -> Result<(), StoreError> {
+    let db = keyed.db();
     match version(db)?.as_deref() {
         Some(SCHEMA_VERSION) => Ok(()),
         None if db.is_empty() => initialise(db, sealer),
         Some(LAYOUT_3) => {
-            from_3(db, sealer)?;
-            from_4(db)
+            pack_alone(keyed)?;
+            from_3(keyed, sealer)?;
+            upgrade(keyed)
         }
-        Some(LAYOUT_4) => from_4(db),
-        Some(LAYOUT_5) => stamp_version(db),
+        Some(LAYOUT_4 | LAYOUT_5 | LAYOUT_6) => upgrade(keyed),
         found => Err(refuse(found)),
     }
 }
 
-/// A store that can be read as it is: the current layout, or layouts 3 to 5 (whose sessions
-/// and records read the same).
-pub(super) fn check_readable(db: &sled::Db) -> Result<(), StoreError> {
-    match version(db)?.as_deref() {
-        Some(SCHEMA_VERSION | LAYOUT_5 | LAYOUT_4 | LAYOUT_3) => Ok(()),
+/// Brings a store opened without its key to a layout it can be read in: the current one, or,
+/// for layout 3 (whose head is sealed only once it is opened with its key), its records packed.
+/// None of this needs the key: it changes how the records are kept, not what they say.
+pub(super) fn to_readable(keyed: &Keyed) -> Result<(), StoreError> {
+    match version(keyed.db())?.as_deref() {
+        Some(SCHEMA_VERSION) => Ok(()),
+        Some(LAYOUT_3) => pack_alone(keyed),
+        Some(LAYOUT_4 | LAYOUT_5 | LAYOUT_6) => upgrade(keyed),
         found => Err(refuse(found)),
     }
 }
@@ -84,38 +92,67 @@ fn stamp(db: &sled::Db, head: &chain::Head, sealer: &Sealer) -> Result<(), Store
     Ok(())
 }
 
-fn from_3(db: &sled::Db, sealer: &Sealer) -> Result<(), StoreError> {
+fn from_3(keyed: &Keyed, sealer: &Sealer) -> Result<(), StoreError> {
+    let db = keyed.db();
     let head = match db.get(HEAD_KEY).map_err(unavailable)? {
         Some(bytes) => super::decode::<UnsealedHead>(&bytes, "compile.lock head")?,
         None => UnsealedHead { records: 0, last_hash: chain::GENESIS.to_owned() },
     };
     let sealed = sealer.head(head.records, &head.last_hash);
     // Verified through a store view that cannot write, with the unsealed head sealed here.
-    let view = SledStore::with(db.clone(), sealer.clone(), true);
+    let view = SledStore::with(Keyed::new(db.clone()), sealer.clone(), true)?;
     let records = view.lock_records();
     let count = chain::verify(records, Some(&sealed), sealer).map_err(|e| cannot_migrate(sealer, &e))?;
     view.verify_index(count).map_err(|e| cannot_migrate(sealer, &e))?;
     stamp(db, &sealed, sealer)
 }
 
-/// Layout 4 to the current one: drops the session id index in one atomic step with the new
-/// version.
-fn from_4(db: &sled::Db) -> Result<(), StoreError> {
+/// Layouts 4 to 6 to the current one, in one atomic step with the new version: the session id
+/// index of layout 4 is dropped, and the records are packed.
+fn upgrade(keyed: &Keyed) -> Result<(), StoreError> {
+    let db = keyed.db();
     let mut batch = sled::Batch::default();
     for key in db.scan_prefix(SESSION_ID).keys() {
         batch.remove(key.map_err(unavailable)?);
     }
+    pack(keyed, &mut batch)?;
     batch.insert(SCHEMA_KEY, SCHEMA_VERSION);
     db.apply_batch(batch).map_err(unavailable)?;
     db.flush().map_err(unavailable)?;
     Ok(())
 }
 
-/// Layout 5 to 6: the records stay as they are; only the version moves.
-fn stamp_version(db: &sled::Db) -> Result<(), StoreError> {
-    db.insert(SCHEMA_KEY, SCHEMA_VERSION).map_err(unavailable)?;
-    db.flush().map_err(unavailable)?;
-    Ok(())
+/// Packs the records in one atomic step, leaving the version as it is: layout 3 is verified,
+/// and its head sealed, only once its records are where the store reads them.
+fn pack_alone(keyed: &Keyed) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    pack(keyed, &mut batch)?;
+    keyed.db().apply_batch(batch).map_err(unavailable)?;
+    keyed.db().flush().map(drop).map_err(unavailable)
+}
+
+/// Moves every compile.lock record and ledger time key into its chunk, and drops the stored
+/// compile.lock index (rebuilt from the chain at every open). Packing twice packs nothing more.
+fn pack(keyed: &Keyed, batch: &mut sled::Batch) -> Result<(), StoreError> {
+    let db = keyed.db();
+    let mut moved = Vec::new();
+    for prefix in [LOCK, LEDGER_TIME] {
+        for entry in db.scan_prefix(prefix) {
+            let (key, value) = entry.map_err(unavailable)?;
+            batch.remove(key.clone());
+            moved.push((key, value));
+        }
+    }
+    for key in db.scan_prefix(LOCK_INDEX).keys() {
+        batch.remove(key.map_err(unavailable)?);
+    }
+    keyed.apply(moved.iter().map(|(k, v)| (k.as_ref(), Some(v.as_ref()))), |key, value| {
+        match value {
+            Some(value) => batch.insert(key, value),
+            None => batch.remove(key),
+        }
+        Ok(())
+    })
 }
 
 fn cannot_migrate(sealer: &Sealer, e: &chain::ChainError) -> StoreError {

@@ -11,7 +11,9 @@
 //!   record ([`journal`]) and syncs: one key per window of messages.
 //! - A checkpoint, in the background every 2 s (or 65,536 journaled keys), writes the
 //!   journaled state into the keyed records below, each key once however many messages wrote
-//!   it, and trims the journal behind it. Reads of what is not in memory go to those records.
+//!   it, and trims the journal behind it. What every message adds (compile.lock records, the
+//!   ledger's time index) is packed into chunks there, and the compile.lock index is kept in
+//!   memory ([`keyed`]). Reads of what is not in memory go to those records.
 //! - Opening the store replays what the journal still holds onto the keyed records.
 //!
 //! Commits are serialised by a mutex, which makes their read-check-write steps (session turns,
@@ -22,15 +24,18 @@
 //! of the key (`meta:lock_key`) must match the key given, so that a store is never appended to
 //! under another key or none (which would break its chain for every key).
 //!
-//! Keys: `meta:schema_version`, `meta:lock_head` (sealed), `meta:lock_key` (key fingerprint),
-//! `journal:<seq, 8 bytes BE>` (records not yet checkpointed), `session:<token>`,
-//! `profile:<agent>`, `lock:<seq, 8 bytes BE>`, `lockx:<frontend>\0<ir hash>` (-> seq),
-//! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>`; in a cluster also
-//! `cluster:applied:<partition, 2 bytes BE>` and `cluster:lock_applied` (stream offsets, see
+//! Keys (logical; [`keyed`] says how sled holds them): `meta:schema_version`, `meta:lock_head`
+//! (sealed), `meta:lock_key` (key fingerprint), `journal:<seq, 8 bytes BE>` (records not yet
+//! checkpointed), `session:<token>`, `profile:<agent>`, `lock:<seq, 8 bytes BE>` (in chunks of
+//! 32, `lockc:<seq / 32>`), `lockx:<frontend>\0<ir hash>` (-> seq; in memory only),
+//! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>` (in chunks of 100 ms,
+//! `ledgertc:<time / 100>`); in a cluster also `cluster:applied:<partition, 2 bytes BE>` and
+//! `cluster:lock_applied` (stream offsets, see
 //! [`replica`]).
 
 pub mod chain;
 mod journal;
+pub mod keyed;
 mod migrate;
 pub mod replica;
 mod staged;
@@ -40,6 +45,7 @@ use crate::gateway::store::{
 };
 use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
+use keyed::{Keyed, LEDGER_TIME, LEDGER_TIMES, LOCK, LOCK_INDEX, LOCK_RECORDS};
 pub use migrate::SCHEMA_VERSION;
 use serde::{Deserialize, Serialize};
 use staged::{Checkpoint, Found, Staged, Writes};
@@ -73,6 +79,8 @@ pub struct Swept {
 /// The sled-backed store.
 pub struct SledStore {
     db: sled::Db,
+    /// The keyed records in sled, as [`keyed`] packs them, and the compile.lock index.
+    keyed: Arc<Keyed>,
     sealer: Sealer,
     /// Serialises commits and sweeps: their reads and their batch form one atomic step.
     writer: Mutex<()>,
@@ -113,10 +121,7 @@ const HEAD_KEY: &[u8] = b"meta:lock_head";
 const KEY_FINGERPRINT: &[u8] = b"meta:lock_key";
 const SESSION: &[u8] = b"session:";
 const PROFILE: &[u8] = b"profile:";
-const LOCK: &[u8] = b"lock:";
-const LOCK_INDEX: &[u8] = b"lockx:";
 const LEDGER: &[u8] = b"ledger:";
-const LEDGER_TIME: &[u8] = b"ledgert:";
 
 fn key(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + rest.len());
@@ -126,10 +131,7 @@ fn key(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
 }
 
 fn lock_index_key(frontend: Frontend, ir_hash: &str) -> Vec<u8> {
-    let mut k = key(LOCK_INDEX, frontend.name().as_bytes());
-    k.push(0);
-    k.extend_from_slice(ir_hash.as_bytes());
-    k
+    key(LOCK_INDEX, &keyed::lock_index_member(frontend.name(), ir_hash))
 }
 
 fn ledger_time_key(at: Millis, id: &[u8]) -> Vec<u8> {
@@ -194,10 +196,11 @@ impl SledStore {
         let sealer = Sealer::new(key).map_err(|e| StoreError::Key(e.to_string()))?;
         let db = open_db(dir)?;
         owner_only(dir)?;
-        migrate::to_current(&db, &sealer)?;
-        journal::replay(&db)?;
+        let keyed = Keyed::new(db.clone());
+        migrate::to_current(&keyed, &sealer)?;
+        journal::replay(&keyed)?;
         check_key(&db, &sealer)?;
-        let store = SledStore::with(db, sealer, false);
+        let store = SledStore::with(keyed, sealer, false)?;
         store.check_head()?;
         Ok(store)
     }
@@ -208,17 +211,20 @@ impl SledStore {
     /// # Errors
     /// [`StoreError::Corrupt`] for an unknown layout version.
     pub fn open_to_read(dir: &Path) -> Result<SledStore, StoreError> {
-        let db = open_db(dir)?;
-        migrate::check_readable(&db)?;
-        // Replaying changes what the keyed records say, not the state they hold: it is the
-        // recovery a crash left to do, and needs no key.
-        journal::replay(&db)?;
-        Ok(SledStore::with(db, Sealer::new(None).map_err(|e| StoreError::Key(e.to_string()))?, true))
+        let keyed = Keyed::new(open_db(dir)?);
+        // Packing records into chunks and replaying the journal change how the keyed records
+        // say it, not the state they hold: they need no key.
+        migrate::to_readable(&keyed)?;
+        journal::replay(&keyed)?;
+        SledStore::with(keyed, Sealer::new(None).map_err(|e| StoreError::Key(e.to_string()))?, true)
     }
 
-    fn with(db: sled::Db, sealer: Sealer, read_only: bool) -> SledStore {
-        SledStore {
-            db,
+    /// The store over `keyed`, whose compile.lock index is rebuilt from its chain.
+    fn with(keyed: Keyed, sealer: Sealer, read_only: bool) -> Result<SledStore, StoreError> {
+        keyed.rebuild_lock_index()?;
+        Ok(SledStore {
+            db: keyed.db().clone(),
+            keyed: Arc::new(keyed),
             sealer,
             writer: Mutex::new(()),
             written: AtomicU64::new(0),
@@ -229,7 +235,7 @@ impl SledStore {
             staged: Arc::default(),
             checkpointing: Arc::default(),
             disk: Arc::default(),
-        }
+        })
     }
 
     /// The stored head is sealed by this store's key, names the last record, and no record
@@ -240,7 +246,7 @@ impl SledStore {
         if self.sealer.head(head.records, &head.last_hash).head_hash != head.head_hash {
             return Err(corrupt("the compile.lock head is not sealed by this store's key: it was rewritten"));
         }
-        let last = self.db.scan_prefix(LOCK).keys().next_back().transpose().map_err(unavailable)?;
+        let last = self.keyed.last(&LOCK_RECORDS)?;
         let expected = head.records.checked_sub(1).map(|seq| key(LOCK, &seq.to_be_bytes()));
         if last.as_deref() != expected.as_deref() {
             return Err(corrupt(format!(
@@ -271,7 +277,7 @@ impl SledStore {
     fn get(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
         match self.staged.get(key) {
             Found::Staged(value) => Ok(value),
-            Found::Sled => self.db.get(key).map_err(unavailable),
+            Found::Sled => self.keyed.get(key),
         }
     }
 
@@ -286,7 +292,7 @@ impl SledStore {
         if waiting > staged::LIMIT {
             self.append()?;
             if self.staged.checkpoint_due() != Checkpoint::NotDue {
-                checkpoint(&self.staged, &self.db, &self.disk)?;
+                checkpoint(&self.staged, &self.keyed, &self.disk)?;
             }
         }
         Ok(())
@@ -310,7 +316,7 @@ impl SledStore {
     /// those records alone.
     fn settle(&self) -> Result<(), StoreError> {
         self.append()?;
-        checkpoint(&self.staged, &self.db, &self.disk).map(drop)
+        checkpoint(&self.staged, &self.keyed, &self.disk).map(drop)
     }
 
     /// Writes everything committed into the keyed records now and trims the journal; returns
@@ -323,7 +329,7 @@ impl SledStore {
     pub fn checkpoint(&self) -> Result<usize, StoreError> {
         self.writable()?;
         self.append()?;
-        checkpoint(&self.staged, &self.db, &self.disk)
+        checkpoint(&self.staged, &self.keyed, &self.disk)
     }
 
     /// Starts a checkpoint in the background if one is due and none is running.
@@ -334,10 +340,10 @@ impl SledStore {
         if due == Checkpoint::NotDue || self.checkpointing.swap(true, Ordering::AcqRel) {
             return None;
         }
-        let (staged, db, disk, running) =
-            (self.staged.clone(), self.db.clone(), self.disk.clone(), self.checkpointing.clone());
+        let (staged, keyed, disk, running) =
+            (self.staged.clone(), self.keyed.clone(), self.disk.clone(), self.checkpointing.clone());
         Some(tokio::task::spawn_blocking(move || {
-            let written = checkpoint(&staged, &db, &disk);
+            let written = checkpoint(&staged, &keyed, &disk);
             running.store(false, Ordering::Release);
             if let Err(e) = &written {
                 tracing::warn!(error = %e, "A checkpoint of the store failed; its writes stay in the journal.");
@@ -353,8 +359,8 @@ impl SledStore {
     /// Every compile.lock record, in chain order.
     pub fn lock_records(&self) -> impl Iterator<Item = Result<LockRecord, ChainError>> + '_ {
         let unsettled = self.settle().err().map(|e| Err(ChainError { position: 0, reason: e.to_string() }));
-        unsettled.into_iter().chain(self.db.scan_prefix(LOCK).values().enumerate().map(|(i, entry)| {
-            let bytes =
+        unsettled.into_iter().chain(self.keyed.scan(&LOCK_RECORDS).enumerate().map(|(i, entry)| {
+            let (_, bytes) =
                 entry.map_err(|e| ChainError { position: i as u64, reason: format!("cannot read: {e}") })?;
             serde_json::from_slice(&bytes)
                 .map_err(|e| ChainError { position: i as u64, reason: format!("not a lock record: {e}") })
@@ -376,33 +382,31 @@ impl SledStore {
         Ok(count)
     }
 
+    /// The index (rebuilt from the chain at open, kept since by every freeze) finds each record
+    /// by its own (frontend, IR hash), and no two records freeze the same one.
     fn verify_index(&self, records: u64) -> Result<(), ChainError> {
-        self.settle().map_err(|e| ChainError { position: 0, reason: e.to_string() })?;
         let mut indexed = 0u64;
-        for entry in self.db.scan_prefix(LOCK_INDEX) {
-            let (index_key, seq) = entry.map_err(|e| ChainError {
-                position: indexed,
-                reason: format!("cannot read the index: {e}"),
-            })?;
-            let name = String::from_utf8_lossy(&index_key[LOCK_INDEX.len()..]).into_owned();
-            let (frontend, ir_hash) = name.split_once('\0').unwrap_or((&name, ""));
-            let position = <[u8; 8]>::try_from(seq.as_ref()).map(u64::from_be_bytes).unwrap_or(u64::MAX);
-            let bad = |reason: String| ChainError { position, reason };
-            let record = self
-                .lock_record(&seq)
-                .map_err(|e| bad(format!("index entry ({frontend}, {ir_hash}): {e}")))?;
-            if record.frontend != frontend || record.ir_hash != ir_hash {
-                return Err(bad(format!(
-                    "the index entry for ({frontend}, {ir_hash}) points at the record of ({}, {}): the index was edited",
-                    record.frontend, record.ir_hash
-                )));
+        for record in self.lock_records() {
+            let record = record?;
+            let bad = |reason: String| ChainError { position: record.seq, reason };
+            let entry = key(LOCK_INDEX, &keyed::lock_index_member(&record.frontend, &record.ir_hash));
+            let found = self.get(&entry).map_err(|e| bad(format!("cannot read the index: {e}")))?;
+            let found = found.and_then(|seq| <[u8; 8]>::try_from(seq.as_ref()).ok()).map(u64::from_be_bytes);
+            if found != Some(record.seq) {
+                return Err(bad(match found {
+                    Some(first) => format!(
+                        "record {} freezes ({}, {}) again, frozen first by record {first}",
+                        record.seq, record.frontend, record.ir_hash
+                    ),
+                    None => format!("record {} is missing from the index", record.seq),
+                }));
             }
             indexed += 1;
         }
         if indexed != records {
             return Err(ChainError {
                 position: records,
-                reason: format!("{indexed} index entries for {records} records: the index was edited"),
+                reason: format!("{indexed} records indexed for {records} in the chain"),
             });
         }
         Ok(())
@@ -554,8 +558,8 @@ impl SledStore {
         }
         swept.profiles_forgotten = self.sweep_profiles(&mut batch, now, retention.session_idle_ms)?;
         let over = self.ledger_len()?.saturating_sub(retention.ledger_max_entries);
-        for (i, entry) in self.db.scan_prefix(LEDGER_TIME).keys().enumerate() {
-            let time_key = entry.map_err(unavailable)?;
+        for (i, entry) in self.keyed.scan(&LEDGER_TIMES).enumerate() {
+            let (time_key, _) = entry?;
             let rest = &time_key[LEDGER_TIME.len()..];
             let at =
                 Millis::from_be_bytes(rest[..8].try_into().map_err(|_| corrupt("short ledger time key"))?);
@@ -716,7 +720,7 @@ impl Store for SledStore {
         self.sync()?;
         self.flushed.fetch_max(target, Ordering::AcqRel);
         if self.staged.checkpoint_due() != Checkpoint::NotDue {
-            checkpoint(&self.staged, &self.db, &self.disk)?;
+            checkpoint(&self.staged, &self.keyed, &self.disk)?;
         }
         Ok(())
     }
@@ -757,15 +761,19 @@ impl Store for SledStore {
 }
 
 /// Writes what the journal holds into the keyed records and trims it ([`staged`]).
-fn checkpoint(staged: &Staged, db: &sled::Db, disk: &Mutex<()>) -> Result<usize, StoreError> {
-    staged.checkpoint(|key, value| {
+fn checkpoint(staged: &Staged, keyed: &Keyed, disk: &Mutex<()>) -> Result<usize, StoreError> {
+    let put = |key: &[u8], value: Option<&[u8]>| {
         let _disk = one_at_a_time(disk);
         match value {
-            Some(value) => db.insert(key, value).map(drop),
-            None => db.remove(key).map(drop),
+            Some(value) => keyed.db().insert(key, value).map(drop),
+            None => keyed.db().remove(key).map(drop),
         }
         .map_err(unavailable)
-    })
+    };
+    staged.checkpoint(
+        |writes| keyed.apply(writes.iter().map(|(k, v)| (k.as_ref(), v.as_deref())), put),
+        |record| put(record, None),
+    )
 }
 
 /// Records a door keeps beside the core's state (the A2A door's tasks), in a sled tree of

@@ -190,13 +190,14 @@ impl Staged {
         }
     }
 
-    /// Writes everything journaled into sled's keyed records through `put` (a value, or `None`
-    /// to remove the key), then removes the journal records that held it, oldest first, the
-    /// same way. Returns the number of keys written. If a step fails, the writes stay
-    /// journaled for the next one.
+    /// Writes everything journaled into sled's keyed records through `apply` (which is handed
+    /// the writes, a value or `None` for a removal, each key once), then removes the journal
+    /// records that held it through `trim`, oldest first. Returns the number of keys written.
+    /// If a step fails, the writes stay journaled for the next one.
     pub(super) fn checkpoint<E>(
         &self,
-        mut put: impl FnMut(&[u8], Option<&IVec>) -> Result<(), E>,
+        apply: impl FnOnce(&WriteMap) -> Result<(), E>,
+        mut trim: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<usize, E> {
         let _turn = lock(&self.checkpoints);
         let (taken, records) = {
@@ -208,10 +209,8 @@ impl Staged {
         };
         // Removed one by one, oldest first: a crash part-way leaves the newer records, and
         // replaying those over this checkpoint writes the same values again.
-        let written = taken
-            .iter()
-            .try_for_each(|(key, value)| put(key, value.as_ref()))
-            .and_then(|()| (records.first..=records.last).try_for_each(|seq| put(&journal::key(seq), None)));
+        let written = apply(&taken)
+            .and_then(|()| (records.first..=records.last).try_for_each(|seq| trim(&journal::key(seq))));
         let mut maps = lock(&self.maps);
         maps.checkpointing = None;
         match written {
@@ -256,10 +255,15 @@ mod tests {
 
     fn checkpoint(staged: &Staged, db: &sled::Db) -> usize {
         staged
-            .checkpoint(|key, value| match value {
-                Some(value) => db.insert(key, value).map(drop),
-                None => db.remove(key).map(drop),
-            })
+            .checkpoint(
+                |writes| {
+                    writes.iter().try_for_each(|(key, value)| match value {
+                        Some(value) => db.insert(key, value).map(drop),
+                        None => db.remove(key).map(drop),
+                    })
+                },
+                |record| db.remove(record).map(drop),
+            )
             .unwrap()
     }
 
@@ -299,12 +303,15 @@ mod tests {
         assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "newer writes stay on top");
 
         staged.append(|_, _| Ok::<_, &str>(())).unwrap();
-        let failed = staged.checkpoint(|_, _| {
-            assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "readable while checkpointing");
-            Err("disk full")
-        });
+        let failed = staged.checkpoint(
+            |_| {
+                assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())), "readable while checkpointing");
+                Err("disk full")
+            },
+            |_| Ok(()),
+        );
         assert_eq!(failed, Err("disk full"));
         assert_eq!(in_memory(&staged, "a"), Some(Some("2".into())));
-        assert_eq!(staged.checkpoint(|_, _| Ok::<_, &str>(())), Ok(1), "still journaled");
+        assert_eq!(staged.checkpoint(|_| Ok::<_, &str>(()), |_| Ok(())), Ok(1), "still journaled");
     }
 }
