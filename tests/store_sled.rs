@@ -371,9 +371,9 @@ fn a_keyed_chain_catches_a_rewrite_without_the_key() {
     assert!(code == 2 && err.contains("SILPGATE_UNSET_KEY"), "{err}");
 }
 
-/// The chunks of `family` in `db`, by sled key (the store must be closed).
-fn raw_chunks(db: &sled::Db, family: &keyed::Family) -> Vec<(Vec<u8>, keyed::Chunk)> {
-    db.scan_prefix(family.physical)
+/// The chunks under `prefix` in `db`, by sled key (the store must be closed).
+fn raw_chunks(db: &sled::Db, prefix: &[u8]) -> Vec<(Vec<u8>, keyed::Chunk)> {
+    db.scan_prefix(prefix)
         .map(|entry| {
             let (key, bytes) = entry.unwrap();
             (key.to_vec(), keyed::decode_chunk(&bytes).unwrap())
@@ -383,7 +383,7 @@ fn raw_chunks(db: &sled::Db, family: &keyed::Family) -> Vec<(Vec<u8>, keyed::Chu
 
 /// The records of a closed store's chain, read directly from sled.
 fn raw_records(db: &sled::Db) -> Vec<serde_json::Value> {
-    raw_chunks(db, &keyed::LOCK_RECORDS)
+    raw_chunks(db, keyed::LOCK_RECORDS.physical)
         .into_iter()
         .flat_map(|(_, chunk)| chunk.into_values())
         .map(|v| serde_json::from_slice(&v).unwrap())
@@ -667,9 +667,9 @@ fn a_store_of_layout_4_drops_its_session_id_index_and_keeps_its_sessions() {
 }
 
 /// Turns a closed store of the current layout back into layout 6: every compile.lock record,
-/// index entry and ledger time key under its own sled key.
+/// index entry, ledger entry and ledger time key under its own sled key.
 fn unpack_to_layout_6(db: &sled::Db) {
-    for (chunk_key, chunk) in raw_chunks(db, &keyed::LOCK_RECORDS) {
+    for (chunk_key, chunk) in raw_chunks(db, keyed::LOCK_RECORDS.physical) {
         for (seq, record) in chunk {
             let r: serde_json::Value = serde_json::from_slice(&record).unwrap();
             let index = [
@@ -682,9 +682,10 @@ fn unpack_to_layout_6(db: &sled::Db) {
         }
         db.remove(chunk_key).unwrap();
     }
-    for (chunk_key, chunk) in raw_chunks(db, &keyed::LEDGER_TIMES) {
-        for (member, value) in chunk {
-            db.insert([b"ledgert:".as_slice(), &member].concat(), value).unwrap();
+    for (chunk_key, chunk) in raw_chunks(db, keyed::LEDGER_CHUNKS) {
+        for (member, entry) in chunk {
+            db.insert([b"ledgert:".as_slice(), &member].concat(), b"").unwrap();
+            db.insert([b"ledger:".as_slice(), &member[8..]].concat(), entry).unwrap();
         }
         db.remove(chunk_key).unwrap();
     }
@@ -716,9 +717,10 @@ fn a_store_of_layout_6_is_packed_into_chunks_with_everything_it_held() {
     {
         let db = raw_db(&dir);
         assert_eq!(db.scan_prefix("journal:").count(), 0, "a closed store leaves no journal");
-        assert_eq!(raw_chunks(&db, &keyed::LOCK_RECORDS).len(), 3, "70 records in chunks of 32");
+        assert_eq!(raw_chunks(&db, keyed::LOCK_RECORDS.physical).len(), 3, "70 records in chunks of 32");
         unpack_to_layout_6(&db);
         assert_eq!(db.scan_prefix("lock:").count(), 70);
+        assert_eq!(db.scan_prefix("ledger:").count(), 5);
     }
     let (code, out, err) = silpgate(&["sessions", "list", "--store", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "a layout-6 store is readable without its key: {err}");
@@ -744,11 +746,11 @@ fn a_store_of_layout_6_is_packed_into_chunks_with_everything_it_held() {
     let db = raw_db(&dir);
     assert_eq!(db.get("meta:schema_version").unwrap().unwrap().as_ref(), SCHEMA_VERSION.as_bytes());
     assert_eq!(SCHEMA_VERSION, "7");
-    for gone in ["lock:", "lockx:", "ledgert:"] {
+    for gone in ["lock:", "lockx:", "ledger:", "ledgert:"] {
         assert_eq!(db.scan_prefix(gone).count(), 0, "no {gone} key is left");
     }
-    assert_eq!(raw_chunks(&db, &keyed::LOCK_RECORDS).len(), 3);
-    assert_eq!(raw_chunks(&db, &keyed::LEDGER_TIMES).len(), 0, "the swept entries took their chunk");
+    assert_eq!(raw_chunks(&db, keyed::LOCK_RECORDS.physical).len(), 3);
+    assert_eq!(raw_chunks(&db, keyed::LEDGER_CHUNKS).len(), 0, "the swept entries took their chunk");
 }
 
 /// Commits wait in memory until a flush hands them to sled as one batch; readers see them

@@ -1,23 +1,29 @@
 //! The keyed records in sled, below the journal: what a checkpoint writes, what opening the
 //! store replays into, and what a read finds when memory does not hold a key.
 //!
-//! Everything above this module speaks of logical keys (`session:<token>`, `lock:<seq>`, ...),
-//! and the journal holds those too. Most are stored as themselves. Two families grow with every
-//! message and are only appended to or trimmed from the old end; stored one sled key each, they
-//! cost a checkpoint sled's per-key tree work (6-11 µs) for every message. They are packed into
-//! chunks instead, so that a checkpoint rewrites a few chunks where it wrote thousands of keys:
+//! Everything above this module speaks of logical keys (`session:<token>`, `lock:<seq>`,
+//! `ledger:<message id>`, ...), and the journal holds those too. Most are stored as themselves.
+//! What every message adds is not: stored one sled key each, it cost a checkpoint sled's
+//! per-key tree work (6-11 µs) for every message. It is packed into chunks instead, so that a
+//! checkpoint rewrites a few chunks where it wrote thousands of keys:
 //!
 //! - compile.lock records, `lock:<seq>`, [`LOCK_RECORDS_PER_CHUNK`] to a chunk, `lockc:<n>`;
-//! - the ledger's time index, `ledgert:<time><message id>`, a chunk per
-//!   [`LEDGER_TIME_PER_CHUNK_MS`] of first-handling time, `ledgertc:<n>`.
+//! - ledger entries, `ledger:<message id>`, by first-handling time (the `at` every entry
+//!   carries), a chunk per [`LEDGER_MS_PER_CHUNK`], `ledgerc:<at / 100>`, each member
+//!   `<at, 8 bytes BE><message id>`. Chunks in key order are the ledger in time order, which is
+//!   how it is trimmed: no separate time index is kept.
 //!
 //! A chunk is `u32 BE count` and then its members in key order, each `u32 BE length | member |
-//! u32 BE length | value`, where a member is its logical key without the family's prefix. Writing a chunk writes it
-//! whole, so applying the same journal twice (a crash mid-checkpoint) gives the same chunk.
+//! u32 BE length | value`. Writing a chunk writes it whole, so applying the same journal twice
+//! (a crash mid-checkpoint) gives the same chunk.
 //!
-//! The compile.lock index, `lockx:<frontend>\0<ir hash>` -> seq, is not stored: it is rebuilt
-//! from the chain when the store opens and kept in memory (a 16-byte digest and a seq per
-//! record), so it can only ever say what the chain says.
+//! Two maps in memory find what the chunks hold, and are rebuilt from them when the store
+//! opens, so they can only ever say what the records say. Each holds a 16-byte digest and a
+//! number per entry (about 30 bytes with the map's own):
+//!
+//! - the compile.lock index, `lockx:<frontend>\0<ir hash>` -> seq, which is not stored at all;
+//! - the ledger's times, message id -> `at`, which name an entry's chunk. A message the map
+//!   does not know has no entry: the ledger check of a new message never reaches sled.
 
 use crate::gateway::store::StoreError;
 use sha2::{Digest, Sha256};
@@ -25,16 +31,21 @@ use sled::IVec;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{PoisonError, RwLock};
 
-/// Logical prefixes of the families below, and of the index kept in memory.
+/// Logical prefixes: compile.lock records, their index (kept in memory), ledger entries.
 pub const LOCK: &[u8] = b"lock:";
-pub const LEDGER_TIME: &[u8] = b"ledgert:";
 pub const LOCK_INDEX: &[u8] = b"lockx:";
+pub const LEDGER: &[u8] = b"ledger:";
+/// Layout 6's time index of the ledger. A layout-6 journal may still write it; the entries'
+/// own times replace it, so those writes are dropped.
+pub const LEDGER_TIME: &[u8] = b"ledgert:";
+/// The sled prefix of ledger chunks.
+pub const LEDGER_CHUNKS: &[u8] = b"ledgerc:";
 
 /// About 10 KiB of records: small enough to rewrite whole, large enough that a checkpoint
 /// writes one key for a busy window's records.
 pub const LOCK_RECORDS_PER_CHUNK: u64 = 32;
-/// A tenth of a second of ledger entries: at 10,000 messages a second, a chunk of about 40 KiB.
-pub const LEDGER_TIME_PER_CHUNK_MS: u64 = 100;
+/// A tenth of a second of ledger entries: at 10,000 messages a second, a chunk of about 100 KiB.
+pub const LEDGER_MS_PER_CHUNK: u64 = 100;
 
 /// A family of logical keys stored in chunks.
 pub struct Family {
@@ -47,10 +58,6 @@ pub struct Family {
 
 pub const LOCK_RECORDS: Family =
     Family { logical: LOCK, physical: b"lockc:", per_chunk: LOCK_RECORDS_PER_CHUNK };
-pub const LEDGER_TIMES: Family =
-    Family { logical: LEDGER_TIME, physical: b"ledgertc:", per_chunk: LEDGER_TIME_PER_CHUNK_MS };
-
-const FAMILIES: [&Family; 2] = [&LOCK_RECORDS, &LEDGER_TIMES];
 
 impl Family {
     /// The sled key of chunk `n`.
@@ -73,10 +80,6 @@ impl Family {
     }
 }
 
-fn family_of(key: &[u8]) -> Option<(&'static Family, &[u8])> {
-    FAMILIES.into_iter().find_map(|f| key.strip_prefix(f.logical).map(|member| (f, member)))
-}
-
 /// A chunk's members, in key order.
 pub type Chunk = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -93,22 +96,24 @@ pub fn encode_chunk(chunk: &Chunk) -> Vec<u8> {
     out
 }
 
+/// Takes one length-prefixed part off the front of `rest`.
+fn take_part<'b>(rest: &mut &'b [u8]) -> Result<&'b [u8], String> {
+    let (len, after) = rest.split_first_chunk::<4>().ok_or("a length is cut short")?;
+    let (part, after) =
+        after.split_at_checked(u32::from_be_bytes(*len) as usize).ok_or("a member is cut short")?;
+    *rest = after;
+    Ok(part)
+}
+
 /// The members of a chunk's bytes, or why they are not a chunk.
 pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk, String> {
     let mut chunk = Chunk::new();
     let (count, mut rest) = bytes.split_first_chunk::<4>().ok_or("the count is cut short")?;
     let count = u32::from_be_bytes(*count) as usize;
-    let part = |rest: &mut &[u8]| -> Result<Vec<u8>, String> {
-        let (len, after) = rest.split_first_chunk::<4>().ok_or("a length is cut short")?;
-        let len = u32::from_be_bytes(*len) as usize;
-        let (part, after) = after.split_at_checked(len).ok_or("a member is cut short")?;
-        *rest = after;
-        Ok(part.to_vec())
-    };
     while !rest.is_empty() {
-        let member = part(&mut rest)?;
-        let value = part(&mut rest)?;
-        chunk.insert(member, value);
+        let member = take_part(&mut rest)?;
+        let value = take_part(&mut rest)?;
+        chunk.insert(member.to_vec(), value.to_vec());
     }
     if chunk.len() != count {
         return Err(format!("{} members where the chunk says {count}", chunk.len()));
@@ -116,19 +121,56 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk, String> {
     Ok(chunk)
 }
 
-/// The memory index's key for a `lockx:` member: a digest, so that a million records cost tens
-/// of megabytes, not the length of their hashes. A lookup checks the record it reaches.
-fn index_digest(member: &[u8]) -> [u8; 16] {
-    let digest = Sha256::digest(member);
+/// The value of `member` in a chunk's bytes, found without decoding the others.
+fn find_member<'b>(bytes: &'b [u8], member: &[u8]) -> Result<Option<&'b [u8]>, String> {
+    let (_, mut rest) = bytes.split_first_chunk::<4>().ok_or("the count is cut short")?;
+    while !rest.is_empty() {
+        let found = take_part(&mut rest)?;
+        let value = take_part(&mut rest)?;
+        if found == member {
+            return Ok(Some(value));
+        }
+    }
+    Ok(None)
+}
+
+/// The map key of an entry held in memory (a compile.lock index entry, a message id): a
+/// digest, so that a million entries cost tens of megabytes whatever their length. What it
+/// finds is checked (a lock record's entry) or names a chunk to look in (a message's time).
+fn digest(bytes: &[u8]) -> [u8; 16] {
+    let digest = Sha256::digest(bytes);
     let mut out = [0; 16];
     out.copy_from_slice(&digest[..16]);
     out
 }
 
-/// The keyed records of one sled database, and the compile.lock index beside them.
+/// The member of a ledger entry in its chunk: `<at, 8 bytes BE><message id>`.
+fn ledger_member(at: u64, id: &[u8]) -> Vec<u8> {
+    [&at.to_be_bytes(), id].concat()
+}
+
+fn ledger_chunk_key(at: u64) -> Vec<u8> {
+    [LEDGER_CHUNKS, &(at / LEDGER_MS_PER_CHUNK).to_be_bytes()].concat()
+}
+
+/// The first-handling time a ledger entry carries.
+fn entry_time(entry: &[u8]) -> Result<u64, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Timed {
+        at: u64,
+    }
+    serde_json::from_slice::<Timed>(entry)
+        .map(|t| t.at)
+        .map_err(|e| StoreError::Corrupt(format!("ledger entry: {e}")))
+}
+
+/// The keyed records of one sled database, and the maps in memory that find them.
 pub struct Keyed {
     db: sled::Db,
+    /// Digest of `<frontend>\0<ir hash>` -> the seq of its compile.lock record.
     lock_index: RwLock<HashMap<[u8; 16], u64>>,
+    /// Digest of a message id -> the time its ledger entry is filed under.
+    ledger_times: RwLock<HashMap<[u8; 16], u64>>,
 }
 
 fn unavailable(e: sled::Error) -> StoreError {
@@ -139,10 +181,29 @@ fn damaged(key: &[u8], why: &str) -> StoreError {
     StoreError::Corrupt(format!("chunk {} is damaged: {why}", String::from_utf8_lossy(key).escape_debug()))
 }
 
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One chunk's edits, in the order they were made: a member's value, or `None` to remove it.
+type Edits<'a> = Vec<(Vec<u8>, Option<&'a [u8]>)>;
+
 impl Keyed {
-    /// The records of `db`, with an empty index ([`Keyed::rebuild_lock_index`] fills it).
+    /// The records of `db` with empty maps, for moving records (a migration) rather than
+    /// reading them.
     pub fn new(db: sled::Db) -> Keyed {
-        Keyed { db, lock_index: RwLock::default() }
+        Keyed { db, lock_index: RwLock::default(), ledger_times: RwLock::default() }
+    }
+
+    /// The records of `db`, with the maps rebuilt from them.
+    pub fn load(db: sled::Db) -> Result<Keyed, StoreError> {
+        let keyed = Keyed::new(db);
+        keyed.rebuild()?;
+        Ok(keyed)
     }
 
     pub fn db(&self) -> &sled::Db {
@@ -156,45 +217,56 @@ impl Keyed {
         }
     }
 
+    fn member(&self, chunk_key: &[u8], member: &[u8]) -> Result<Option<IVec>, StoreError> {
+        let Some(bytes) = self.db.get(chunk_key).map_err(unavailable)? else { return Ok(None) };
+        let found = find_member(&bytes, member).map_err(|why| damaged(chunk_key, &why))?;
+        Ok(found.map(IVec::from))
+    }
+
     /// The value of a logical key.
     pub fn get(&self, key: &[u8]) -> Result<Option<IVec>, StoreError> {
         if let Some(member) = key.strip_prefix(LOCK_INDEX) {
-            let index = self.lock_index.read().unwrap_or_else(PoisonError::into_inner);
-            return Ok(index.get(&index_digest(member)).map(|seq| IVec::from(&seq.to_be_bytes())));
+            return Ok(read(&self.lock_index).get(&digest(member)).map(|seq| IVec::from(&seq.to_be_bytes())));
         }
-        match family_of(key) {
-            Some((family, member)) => {
-                let chunk = self.chunk(&family.chunk_key(family.chunk_of(member)?))?;
-                Ok(chunk.get(member).map(|v| IVec::from(v.as_slice())))
-            }
-            None => self.db.get(key).map_err(unavailable),
+        if let Some(id) = key.strip_prefix(LEDGER) {
+            let Some(at) = read(&self.ledger_times).get(&digest(id)).copied() else { return Ok(None) };
+            return self.member(&ledger_chunk_key(at), &ledger_member(at, id));
         }
+        if let Some(member) = key.strip_prefix(LOCK) {
+            return self.member(&LOCK_RECORDS.chunk_key(LOCK_RECORDS.chunk_of(member)?), member);
+        }
+        self.db.get(key).map_err(unavailable)
     }
 
     /// Applies logical writes (a value, or `None` to remove) through `put`, which writes one
     /// sled key as given: keys stored as themselves are handed on, members are merged into
-    /// their chunks (each chunk read once and written once), and index entries go to memory.
+    /// their chunks (each chunk read once and written once), and the maps follow.
     pub fn apply<'a>(
         &self,
         writes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
         mut put: impl FnMut(&[u8], Option<&[u8]>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut chunks: BTreeMap<Vec<u8>, Vec<(&'a [u8], Option<&'a [u8]>)>> = BTreeMap::new();
+        let mut chunks: BTreeMap<Vec<u8>, Edits<'a>> = BTreeMap::new();
         for (key, value) in writes {
             if let Some(member) = key.strip_prefix(LOCK_INDEX) {
                 self.index_write(member, value)?;
-            } else if let Some((family, member)) = family_of(key) {
-                chunks.entry(family.chunk_key(family.chunk_of(member)?)).or_default().push((member, value));
+            } else if key.starts_with(LEDGER_TIME) {
+                // Layout 6's time index, from a journal it left: the entry carries its time.
+            } else if let Some(id) = key.strip_prefix(LEDGER) {
+                self.ledger_write(id, value, &mut chunks)?;
+            } else if let Some(member) = key.strip_prefix(LOCK) {
+                let chunk_key = LOCK_RECORDS.chunk_key(LOCK_RECORDS.chunk_of(member)?);
+                chunks.entry(chunk_key).or_default().push((member.to_vec(), value));
             } else {
                 put(key, value)?;
             }
         }
-        for (chunk_key, members) in chunks {
+        for (chunk_key, edits) in chunks {
             let mut chunk = self.chunk(&chunk_key)?;
-            for (member, value) in members {
+            for (member, value) in edits {
                 match value {
-                    Some(value) => chunk.insert(member.to_vec(), value.to_vec()),
-                    None => chunk.remove(member),
+                    Some(value) => chunk.insert(member, value.to_vec()),
+                    None => chunk.remove(&member),
                 };
             }
             if chunk.is_empty() {
@@ -207,16 +279,40 @@ impl Keyed {
     }
 
     fn index_write(&self, member: &[u8], value: Option<&[u8]>) -> Result<(), StoreError> {
-        let mut index = self.lock_index.write().unwrap_or_else(PoisonError::into_inner);
+        let mut index = write(&self.lock_index);
         match value {
             Some(seq) => {
                 let seq = <[u8; 8]>::try_from(seq)
                     .map_err(|_| StoreError::Corrupt("a compile.lock index entry is not a seq".into()))?;
-                index.insert(index_digest(member), u64::from_be_bytes(seq));
+                index.insert(digest(member), u64::from_be_bytes(seq));
             }
             None => {
-                index.remove(&index_digest(member));
+                index.remove(&digest(member));
             }
+        }
+        Ok(())
+    }
+
+    /// Files a ledger entry under its time (moving it, should its time have changed), or takes
+    /// it out of the chunk it is filed in.
+    fn ledger_write<'a>(
+        &self,
+        id: &[u8],
+        value: Option<&'a [u8]>,
+        chunks: &mut BTreeMap<Vec<u8>, Edits<'a>>,
+    ) -> Result<(), StoreError> {
+        let mut times = write(&self.ledger_times);
+        let filed = times.get(&digest(id)).copied();
+        let at = value.map(entry_time).transpose()?;
+        if let Some(old) = filed
+            && Some(old) != at
+        {
+            chunks.entry(ledger_chunk_key(old)).or_default().push((ledger_member(old, id), None));
+            times.remove(&digest(id));
+        }
+        if let (Some(at), Some(entry)) = (at, value) {
+            chunks.entry(ledger_chunk_key(at)).or_default().push((ledger_member(at, id), Some(entry)));
+            times.insert(digest(id), at);
         }
         Ok(())
     }
@@ -226,17 +322,24 @@ impl Keyed {
         &'a self,
         family: &'a Family,
     ) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + 'a {
-        self.db.scan_prefix(family.physical).flat_map(move |entry| {
-            let members = entry
-                .map_err(unavailable)
-                .and_then(|(key, bytes)| decode_chunk(&bytes).map_err(|why| damaged(&key, &why)));
-            let (members, failed) = match members {
-                Ok(chunk) => (Some(chunk), None),
-                Err(e) => (None, Some(Err(e))),
-            };
-            let members = members.into_iter().flatten().map(|(m, v)| Ok((family.logical_key(&m), v)));
-            failed.into_iter().chain(members)
+        chunks(&self.db, family.physical)
+            .map(move |m| m.map(|(member, value)| (family.logical_key(&member), value)))
+    }
+
+    /// Every ledger entry, oldest first, as (time, message id).
+    pub fn ledger_by_time(&self) -> impl Iterator<Item = Result<(u64, Vec<u8>), StoreError>> + '_ {
+        chunks(&self.db, LEDGER_CHUNKS).map(|m| {
+            let (member, _) = m?;
+            let (at, id) = member
+                .split_first_chunk::<8>()
+                .ok_or_else(|| StoreError::Corrupt("a ledger chunk member has no time".into()))?;
+            Ok((u64::from_be_bytes(*at), id.to_vec()))
         })
+    }
+
+    /// How many ledger entries the chunks hold.
+    pub fn ledger_len(&self) -> usize {
+        read(&self.ledger_times).len()
     }
 
     /// The last logical key of `family`, if it holds any.
@@ -250,10 +353,10 @@ impl Keyed {
         Ok(chunk.keys().next_back().map(|m| family.logical_key(m)))
     }
 
-    /// Builds the compile.lock index from the chain's records: (frontend, IR hash) -> seq. A
-    /// record naming an entry already indexed (a chain that froze it twice) leaves the first:
-    /// the first freeze wins, and `lock verify` names the second.
-    pub fn rebuild_lock_index(&self) -> Result<(), StoreError> {
+    /// Builds both maps from the records. A compile.lock record naming an entry already
+    /// indexed (a chain that froze it twice) leaves the first: the first freeze wins, and `lock
+    /// verify` names the second.
+    fn rebuild(&self) -> Result<(), StoreError> {
         #[derive(serde::Deserialize)]
         struct Entry {
             seq: u64,
@@ -265,18 +368,34 @@ impl Keyed {
             let (_, record) = member?;
             let entry: Entry = serde_json::from_slice(&record)
                 .map_err(|e| StoreError::Corrupt(format!("lock record: {e}")))?;
-            index
-                .entry(index_digest(&lock_index_member(&entry.frontend, &entry.ir_hash)))
-                .or_insert(entry.seq);
+            index.entry(digest(&lock_index_member(&entry.frontend, &entry.ir_hash))).or_insert(entry.seq);
         }
-        *self.lock_index.write().unwrap_or_else(PoisonError::into_inner) = index;
+        let mut times = HashMap::new();
+        for entry in self.ledger_by_time() {
+            let (at, id) = entry?;
+            times.insert(digest(&id), at);
+        }
+        *write(&self.lock_index) = index;
+        *write(&self.ledger_times) = times;
         Ok(())
     }
+}
 
-    /// Records the index holds.
-    pub fn lock_index_len(&self) -> usize {
-        self.lock_index.read().unwrap_or_else(PoisonError::into_inner).len()
-    }
+/// Every member of the chunks under `prefix`, in key order.
+fn chunks<'a>(
+    db: &'a sled::Db,
+    prefix: &'a [u8],
+) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>> + 'a {
+    db.scan_prefix(prefix).flat_map(|entry| {
+        let members = entry
+            .map_err(unavailable)
+            .and_then(|(key, bytes)| decode_chunk(&bytes).map_err(|why| damaged(&key, &why)));
+        let (members, failed) = match members {
+            Ok(chunk) => (Some(chunk), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        failed.into_iter().chain(members.into_iter().flatten().map(Ok))
+    })
 }
 
 /// The member of a `lockx:` key: `<frontend>\0<ir hash>`.
@@ -316,6 +435,8 @@ mod tests {
         let chunk: Chunk = [(b"a".to_vec(), b"1".to_vec()), (b"bb".to_vec(), Vec::new())].into();
         let bytes = encode_chunk(&chunk);
         assert_eq!(decode_chunk(&bytes).unwrap(), chunk);
+        assert_eq!(find_member(&bytes, b"bb").unwrap(), Some(&b""[..]));
+        assert_eq!(find_member(&bytes, b"c").unwrap(), None);
         for cut in 0..bytes.len() {
             assert!(decode_chunk(&bytes[..cut]).is_err(), "cut at {cut} reads as whole");
         }
@@ -341,19 +462,40 @@ mod tests {
         assert_eq!(keyed.last(&LOCK_RECORDS).unwrap(), Some(lock_key(39)));
     }
 
+    fn entry(at: u64, state: &str) -> Option<Vec<u8>> {
+        Some(format!(r#"{{"state":"{state}","at":{at}}}"#).into_bytes())
+    }
+
+    fn ledger_key(id: &str) -> Vec<u8> {
+        [LEDGER, id.as_bytes()].concat()
+    }
+
     #[test]
-    fn removing_every_member_of_a_chunk_removes_the_chunk() {
+    fn ledger_entries_are_filed_by_time_found_by_id_and_leave_an_empty_chunk_behind_them() {
         let keyed = keyed();
-        let time_key = |at: u64, id: &str| [LEDGER_TIME, &at.to_be_bytes(), id.as_bytes()].concat();
+        let written = write(
+            &keyed,
+            &[(ledger_key("m1"), entry(1_000, "pending")), (ledger_key("m2"), entry(1_050, "pending"))],
+        );
+        assert_eq!(written, vec![ledger_chunk_key(1_000)], "one chunk for the tenth of a second");
         write(
             &keyed,
-            &[(time_key(1_000, "m1"), Some(Vec::new())), (time_key(1_050, "m2"), Some(Vec::new()))],
+            &[(ledger_key("m1"), entry(1_000, "published")), (ledger_key("m3"), entry(1_200, "pending"))],
         );
-        write(&keyed, &[(time_key(1_000, "m1"), None)]);
-        assert_eq!(keyed.get(&time_key(1_050, "m2")).unwrap().as_deref(), Some(&b""[..]));
-        write(&keyed, &[(time_key(1_050, "m2"), None)]);
-        assert_eq!(keyed.db.scan_prefix(LEDGER_TIMES.physical).count(), 0);
-        assert_eq!(keyed.last(&LEDGER_TIMES).unwrap(), None);
+        assert_eq!(keyed.get(&ledger_key("m1")).unwrap().as_deref(), entry(1_000, "published").as_deref());
+        assert_eq!(keyed.get(&ledger_key("m9")).unwrap(), None);
+        let by_time: Vec<_> = keyed.ledger_by_time().map(Result::unwrap).collect();
+        assert_eq!(by_time, vec![(1_000, b"m1".to_vec()), (1_050, b"m2".to_vec()), (1_200, b"m3".to_vec())]);
+
+        let reopened = Keyed::load(keyed.db.clone()).unwrap();
+        assert_eq!(reopened.ledger_len(), 3);
+        assert_eq!(reopened.get(&ledger_key("m2")).unwrap().as_deref(), entry(1_050, "pending").as_deref());
+        write(&reopened, &[(ledger_key("m1"), None), (ledger_key("m2"), None)]);
+        assert_eq!(reopened.get(&ledger_key("m1")).unwrap(), None);
+        assert_eq!(reopened.db.get(ledger_chunk_key(1_000)).unwrap(), None, "the emptied chunk is gone");
+        assert_eq!(reopened.ledger_len(), 1);
+        write(&reopened, &[([LEDGER_TIME, b"anything"].concat(), Some(Vec::new()))]);
+        assert_eq!(reopened.db.scan_prefix(LEDGER_TIME).count(), 0, "layout 6's time index is dropped");
     }
 
     #[test]
@@ -376,9 +518,8 @@ mod tests {
         assert_eq!(keyed.get(&index_key("h1")).unwrap().as_deref(), Some(&1u64.to_be_bytes()[..]));
 
         let reopened = Keyed::new(keyed.db.clone());
-        assert_eq!(reopened.get(&index_key("h1")).unwrap(), None, "empty until rebuilt");
-        reopened.rebuild_lock_index().unwrap();
+        assert_eq!(reopened.get(&index_key("h1")).unwrap(), None, "empty until loaded");
+        let reopened = Keyed::load(keyed.db.clone()).unwrap();
         assert_eq!(reopened.get(&index_key("h0")).unwrap().as_deref(), Some(&0u64.to_be_bytes()[..]));
-        assert_eq!(reopened.lock_index_len(), 2);
     }
 }

@@ -8,11 +8,11 @@
 //! id space: the `sid:<id>` allocation index of layouts 3 and 4 is dropped (sessions keep
 //! their ids). Layout 6 adds the journal (`journal:<seq>`): its keyed records are layout 5's,
 //! but a store that may hold state in its journal must not be opened by a build that does not
-//! replay it, so the version moves. Layout 7 packs compile.lock records and the ledger's time
-//! index into chunks and keeps the compile.lock index in memory ([`super::keyed`]): `lock:`,
-//! `lockx:` and `ledgert:` keys give way to `lockc:` and `ledgertc:` chunks.
+//! replay it, so the version moves. Layout 7 packs compile.lock records and ledger entries into
+//! chunks found through maps in memory ([`super::keyed`]): `lock:`, `lockx:`, `ledger:` and
+//! `ledgert:` keys give way to `lockc:` and `ledgerc:` chunks.
 
-use super::keyed::{Keyed, LEDGER_TIME, LOCK, LOCK_INDEX};
+use super::keyed::{Keyed, LEDGER, LEDGER_TIME, LOCK, LOCK_INDEX};
 use super::{HEAD_KEY, KEY_FINGERPRINT, SledStore, corrupt, unavailable};
 use crate::gateway::store::StoreError;
 use crate::store::chain::{self, Sealer};
@@ -100,7 +100,7 @@ fn from_3(keyed: &Keyed, sealer: &Sealer) -> Result<(), StoreError> {
     };
     let sealed = sealer.head(head.records, &head.last_hash);
     // Verified through a store view that cannot write, with the unsealed head sealed here.
-    let view = SledStore::with(Keyed::new(db.clone()), sealer.clone(), true)?;
+    let view = SledStore::with(Keyed::load(db.clone())?, sealer.clone(), true);
     let records = view.lock_records();
     let count = chain::verify(records, Some(&sealed), sealer).map_err(|e| cannot_migrate(sealer, &e))?;
     view.verify_index(count).map_err(|e| cannot_migrate(sealer, &e))?;
@@ -131,20 +131,23 @@ fn pack_alone(keyed: &Keyed) -> Result<(), StoreError> {
     keyed.db().flush().map(drop).map_err(unavailable)
 }
 
-/// Moves every compile.lock record and ledger time key into its chunk, and drops the stored
-/// compile.lock index (rebuilt from the chain at every open). Packing twice packs nothing more.
+/// Moves every compile.lock record and ledger entry into its chunk, and drops the stored
+/// compile.lock index and ledger time index (the maps that replace them are rebuilt at every
+/// open). Packing twice packs nothing more.
 fn pack(keyed: &Keyed, batch: &mut sled::Batch) -> Result<(), StoreError> {
     let db = keyed.db();
     let mut moved = Vec::new();
-    for prefix in [LOCK, LEDGER_TIME] {
+    for prefix in [LOCK, LEDGER] {
         for entry in db.scan_prefix(prefix) {
             let (key, value) = entry.map_err(unavailable)?;
             batch.remove(key.clone());
             moved.push((key, value));
         }
     }
-    for key in db.scan_prefix(LOCK_INDEX).keys() {
-        batch.remove(key.map_err(unavailable)?);
+    for prefix in [LOCK_INDEX, LEDGER_TIME] {
+        for key in db.scan_prefix(prefix).keys() {
+            batch.remove(key.map_err(unavailable)?);
+        }
     }
     keyed.apply(moved.iter().map(|(k, v)| (k.as_ref(), Some(v.as_ref()))), |key, value| {
         match value {

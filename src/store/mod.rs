@@ -11,9 +11,9 @@
 //!   record ([`journal`]) and syncs: one key per window of messages.
 //! - A checkpoint, in the background every 2 s (or 65,536 journaled keys), writes the
 //!   journaled state into the keyed records below, each key once however many messages wrote
-//!   it, and trims the journal behind it. What every message adds (compile.lock records, the
-//!   ledger's time index) is packed into chunks there, and the compile.lock index is kept in
-//!   memory ([`keyed`]). Reads of what is not in memory go to those records.
+//!   it, and trims the journal behind it. What every message adds (compile.lock records,
+//!   ledger entries) is packed into chunks there, found through maps kept in memory
+//!   ([`keyed`]). Reads of what is not in memory go to those records.
 //! - Opening the store replays what the journal still holds onto the keyed records.
 //!
 //! Commits are serialised by a mutex, which makes their read-check-write steps (session turns,
@@ -28,8 +28,8 @@
 //! (sealed), `meta:lock_key` (key fingerprint), `journal:<seq, 8 bytes BE>` (records not yet
 //! checkpointed), `session:<token>`, `profile:<agent>`, `lock:<seq, 8 bytes BE>` (in chunks of
 //! 32, `lockc:<seq / 32>`), `lockx:<frontend>\0<ir hash>` (-> seq; in memory only),
-//! `ledger:<message id>`, `ledgert:<time, 8 bytes BE><message id>` (in chunks of 100 ms,
-//! `ledgertc:<time / 100>`); in a cluster also `cluster:applied:<partition, 2 bytes BE>` and
+//! `ledger:<message id>` (in chunks by first-handling time, 100 ms to a chunk,
+//! `ledgerc:<time / 100>`); in a cluster also `cluster:applied:<partition, 2 bytes BE>` and
 //! `cluster:lock_applied` (stream offsets, see
 //! [`replica`]).
 
@@ -45,7 +45,7 @@ use crate::gateway::store::{
 };
 use crate::silp::Frontend;
 use chain::{ChainError, Head, LockRecord, Sealer};
-use keyed::{Keyed, LEDGER_TIME, LEDGER_TIMES, LOCK, LOCK_INDEX, LOCK_RECORDS};
+use keyed::{Keyed, LEDGER, LOCK, LOCK_INDEX, LOCK_RECORDS};
 pub use migrate::SCHEMA_VERSION;
 use serde::{Deserialize, Serialize};
 use staged::{Checkpoint, Found, Staged, Writes};
@@ -121,7 +121,6 @@ const HEAD_KEY: &[u8] = b"meta:lock_head";
 const KEY_FINGERPRINT: &[u8] = b"meta:lock_key";
 const SESSION: &[u8] = b"session:";
 const PROFILE: &[u8] = b"profile:";
-const LEDGER: &[u8] = b"ledger:";
 
 fn key(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + rest.len());
@@ -132,12 +131,6 @@ fn key(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
 
 fn lock_index_key(frontend: Frontend, ir_hash: &str) -> Vec<u8> {
     key(LOCK_INDEX, &keyed::lock_index_member(frontend.name(), ir_hash))
-}
-
-fn ledger_time_key(at: Millis, id: &[u8]) -> Vec<u8> {
-    let mut k = key(LEDGER_TIME, &at.to_be_bytes());
-    k.extend_from_slice(id);
-    k
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -196,11 +189,11 @@ impl SledStore {
         let sealer = Sealer::new(key).map_err(|e| StoreError::Key(e.to_string()))?;
         let db = open_db(dir)?;
         owner_only(dir)?;
-        let keyed = Keyed::new(db.clone());
-        migrate::to_current(&keyed, &sealer)?;
+        migrate::to_current(&Keyed::new(db.clone()), &sealer)?;
+        let keyed = Keyed::load(db.clone())?;
         journal::replay(&keyed)?;
         check_key(&db, &sealer)?;
-        let store = SledStore::with(keyed, sealer, false)?;
+        let store = SledStore::with(keyed, sealer, false);
         store.check_head()?;
         Ok(store)
     }
@@ -211,18 +204,17 @@ impl SledStore {
     /// # Errors
     /// [`StoreError::Corrupt`] for an unknown layout version.
     pub fn open_to_read(dir: &Path) -> Result<SledStore, StoreError> {
-        let keyed = Keyed::new(open_db(dir)?);
+        let db = open_db(dir)?;
         // Packing records into chunks and replaying the journal change how the keyed records
         // say it, not the state they hold: they need no key.
-        migrate::to_readable(&keyed)?;
+        migrate::to_readable(&Keyed::new(db.clone()))?;
+        let keyed = Keyed::load(db)?;
         journal::replay(&keyed)?;
-        SledStore::with(keyed, Sealer::new(None).map_err(|e| StoreError::Key(e.to_string()))?, true)
+        Ok(SledStore::with(keyed, Sealer::new(None).map_err(|e| StoreError::Key(e.to_string()))?, true))
     }
 
-    /// The store over `keyed`, whose compile.lock index is rebuilt from its chain.
-    fn with(keyed: Keyed, sealer: Sealer, read_only: bool) -> Result<SledStore, StoreError> {
-        keyed.rebuild_lock_index()?;
-        Ok(SledStore {
+    fn with(keyed: Keyed, sealer: Sealer, read_only: bool) -> SledStore {
+        SledStore {
             db: keyed.db().clone(),
             keyed: Arc::new(keyed),
             sealer,
@@ -235,7 +227,7 @@ impl SledStore {
             staged: Arc::default(),
             checkpointing: Arc::default(),
             disk: Arc::default(),
-        })
+        }
     }
 
     /// The stored head is sealed by this store's key, names the last record, and no record
@@ -454,7 +446,7 @@ impl SledStore {
     /// Number of ledger entries.
     pub fn ledger_len(&self) -> Result<usize, StoreError> {
         self.settle()?;
-        Ok(self.db.scan_prefix(LEDGER).count())
+        Ok(self.keyed.ledger_len())
     }
 
     /// Writes a session and its id index into `batch`.
@@ -462,9 +454,9 @@ impl SledStore {
         batch.insert(key(SESSION, s.token.as_bytes()), encode(s));
     }
 
-    /// Writes a ledger entry into `batch`. An entry keeps the time it was first written (the
-    /// ledger's age limit counts from the message's first handling), so its time index is
-    /// written once: marking a message published costs one write, not three.
+    /// Writes a ledger entry into `batch`. An entry keeps the time it was first written: the
+    /// ledger's age limit counts from the message's first handling, and the entry is filed
+    /// under that time ([`keyed`]).
     /// The entry keeps its principal once it has one: a mark (published) names none.
     fn put_ledger(
         &self,
@@ -478,10 +470,7 @@ impl SledStore {
                 let old = decode::<LedgerEntry>(&old, "ledger entry")?;
                 (old.at, principal.map(str::to_owned).or(old.principal))
             }
-            None => {
-                batch.insert(ledger_time_key(now, id.as_bytes()), &[]);
-                (now, principal.map(str::to_owned))
-            }
+            None => (now, principal.map(str::to_owned)),
         };
         batch
             .insert(key(LEDGER, id.as_bytes()), encode(&LedgerEntry { state: state.clone(), at, principal }));
@@ -494,15 +483,9 @@ impl SledStore {
         Ok(entry.map(|b| decode::<LedgerEntry>(&b, "ledger entry")).transpose()?.and_then(|e| e.principal))
     }
 
-    /// Removes a ledger entry and its time index from `batch`'s writes, if it is held.
-    fn remove_ledger(&self, batch: &mut Writes, id: &str) -> Result<(), StoreError> {
-        let entry_key = key(LEDGER, id.as_bytes());
-        if let Some(old) = self.get(&entry_key)? {
-            let at = decode::<LedgerEntry>(&old, "ledger entry")?.at;
-            batch.remove(ledger_time_key(at, id.as_bytes()));
-            batch.remove(entry_key);
-        }
-        Ok(())
+    /// Removes a ledger entry in `batch`'s writes.
+    fn remove_ledger(batch: &mut Writes, id: &str) {
+        batch.remove(key(LEDGER, id.as_bytes()));
     }
 
     /// Writes the next compile.lock record after `chain` into `batch`; returns the new head,
@@ -558,16 +541,12 @@ impl SledStore {
         }
         swept.profiles_forgotten = self.sweep_profiles(&mut batch, now, retention.session_idle_ms)?;
         let over = self.ledger_len()?.saturating_sub(retention.ledger_max_entries);
-        for (i, entry) in self.keyed.scan(&LEDGER_TIMES).enumerate() {
-            let (time_key, _) = entry?;
-            let rest = &time_key[LEDGER_TIME.len()..];
-            let at =
-                Millis::from_be_bytes(rest[..8].try_into().map_err(|_| corrupt("short ledger time key"))?);
+        for (i, entry) in self.keyed.ledger_by_time().enumerate() {
+            let (at, id) = entry?;
             if i >= over && now.saturating_sub(at) <= retention.ledger_ttl_ms {
                 break;
             }
-            batch.remove(key(LEDGER, &rest[8..]));
-            batch.remove(time_key);
+            batch.remove(key(LEDGER, &id));
             swept.ledger_dropped += 1;
         }
         self.stage(batch)?;
@@ -673,7 +652,7 @@ impl Store for SledStore {
             self.put_ledger(&mut batch, id, state, (now, changes.principal.as_deref()))?;
         }
         for id in &changes.forgotten {
-            self.remove_ledger(&mut batch, id)?;
+            Self::remove_ledger(&mut batch, id);
         }
         let follows_stream = self.chain_follows_stream.load(Ordering::Relaxed);
         let mut head: Option<Head> = None;

@@ -173,7 +173,7 @@ impl SledStore {
                 if held.is_some_and(|held| held.id == session.id && held.turns == session.turns + 1) {
                     Self::put_session(&mut batch, session);
                 }
-                self.remove_ledger(&mut batch, message_id)?;
+                Self::remove_ledger(&mut batch, message_id);
             }
         }
         if let Some(offset) = offset {
