@@ -5,7 +5,8 @@
 //! the wall time and the process's CPU time (sled's threads and the checkpoints included) per
 //! message, for three rounds on a fresh store.
 //!
-//! `cargo bench --bench store_cpu`; figures in docs/performance.md. The file uses the store's
+//! `cargo bench --bench store_cpu`; figures in docs/performance.md. `cargo test --all-targets`
+//! runs it without `--bench`, as a smoke run of 1,000 messages a round. The file uses the store's
 //! public interface only, so the same file builds against an earlier commit for a side-by-side
 //! run.
 
@@ -26,10 +27,10 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn round(store: &SledStore, first: u64) {
+async fn round(store: &SledStore, first: u64, messages: u64) {
     let policy = SessionPolicy { heartbeat: 10, idle_timeout_ms: u64::MAX / 4, partition: None };
     let mut window = Vec::with_capacity(WINDOW);
-    for seq in first..first + MESSAGES {
+    for seq in first..first + messages {
         let id = format!("relay-{seq}");
         assert_eq!(store.ledger(&id).unwrap(), None);
         let conversation = format!("relay-conversation-{}", seq % CONVERSATIONS);
@@ -59,23 +60,24 @@ async fn round(store: &SledStore, first: u64) {
 }
 
 fn main() {
+    let messages = if std::env::args().any(|a| a == "--bench") { MESSAGES } else { 1_000 };
     let dir = std::env::temp_dir().join(format!("silpgate-bench-store-cpu-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let store = SledStore::open(&dir, None).expect("store opens");
     println!(
-        "relay state step: {MESSAGES} messages a round, windows of {WINDOW}, {CONVERSATIONS} conversations"
+        "relay state step: {messages} messages a round, windows of {WINDOW}, {CONVERSATIONS} conversations"
     );
     for r in 0..3u64 {
         let (cpu_before, started) = (cpu::cpu_time(std::process::id()), Instant::now());
-        runtime.block_on(round(&store, r * MESSAGES));
+        runtime.block_on(round(&store, r * messages, messages));
         let wall = started.elapsed();
         let cpu = cpu::cpu_time(std::process::id()).saturating_sub(cpu_before);
         println!(
             "round {}: wall {:.1} µs, CPU {:.1} µs per message",
             r + 1,
-            wall.as_secs_f64() * 1e6 / MESSAGES as f64,
-            cpu.as_secs_f64() * 1e6 / MESSAGES as f64
+            wall.as_secs_f64() * 1e6 / messages as f64,
+            cpu.as_secs_f64() * 1e6 / messages as f64
         );
     }
     drop(store);

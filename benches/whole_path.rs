@@ -6,7 +6,8 @@
 //!
 //! `cargo bench --bench whole_path` prints the table; `-- --write-lines DIR` also writes the
 //! three input files, which `benches/bench-whole-path.sh` feeds to the command line and to the
-//! Python reference (`benches/whole_path_reference.py`).
+//! Python reference (`benches/whole_path_reference.py`). `cargo test --all-targets` runs it
+//! without `--bench`: one round over each workload, a smoke run.
 
 use serde::Deserialize;
 use silpgate::silp::validate::{self, ValidateOptions};
@@ -131,10 +132,10 @@ fn error_line(out: &mut String, code: &str, message: &str) {
 
 /// The best over rounds of the per-line time of `each` over every line: on a shared machine
 /// the best round is the one least disturbed by other work.
-fn per_line(lines: &[String], mut each: impl FnMut(&mut String, &str)) -> f64 {
+fn per_line(lines: &[String], rounds: usize, mut each: impl FnMut(&mut String, &str)) -> f64 {
     let mut out = String::with_capacity(1 << 16);
-    let mut rounds = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
         let start = Instant::now();
         for line in lines {
             each(&mut out, black_box(line));
@@ -144,9 +145,9 @@ fn per_line(lines: &[String], mut each: impl FnMut(&mut String, &str)) -> f64 {
                 out.clear();
             }
         }
-        rounds.push(start.elapsed().as_secs_f64() / lines.len() as f64);
+        times.push(start.elapsed().as_secs_f64() / lines.len() as f64);
     }
-    rounds.into_iter().fold(f64::INFINITY, f64::min)
+    times.into_iter().fold(f64::INFINITY, f64::min)
 }
 
 fn main() {
@@ -160,22 +161,25 @@ fn main() {
             std::fs::write(format!("{dir}/{}", w.file), text).expect("lines are written");
         }
     }
+    let rounds = if args.iter().any(|a| a == "--bench") { ROUNDS } else { 1 };
     let options = DecodeOptions::default();
     println!("| per line | whole path | bare serde parse of the same bytes | ratio |");
     println!("|---|---|---|---|");
     for w in &workloads {
         let whole = match w.name {
-            "compile, code" => per_line(&w.lines, |out, l| compile_line(out, l, Frontend::Code)),
-            "compile, json" => per_line(&w.lines, |out, l| compile_line(out, l, Frontend::Json)),
-            "decode, code" => per_line(&w.lines, |out, l| decode_line(out, l, Frontend::Code, &options)),
-            _ => per_line(&w.lines, |out, l| decode_line(out, l, Frontend::Json, &options)),
+            "compile, code" => per_line(&w.lines, rounds, |out, l| compile_line(out, l, Frontend::Code)),
+            "compile, json" => per_line(&w.lines, rounds, |out, l| compile_line(out, l, Frontend::Json)),
+            "decode, code" => {
+                per_line(&w.lines, rounds, |out, l| decode_line(out, l, Frontend::Code, &options))
+            }
+            _ => per_line(&w.lines, rounds, |out, l| decode_line(out, l, Frontend::Json, &options)),
         };
         let floor = if w.name.starts_with("compile") {
-            per_line(&w.lines, |_, l| {
+            per_line(&w.lines, rounds, |_, l| {
                 black_box(serde_json::from_str::<BareIr>(l).is_ok());
             })
         } else {
-            per_line(&w.lines, |_, l| {
+            per_line(&w.lines, rounds, |_, l| {
                 black_box(serde_json::from_str::<Cow<str>>(l).is_ok());
             })
         };

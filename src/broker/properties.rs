@@ -162,6 +162,19 @@ impl Envelope {
         self.forwarded_by.is_some() && self.user_id.as_deref() == Some(own_user)
     }
 
+    /// The broker user who sent a message taken from a partition queue. What silpgate's own
+    /// user published there is the ingress's forward, whose [`USER_ID_HEADER`] carries the
+    /// user the broker checked at the inbound queue; anything else was published to the
+    /// partition exchange directly, and its sender is its own broker-checked `user_id`,
+    /// whatever its headers claim.
+    pub(crate) fn partition_sender(&self, own_user: &str) -> Option<&String> {
+        if self.user_id.as_deref() == Some(own_user) {
+            self.partitioned_user.as_ref()
+        } else {
+            self.user_id.as_ref()
+        }
+    }
+
     /// Properties of a message silpgate publishes on behalf of this one: persistent, in
     /// `encoding`, with its own stable `message_id` and this message's correlation.
     pub(crate) fn outbound_properties(&self, encoding: Encoding, message_id: &str) -> BasicProperties {
@@ -362,26 +375,44 @@ pub(crate) fn value_integer(value: &AMQPValue) -> Option<i64> {
 
 /// A delivery's properties with the partition key and its inbound queue added: what silpgate
 /// publishes when it forwards an inbound message to its partition. The source is always the
-/// queue silpgate took the message from (a producer's own `x-silpgate-source` is overwritten),
-/// and `user_id` travels as the header [`USER_ID_HEADER`] only: RabbitMQ refuses a publish
-/// whose `user_id` is not the publishing connection's user, and closes the channel with it.
-pub fn partitioned_properties(properties: &BasicProperties, key: &str, source: &str) -> BasicProperties {
+/// queue silpgate took the message from (a producer's own `x-silpgate-source` is overwritten).
+/// The message is published as `own_user`, silpgate's broker user, which the broker checks:
+/// that is what makes the partition's owner believe the sender's broker-checked `user_id`,
+/// carried in the header [`USER_ID_HEADER`] (RabbitMQ refuses a publish whose `user_id` is not
+/// the publishing connection's user). Since the forward is silpgate's word, a producer's own
+/// [`FORWARDED_HEADER`] and [`PRINCIPAL_HEADER`] are dropped: they would pose as a front door.
+pub fn partitioned_properties(
+    properties: &BasicProperties,
+    key: &str,
+    source: &str,
+    own_user: &str,
+) -> BasicProperties {
     let mut headers = properties.headers().clone().unwrap_or_default();
     headers.insert(super::topology::CONVERSATION_HEADER.into(), long_string(key));
     headers.insert(SOURCE_HEADER.into(), long_string(source));
     carry_user_id(&mut headers, properties);
-    without_user_id(properties).with_delivery_mode(PERSISTENT).with_headers(headers)
+    let headers = without(headers, &[FORWARDED_HEADER, PRINCIPAL_HEADER]);
+    without_user_id(properties)
+        .with_delivery_mode(PERSISTENT)
+        .with_user_id(own_user.into())
+        .with_headers(headers)
+}
+
+/// `headers` less those `names`.
+fn without(headers: FieldTable, names: &[&str]) -> FieldTable {
+    let mut kept = FieldTable::default();
+    for (k, v) in headers.inner() {
+        if !names.contains(&k.as_str()) {
+            kept.insert(k.clone(), v.clone());
+        }
+    }
+    kept
 }
 
 /// Sets [`USER_ID_HEADER`] from the broker-checked `user_id` of `original`, dropping whatever
 /// the producer put in that header itself: only the broker vouches for a user.
 fn carry_user_id(headers: &mut FieldTable, original: &BasicProperties) {
-    let mut kept = FieldTable::default();
-    for (k, v) in headers.inner() {
-        if k.as_str() != USER_ID_HEADER {
-            kept.insert(k.clone(), v.clone());
-        }
-    }
+    let mut kept = without(std::mem::take(headers), &[USER_ID_HEADER]);
     if let Some(user) = original.user_id() {
         kept.insert(USER_ID_HEADER.into(), long_string(user.as_str()));
     }
@@ -488,8 +519,10 @@ mod tests {
         // Ingress drops `user_id`: a producer's own forwarded-by header proves nothing.
         let claimed =
             BasicProperties::default().with_headers(headers(&[(FORWARDED_HEADER, long_string("a"))]));
-        let through_ingress = partitioned_properties(&claimed, "conv-1", "silpgate.in");
-        assert!(!Envelope::read(&through_ingress, false).forwarded_by_silpgate("silpgate"));
+        let through_ingress = partitioned_properties(&claimed, "conv-1", "silpgate.in", "silpgate");
+        let read = Envelope::read(&through_ingress, false);
+        assert!(!read.forwarded_by_silpgate("silpgate"), "the ingress drops a producer's forwarded-by");
+        assert!(read.forwarded_principal.is_none());
     }
 
     #[test]
@@ -524,7 +557,7 @@ mod tests {
     }
 
     #[test]
-    fn a_forward_to_a_partition_carries_no_user_id_and_its_own_source() {
+    fn a_forward_to_a_partition_is_silpgates_and_carries_its_senders_user_and_source() {
         let original = BasicProperties::default()
             .with_user_id("alice".into())
             .with_message_id("m-1".into())
@@ -532,9 +565,10 @@ mod tests {
             .with_headers(headers(&[
                 (SOURCE_HEADER, long_string("forged-source")),
                 (USER_ID_HEADER, long_string("forged-user")),
+                (PRINCIPAL_HEADER, long_string(r#"{"subject":"root","roles":["admin"]}"#)),
             ]));
-        let p = partitioned_properties(&original, "conv", "silpgate.in");
-        assert!(p.user_id().is_none(), "the broker would refuse alice's id from silpgate");
+        let p = partitioned_properties(&original, "conv", "silpgate.in", "silpgate");
+        assert_eq!(p.user_id().as_ref().map(ShortString::as_str), Some("silpgate"), "published as silpgate");
         assert_eq!(
             (p.message_id().clone(), p.reply_to().clone()),
             (Some("m-1".into()), Some("inbox".into()))
@@ -543,6 +577,21 @@ mod tests {
         let h = h.inner();
         assert_eq!(value_text(&h[SOURCE_HEADER]).as_deref(), Some("silpgate.in"));
         assert_eq!(value_text(&h[USER_ID_HEADER]).as_deref(), Some("alice"));
+        assert!(!h.contains_key(PRINCIPAL_HEADER), "a producer's principal header is dropped");
+        let read = Envelope::read(&p, false);
+        assert_eq!(read.partition_sender("silpgate").map(String::as_str), Some("alice"));
+    }
+
+    #[test]
+    fn a_direct_partition_publish_is_its_publishers_whatever_its_user_header_says() {
+        let direct = BasicProperties::default()
+            .with_user_id("mallory".into())
+            .with_headers(headers(&[(USER_ID_HEADER, long_string("alice"))]));
+        let read = Envelope::read(&direct, false);
+        assert_eq!(read.partition_sender("silpgate").map(String::as_str), Some("mallory"));
+        let anonymous =
+            BasicProperties::default().with_headers(headers(&[(USER_ID_HEADER, long_string("alice"))]));
+        assert_eq!(Envelope::read(&anonymous, false).partition_sender("silpgate"), None);
     }
 
     #[test]

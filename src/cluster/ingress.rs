@@ -194,11 +194,13 @@ impl Forwarding {
             redelivered = delivery.redelivered,
             "Forwarding to its partition."
         );
+        // Published as silpgate's own broker user: the owner believes the sender it carries.
+        let own_user = self.wire.link.current().map(|link| link.user).unwrap_or_default();
         let publication = Publication {
             exchange: &self.exchange,
             routing_key: "",
             body: delivery.data.clone(),
-            properties: properties::partitioned_properties(&delivery.properties, &key, queue),
+            properties: properties::partitioned_properties(&delivery.properties, &key, queue, &own_user),
         };
         Ok(self.wire.publisher.send(publication)?)
     }

@@ -161,6 +161,48 @@ fn check_token(sub: &Submessage, index: usize, max_bytes: usize) -> Result<(), N
     Ok(())
 }
 
+/// Refuses a conversation token that is not text, and a second one. silpgate keys sessions,
+/// quotas and ownership on the token, and an agent reads it too: both must read the same one,
+/// so there is exactly one reading of it, or the message is refused.
+fn check_one_conversation(subs: &[Submessage]) -> Result<(), NlipError> {
+    let mut first: Option<usize> = None;
+    for (index, sub) in subs.iter().enumerate().filter(|(_, s)| s.is_conversation_token()) {
+        if sub.content.as_str().is_none() {
+            let found = match &sub.content {
+                Content::Binary(_) => "a byte string",
+                Content::Raw(_) => "an object",
+                Content::Json(value) => json_kind(value),
+            };
+            return Err(NlipError::envelope(
+                format!("submessages[{index}].content"),
+                format!("a conversation token is a string, found {found}"),
+            ));
+        }
+        if let Some(first) = first {
+            return Err(NlipError::envelope(
+                format!("submessages[{index}]"),
+                format!(
+                    "a second conversation token (the first is submessages[{first}]); a message belongs to one conversation"
+                ),
+            ));
+        }
+        first = Some(index);
+    }
+    Ok(())
+}
+
+/// What kind of JSON value `value` is, for an error message.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// Writes a message in `encoding`.
 pub fn encode(message: &Message, encoding: Encoding) -> Vec<u8> {
     match encoding {
@@ -249,12 +291,9 @@ impl Node {
 
     fn kind(&self) -> &'static str {
         match self {
-            Node::Json(Value::Null) => "null",
-            Node::Json(Value::Bool(_)) => "a boolean",
-            Node::Json(Value::Number(_)) => "a number",
-            Node::Json(Value::String(_)) => "a string",
-            Node::Json(Value::Array(_)) | Node::Array(_) => "an array",
-            Node::Json(Value::Object(_)) | Node::Map(_) | Node::Raw(_) => "an object",
+            Node::Json(value) => json_kind(value),
+            Node::Array(_) => "an array",
+            Node::Map(_) | Node::Raw(_) => "an object",
             Node::Bytes(_) => "a byte string",
         }
     }
@@ -482,6 +521,7 @@ fn message_from(node: Node, limits: &Limits) -> Result<Message, NlipError> {
             for (i, sub) in subs.iter().enumerate() {
                 check_token(sub, i, limits.max_conversation_token_bytes)?;
             }
+            check_one_conversation(&subs)?;
             Some(subs)
         }
         Some(other) => {

@@ -1,7 +1,8 @@
 //! A three-node RabbitMQ cluster on this machine for the multi-node tests: the local broker
 //! (rabbit@localhost, 5672) and two extra nodes on 5673 and 5674, run by
-//! `tests/broker-cluster.sh`. A [`BrokerCluster`] starts and joins them, and stops and forgets
-//! them when dropped, also when a test panics. Also a producer that, like a careful client of a
+//! `tests/broker-cluster.sh`. A [`BrokerCluster`] starts and joins them when they are not up,
+//! and brings every node back when dropped, also when a test panics; tests/run.sh brings the
+//! cluster up once before these tests and down once after them. Also a producer that, like a careful client of a
 //! cluster, moves to another node when its own goes and publishes again what was not
 //! confirmed.
 
@@ -48,13 +49,14 @@ pub fn run(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The running three-node cluster; dropping it stops the extra nodes and forgets them.
+/// The running three-node cluster; dropping it brings back whatever node a test left stopped
+/// or killed, so that the next test starts on three running nodes.
 pub struct BrokerCluster;
 
 impl BrokerCluster {
-    /// Starts the extra nodes and joins them (after clearing what a killed run may have left).
+    /// Starts the extra nodes and joins them, unless they already run joined (`up` is
+    /// idempotent): one cluster serves every test of a run.
     pub fn up() -> BrokerCluster {
-        run(&["down"]);
         run(&["up"]);
         BrokerCluster
     }
@@ -137,12 +139,12 @@ fn node_number(name: &str) -> u8 {
 
 impl Drop for BrokerCluster {
     fn drop(&mut self) {
-        // Node 1 may have been stopped by a failing test: bring it back before forgetting. A
-        // drop must not panic (it may run while unwinding), so `timeout` bounds both commands.
+        // Node 1 may have been stopped by a failing test: bring it back, then the extra nodes.
+        // A drop must not panic (it may run while unwinding), so `timeout` bounds both commands.
         let _ = Command::new("timeout").args(["90", "rabbitmqctl", "-q", "start_app"]).output();
-        let status = Command::new("timeout").arg("300").arg("bash").arg(script()).arg("down").status();
+        let status = Command::new("timeout").arg("300").arg("bash").arg(script()).arg("up").status();
         if !status.is_ok_and(|s| s.success()) {
-            eprintln!("tests/broker-cluster.sh down failed; run it by hand");
+            eprintln!("tests/broker-cluster.sh up failed: the next multi-node test may find a node down");
         }
     }
 }

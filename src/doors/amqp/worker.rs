@@ -503,24 +503,29 @@ impl Pipeline {
     fn arrival(&self, job: &Job, message: Message) -> Arrival {
         let envelope = &job.envelope;
         let own_user = self.link.current().map(|link| link.user).unwrap_or_default();
-        // A forwarded front-door message's `user_id` is silpgate's own, not its sender's.
+        // A forwarded front-door message's `user_id` is silpgate's own, not its sender's. On a
+        // partition queue, the sender is the one the ingress vouches for, or the publisher.
         let front_door = envelope.forwarded_by_silpgate(&own_user);
+        let sender = match (front_door, job.partition) {
+            (true, _) => None,
+            (false, Some(_)) => envelope.partition_sender(&own_user),
+            (false, None) => envelope.user_id.as_ref(),
+        };
         let origin = Origin {
             transport: Transport::Amqp,
             source: route_source(job, &self.amqp.inbound, &own_user),
             reply_to: envelope.reply_to.clone(),
             replies: envelope.replies.clone(),
             correlation_id: envelope.correlation_id.clone(),
-            user_id: if front_door { None } else { envelope.user_id.clone() },
+            user_id: sender.cloned(),
             message_id: envelope.message_id.clone(),
             partition: job.partition,
             // The broker verified the user: the principal. A front door's message forwarded by
             // silpgate carries the principal its door verified.
-            // In a cluster, the user the ingress carried from the inbound queue.
-            principal: match (front_door, job.partition) {
-                (true, _) => envelope.forwarded_principal.clone(),
-                (false, Some(_)) => self.broker_principal(envelope.partitioned_user.as_ref()),
-                (false, None) => self.broker_principal(envelope.user_id.as_ref()),
+            principal: if front_door {
+                envelope.forwarded_principal.clone()
+            } else {
+                self.broker_principal(sender)
             },
         };
         // The agent's answer goes to the sender's reply addresses, written for the sender.
