@@ -108,7 +108,9 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     }
     // A bad certificate stops the start before anything listens.
     let tls = match (&config.http.tls_cert, &config.http.tls_key) {
-        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(RunError::Tls)?),
+        (Some(cert), Some(key)) => {
+            Some(tls::acceptor(cert, key, config.http.min_tls).map_err(RunError::Tls)?)
+        }
         _ => None,
     };
     let listen = overrides.listen.unwrap_or_else(|| config.http.listen.clone());

@@ -14,11 +14,16 @@ pub struct Principal {
     pub subject: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// When the credential that named it stops being good (a JWT's `exp` plus the leeway), in
+    /// seconds since the Unix epoch: a connection that outlives it ends. Only the door that
+    /// verified the credential knows it; it does not travel.
+    #[serde(skip)]
+    pub valid_until: Option<u64>,
 }
 
 impl Principal {
     pub fn new(subject: impl Into<String>, roles: Vec<String>) -> Principal {
-        Principal { subject: subject.into(), roles }
+        Principal { subject: subject.into(), roles, valid_until: None }
     }
 }
 

@@ -907,7 +907,9 @@ async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
 
     let started = Instant::now();
     let answer = call(send("slow job", "kept-1"), alice).await;
-    assert!(started.elapsed() < Duration::from_millis(1_500), "answered at once: {answer}");
+    // Answered while the agent still works (the task says so); the time only ten times the
+    // usual figure, for a loaded machine.
+    assert!(started.elapsed() < Duration::from_secs(15), "answered at once: {answer}");
     let task = &answer["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_WORKING", "{answer}");
     let id = task["id"].as_str().unwrap().to_owned();

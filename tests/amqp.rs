@@ -375,17 +375,17 @@ async fn forced_connection_closes_lose_nothing_and_apply_nothing_twice() {
     assert_settled(daemon, connection, &channel, &names, &dir, N, CONVERSATIONS).await;
 }
 
-/// SIGKILL at ten random points of a 20,000-message run. After each kill the store opens (the
+/// SIGKILL at ten random points of a 6,000-message run. After each kill the store opens (the
 /// journal a crash leaves is replayed), the compile.lock chain verifies, and every conversation
 /// has counted exactly the messages its ledger holds: nothing acknowledged lost, nothing
 /// counted twice. At the end every message arrived, each conversation in order, and counted
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_at_ten_random_points_of_twenty_thousand_loses_nothing_and_counts_each_once() {
+async fn sigkill_at_ten_random_points_of_six_thousand_loses_nothing_and_counts_each_once() {
     let _serial = SERIAL.lock().await;
     let names = Names::new("sigkill");
     let dir = broker::temp_dir("amqp-sigkill");
-    const N: usize = 20_000;
+    const N: usize = 6_000;
     const CONVERSATIONS: usize = 50;
     let config = names.config(&dir.join("store"), "", true);
     let (connection, channel) = queue_backlog(&config, &dir, &names, N, CONVERSATIONS).await;

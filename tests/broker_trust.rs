@@ -97,3 +97,62 @@ async fn a_producer_cannot_choose_its_route_source_with_a_header() {
     let _ = channel.queue_delete(privileged.as_str().into(), Default::default()).await;
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// silpgate publishes replies with its own broker rights, so a reply address is a write it
+/// makes for the producer: a queue outside `amqp.reply_prefixes` (and direct reply-to and
+/// server-named queues), or one silpgate declares itself even under an allowed prefix, gets
+/// nothing. The message is dead-lettered `forbidden`, saying why, before it reaches any
+/// agent; a message with an allowed address is served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_cannot_make_silpgate_publish_into_a_queue_it_may_not_name() {
+    let names = Names::new("reply-rule");
+    let dir = broker::temp_dir("broker-trust-reply-rule");
+    let daemon = Daemon::start(&names.config(&dir.join("store"), "", true), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    let (connection, channel) = broker::channel().await;
+    // A queue of someone else's, outside the prefixes the configuration allows.
+    let victim = format!("victim.{}", names.prefix);
+    channel
+        .queue_declare(victim.as_str().into(), QueueDeclareOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    support::gateway::declare(&channel, &names.replies()).await;
+    let request = |id: &str, reply_to: &str| {
+        let properties = BasicProperties::default()
+            .with_message_id(id.into())
+            .with_correlation_id(id.into())
+            .with_content_type("application/json".into())
+            .with_reply_to(reply_to.into());
+        (names.inbound(), broker::envelope(0, 0, Some("decode")), properties)
+    };
+    broker::publish_all(
+        &channel,
+        "",
+        vec![
+            request("to-victim", &victim),
+            request("to-own", &names.sink()),
+            request("to-mine", &names.replies()),
+        ],
+    )
+    .await;
+    // One conversation, taken in order: the answer to the last message comes after the first
+    // two were settled, so what the queues hold then is all they get.
+    let answered =
+        broker::collect(&channel, &names.replies(), Duration::from_secs(30), |got| !got.is_empty()).await;
+    assert_eq!(answered[0].correlation_id.as_deref(), Some("to-mine"), "an allowed address is answered");
+    assert_eq!(broker::live_ready(&victim).await, 0, "nothing reached the victim");
+    assert_eq!(broker::live_ready(&names.sink()).await, 0, "nothing reached silpgate's own agent queue");
+    assert_eq!(broker::live_ready(&names.dead()).await, 2, "the two refused messages are dead-lettered");
+    let dead = broker::collect(&channel, &names.dead(), Duration::from_secs(30), |got| got.len() >= 2).await;
+    let why = |id: &str| {
+        let copy =
+            dead.iter().find(|d| d.message_id == id).unwrap_or_else(|| panic!("{id} is dead-lettered"));
+        assert_eq!(copy.headers.get("x-silpgate-error-code").map(String::as_str), Some("forbidden"), "{id}");
+        copy.headers.get("x-silpgate-error").cloned().unwrap_or_default()
+    };
+    assert!(why("to-victim").contains("amqp.reply_prefixes"), "{}", why("to-victim"));
+    assert!(why("to-own").contains("silpgate itself uses"), "{}", why("to-own"));
+    daemon.kill();
+    let _ = channel.queue_delete(victim.as_str().into(), Default::default()).await;
+    let _ = connection.close(200, "done".into()).await;
+}

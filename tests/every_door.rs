@@ -18,7 +18,9 @@ use support::broker::{self, Names};
 use support::gateway::{self, LONG, declare, order_in, post};
 use tokio_tungstenite::tungstenite::Message as Frame;
 
-const TURNS: usize = 50;
+/// Enough for each conversation (two turns a request: the request and its answer) to renew
+/// twice, at turns 11 and 21.
+const TURNS: usize = 12;
 const DOORS: [&str; 4] = ["http", "ws", "amqp", "a2a"];
 const AGENTS: [&str; 5] = ["amqp", "http", "ws", "a2a", "mcp"];
 
@@ -111,7 +113,16 @@ async fn fifty_requests_through_every_door_to_every_kind_of_agent_get_fifty_answ
     let a2a = PythonServer::start("a2a_agent.py");
     let mcp = PythonServer::start("mcp_tool.py");
     let echo = agents::echo_code();
-    let http = HttpAgent::start(Arc::new(move |_, request| (200, echo(request)))).await;
+    // The renewal notices the HTTP agent finds in its requests, by the turn each names.
+    let renewals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = renewals.clone();
+    let http = HttpAgent::start(Arc::new(move |_, request| {
+        let request_json: serde_json::Value =
+            serde_json::from_str(&silpgate::nlip::to_json(request)).unwrap();
+        seen.lock().unwrap().extend(gateway::renewal_turns(&request_json));
+        (200, echo(request))
+    }))
+    .await;
     let (ws, _ws_task) = ws_agent().await;
     let rest = agents_and_routes(&names, http.addr.port(), ws, a2a.port, mcp.port);
     // Sessions renew every 10 turns, so that notices fall among the answers.
@@ -190,6 +201,11 @@ async fn fifty_requests_through_every_door_to_every_kind_of_agent_get_fifty_answ
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(orphaned, 0.0, "no answer went unclaimed");
+    // Each door's conversation with the HTTP agent renewed after turns 10 and 20; turns 11 and
+    // 21 are requests, so the agent got both notices, once each, inside them.
+    let mut renewed = renewals.lock().unwrap().clone();
+    renewed.sort_unstable();
+    assert_eq!(renewed, [11, 11, 11, 11, 21, 21, 21, 21], "the renewal notices the HTTP agent got");
     let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
     assert!(status.success());
     let turns = broker::session_turns(&store);

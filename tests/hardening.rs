@@ -149,6 +149,13 @@ async fn an_idle_connection_is_closed() {
 /// A door serving TLS with a fresh self-signed certificate for `localhost`, and a client that
 /// trusts it.
 async fn start_tls(http_extra: &str) -> (SocketAddr, tokio_rustls::TlsConnector) {
+    let (addr, certificate) = start_tls_server(http_extra).await;
+    (addr, tls_client(&certificate, rustls::DEFAULT_VERSIONS))
+}
+
+/// A daemon serving TLS with a fresh self-signed certificate for localhost, and that
+/// certificate.
+async fn start_tls_server(http_extra: &str) -> (SocketAddr, rustls::pki_types::CertificateDer<'static>) {
     let identity = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let dir = temp_dir("tls");
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
@@ -160,15 +167,41 @@ async fn start_tls(http_extra: &str) -> (SocketAddr, tokio_rustls::TlsConnector)
         key.display().to_string()
     ))
     .await;
+    (addr, identity.cert.der().clone())
+}
+
+/// A TLS client that trusts `certificate` and speaks `versions`.
+fn tls_client(
+    certificate: &rustls::pki_types::CertificateDer<'static>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(identity.cert.der().clone()).unwrap();
+    roots.add(certificate.clone()).unwrap();
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    (addr, tokio_rustls::TlsConnector::from(std::sync::Arc::new(client)))
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(client))
+}
+
+/// `min_tls = "1.3"`: a client that speaks TLS 1.2 at most gets no handshake; one that speaks
+/// 1.3 is served. By default 1.2 is served too.
+#[tokio::test]
+async fn min_tls_1_3_refuses_a_tls_1_2_client() {
+    let (strict, certificate) = start_tls_server("min_tls = \"1.3\"\n").await;
+    let tls12 = tls_client(&certificate, &[&rustls::version::TLS12]);
+    let refused = get_tls(strict, &tls12, "/healthz").await;
+    assert!(refused.is_err(), "a TLS 1.2 handshake succeeded: {refused:?}");
+    let tls13 = tls_client(&certificate, &[&rustls::version::TLS13]);
+    assert!(get_tls(strict, &tls13, "/healthz").await.unwrap().starts_with("HTTP/1.1 200"));
+    let (default, certificate) = start_tls_server("").await;
+    let tls12 = tls_client(&certificate, &[&rustls::version::TLS12]);
+    assert!(
+        get_tls(default, &tls12, "/healthz").await.unwrap().starts_with("HTTP/1.1 200"),
+        "1.2 by default"
+    );
 }
 
 /// `GET path` over TLS on a connection of its own: the whole answer, or why there is none.
@@ -383,6 +416,35 @@ async fn a_web_page_of_another_origin_cannot_open_a_socket() {
     assert_eq!(get(addr, "/nlip/ws/text", &page).await, 403, "a page of another origin is refused");
     let app = format!("{upgrade}Origin: https://app.example.com\r\n");
     assert_eq!(get(addr, "/nlip/ws/text", &app).await, 101, "an allowed origin is served");
+}
+
+/// A page that rebinds its own name to this machine posts to `/nlip` with its own `Origin`:
+/// refused 403 `forbidden` before anything is read, as the WebSocket is; programs (no
+/// `Origin`), pages of this machine and listed origins are served.
+#[tokio::test]
+async fn a_web_page_of_another_origin_cannot_post_nlip() {
+    let addr = start("allowed_origins = [\"https://app.example.com\"]\n").await;
+    let post = |origin: Option<&'static str>| async move {
+        let body = r#"{"format":"text","subformat":"english","content":"hello"}"#;
+        let origin = origin.map(|o| format!("Origin: {o}\r\n")).unwrap_or_default();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /nlip HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{origin}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let raw = closed_within(&mut stream, Duration::from_secs(5)).await.expect("an answer");
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status: u16 = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_default();
+        (status, text)
+    };
+    let (status, text) = post(Some("http://rebound.example:8787")).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains(r#""code":"forbidden""#) && text.contains("http.allowed_origins"), "{text}");
+    for origin in [None, Some("http://localhost:5173"), Some("https://app.example.com")] {
+        let (status, text) = post(origin).await;
+        assert_eq!(status, 200, "{origin:?}: {text}");
+    }
 }
 
 #[test]

@@ -210,7 +210,11 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
         ("another audience", es.token("alice", &[], |c, _| c["aud"] = json!("someone-else")), "audience"),
         ("another issuer", es.token("alice", &[], |c, _| c["iss"] = json!("https://evil.test/")), "issuer"),
         ("another key, same kid", other.token("alice", &[], |_, _| {}), "signature"),
-        ("no subject", es.token("alice", &[], |c, _| drop(c.as_object_mut().unwrap().remove("sub"))), "sub"),
+        (
+            "no subject",
+            es.token("alice", &[], |c, _| drop(c.as_object_mut().unwrap().remove("sub"))),
+            "lacks the claim sub",
+        ),
         (
             "a header naming another algorithm",
             ed.token("alice", &[], |_, h| h.kid = Some("es-1".into())),
@@ -230,6 +234,7 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
     );
     let (status, answer) = send(unsigned).await;
     assert_eq!(status, 401, "alg none: {answer}");
+    assert!(answer.to_string().contains("not a signed JWT with an accepted algorithm"), "alg none: {answer}");
     let public = serde_json::to_vec(&es.jwk).unwrap();
     let confused = jsonwebtoken::encode(
         &Header { kid: Some("es-1".into()), ..Header::new(Algorithm::HS256) },
@@ -239,6 +244,7 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
     .unwrap();
     let (status, answer) = send(confused).await;
     assert_eq!(status, 401, "HS256 with a public key: {answer}");
+    assert!(answer.to_string().contains("not a signed JWT with an accepted algorithm"), "HS256: {answer}");
 
     // Rotation: a key the set did not hold at start is fetched when a token names it.
     let rotated = Signer::es256("es-2");
@@ -258,7 +264,8 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
     assert_eq!(post_as(&addr, "/a2a", &a2a, &bad).await.0, 401);
     let mcp = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
     assert_eq!(post_as(&addr, "/mcp", &mcp, &bad).await.0, 401);
-    assert_ne!(post_as(&addr, "/mcp", &mcp, &good).await.0, 401);
+    let (status, pong) = post_as(&addr, "/mcp", &mcp, &good).await;
+    assert_eq!((status, &pong["result"]), (200, &json!({})), "a good JWT is served on /mcp: {pong}");
     // A tool kept for a role is not even listed to a principal without it.
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
     let tools = |token: String| {
@@ -283,6 +290,39 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
         let upgraded = tokio_tungstenite::connect_async(request).await;
         assert_eq!(upgraded.is_ok(), accepted, "WebSocket upgrade: {upgraded:?}");
     }
+
+    // A socket is its JWT's principal only while the JWT is good: it is served, then closed
+    // (1008, saying why) once the token expires (leeway_secs = 0 here).
+    {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::{
+            Message as Frame, client::IntoClientRequest, protocol::frame::coding::CloseCode,
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let short = es.token("alice", &[], |c, _| c["exp"] = json!(now + 3));
+        let mut request = format!("ws://{addr}/nlip/ws/text").into_client_request().unwrap();
+        request.headers_mut().insert("Authorization", format!("Bearer {short}").parse().unwrap());
+        let (mut socket, _) =
+            tokio_tungstenite::connect_async(request).await.expect("a good token opens a socket");
+        socket.send(Frame::Text(nlip("before it expires", "jwt-socket").into())).await.unwrap();
+        let first =
+            tokio::time::timeout(gateway::LONG, socket.next()).await.expect("an answer").unwrap().unwrap();
+        assert!(matches!(first, Frame::Text(_)), "served while the token is good: {first:?}");
+        let closed = tokio::time::timeout(gateway::LONG, async {
+            loop {
+                match socket.next().await {
+                    Some(Ok(Frame::Close(frame))) => break frame,
+                    Some(Ok(_)) => continue,
+                    other => panic!("the socket ended without a close frame: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("the socket is closed once its token expires")
+        .expect("with a close frame");
+        assert_eq!(closed.code, CloseCode::Policy);
+        assert!(closed.reason.contains("expired"), "{}", closed.reason);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,6 +332,11 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     let agent = HttpAgent::start(echo_agent()).await;
     let (daemon, store) = gateway_with("jwt-allow", idp, r#"["role:finance", "sub:carol"]"#, &agent).await;
     let addr = daemon.http.clone();
+    // The public card does not name the route to an agent only some principals may reach.
+    let (status, card) = daemon.get("/.well-known/agent-card.json");
+    assert_eq!(status, 200, "{card}");
+    let card: Value = serde_json::from_str(&card).unwrap();
+    assert_eq!(card["skills"], json!([]), "{card}");
     // SILP payloads: the conversation's first one begins its session, which records its owner,
     // and its compile is frozen in the compile.lock under its principal. Each principal's
     // payload is its own (order<n>), so that each freezes its own record.
@@ -334,6 +379,27 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     assert_eq!(status, 403, "{refused}");
     let before = agent.received.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(before, 4, "the refused messages never reached the agent");
+    // A conversation begun in plain text is its first sender's too: another principal may
+    // continue it neither in text nor with a SILP payload (which would otherwise begin a
+    // session in its own name and lock the first sender out), and its owner goes on in both.
+    let owner = es.token("alice", &["finance"], |_, _| {});
+    let other = es.token("carol", &[], |_, _| {});
+    let (status, answer) = post_as(&addr, "/nlip", &nlip("hello", "alice-text"), &owner).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, refused) = post_as(&addr, "/nlip", &nlip("mine now", "alice-text"), &other).await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(refused.to_string().contains("another principal"), "{refused}");
+    let (status, refused) = send(other.clone(), "alice-text").await;
+    assert_eq!(status, 403, "a SILP payload does not take it over: {refused}");
+    let (status, answer) = send(owner.clone(), "alice-text").await;
+    assert_eq!(status, 200, "its owner's first SILP turn: {answer}");
+    let (status, answer) = post_as(&addr, "/nlip", &nlip("and text again", "alice-text"), &owner).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        agent.received.load(std::sync::atomic::Ordering::SeqCst),
+        before + 3,
+        "only the owner's reached it"
+    );
 
     // The compile.lock names who froze each record; one principal's records are exported
     // from a chain that verifies whole.

@@ -109,6 +109,8 @@ cargo clippy --locked --all-targets --test broker_cluster -- -D warnings
 cargo build --locked --examples
 cargo test --locked --all-targets
 cargo test --locked --doc
+# The README's quick start, its commands as written, in a fresh copy (tests/quickstart.sh).
+bash tests/quickstart.sh
 # Last: the three-node broker tests (Cargo.toml says why), on one cluster brought up once and
 # down again however they end.
 bash tests/broker-cluster.sh down >/dev/null

@@ -2,7 +2,8 @@
 //! the broker nodes and the order they are tried in ([`addresses`]), publishing with confirms
 //! ([`publish`]), the NLIP AMQP binding on message properties ([`properties`]), the topology
 //! silpgate declares ([`topology`]), what the connection can do right now ([`health`],
-//! [`majority`]), and which connection is up, as the rest of silpgate sees it ([`link`]).
+//! [`majority`]), which connection is up, as the rest of silpgate sees it ([`link`]), and
+//! which reply addresses a producer may name ([`reply_rule`]).
 
 pub(crate) mod addresses;
 pub(crate) mod ending;
@@ -11,4 +12,5 @@ pub(crate) mod link;
 pub(crate) mod majority;
 pub mod properties;
 pub mod publish;
+pub(crate) mod reply_rule;
 pub mod topology;

@@ -11,6 +11,9 @@ pub struct A2aConfig {
     /// to make room, and a request finding every kept task still working is refused. Default
     /// 10000.
     pub max_tasks: usize,
+    /// At most this many of the kept tasks still working may be one client's (its principal,
+    /// else its address): one client holding slow tasks cannot take every slot. Default 1000.
+    pub max_tasks_per_client: usize,
     /// A task is forgotten this long after it last changed. Default 86400 (a day).
     pub task_ttl_secs: u64,
     /// The origins (`https://hooks.example.com`, `http://127.0.0.1:9000`: scheme, host and
@@ -39,6 +42,7 @@ impl Default for A2aConfig {
     fn default() -> Self {
         A2aConfig {
             max_tasks: 10_000,
+            max_tasks_per_client: 1_000,
             task_ttl_secs: 86_400,
             push_origins: Vec::new(),
             push_queue: "silpgate.a2a.push".into(),

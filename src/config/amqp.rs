@@ -91,6 +91,12 @@ pub struct AmqpConfig {
     /// an AMQP agent). Each instance needs its own: in cluster mode the instance name is
     /// appended. Default `silpgate.replies`.
     pub reply_queue: String,
+    /// Queues, by name prefix, that a producer may name as its reply address (`reply_to`,
+    /// `nlip-reply-*`), besides direct reply-to (`amq.rabbitmq.reply-to`) and server-named
+    /// queues (`amq.gen-`), which are always allowed. silpgate publishes replies there with its
+    /// own broker rights, so a message naming any other queue, or one silpgate declares
+    /// itself, is refused (`forbidden`, dead-lettered). Default: none.
+    pub reply_prefixes: Vec<String>,
     /// `quorum` (default): the reply queue survives the loss of a broker node. `classic`: an
     /// answer's round trip is about a millisecond shorter (no consensus write), but while the
     /// queue's node is down this instance cannot connect at all; for a single broker node.
@@ -144,6 +150,7 @@ impl Default for AmqpConfig {
             drain_secs: 30,
             delivery_limit: 100,
             reply_queue: "silpgate.replies".into(),
+            reply_prefixes: Vec::new(),
             reply_queue_type: ReplyQueueType::Quorum,
         }
     }

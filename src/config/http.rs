@@ -21,6 +21,9 @@ pub struct HttpConfig {
     pub tls_cert: Option<std::path::PathBuf>,
     /// PEM private key for https/wss.
     pub tls_key: Option<std::path::PathBuf>,
+    /// The oldest TLS version the listener accepts: `"1.2"` (default) or `"1.3"`, for
+    /// deployments that follow the NLIP security guidelines' TLS 1.3-only rule.
+    pub min_tls: MinTls,
     /// Bearer tokens clients must present (`Authorization: Bearer <token>`). Empty, and
     /// `tokens_env` unset: no client authentication (local use).
     pub tokens: Vec<String>,
@@ -59,8 +62,9 @@ pub struct HttpConfig {
     /// Ask for a bearer token on `GET /metrics` and `GET /cluster` too, as on `/nlip`.
     /// Default false (scrapers and probes usually come from inside the network).
     pub observability_tokens: bool,
-    /// Browser origins allowed to open a WebSocket (`Origin` header, e.g.
-    /// `https://app.example.com`). An upgrade carrying any other `Origin` is refused with 403,
+    /// Browser origins allowed to open a WebSocket or POST to `/nlip`, `/mcp` and `/a2a`
+    /// (`Origin` header, e.g. `https://app.example.com`), besides pages of this machine. A
+    /// request carrying any other `Origin` is refused with 403,
     /// so that a web page cannot drive a gateway on the visitor's machine; clients that send
     /// no `Origin` (programs, not browsers) are not affected. Default: none.
     pub allowed_origins: Vec<String>,
@@ -78,6 +82,7 @@ impl Default for HttpConfig {
             plain: false,
             tls_cert: None,
             tls_key: None,
+            min_tls: MinTls::V1_2,
             tokens: Vec::new(),
             tokens_env: None,
             ws_ping_secs: 20,
@@ -96,6 +101,15 @@ impl Default for HttpConfig {
             trusted_proxies: Vec::new(),
         }
     }
+}
+
+/// The oldest TLS version a listener accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum MinTls {
+    #[serde(rename = "1.2")]
+    V1_2,
+    #[serde(rename = "1.3")]
+    V1_3,
 }
 
 impl HttpConfig {

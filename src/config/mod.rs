@@ -24,7 +24,7 @@ pub use agents::{
 pub use amqp::{AmqpConfig, ReplyQueueType};
 pub use auth::{AuthConfig, StaticToken};
 pub use cluster::ClusterConfig;
-pub use http::HttpConfig;
+pub use http::{HttpConfig, MinTls};
 pub use routes::{AwaitMode, FrontendRule, RepliesMode, RouteConfig, RouteMatch, RouteMode};
 pub use streams::StreamConfig;
 

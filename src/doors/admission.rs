@@ -24,6 +24,9 @@ pub(crate) fn error_response(status: StatusCode, code: &str, message: &str, enco
     message_response(status, &reply::error_message(code, message, &Location::None), encoding)
 }
 
+/// Why a request from a browser page of another origin is refused.
+pub(crate) const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page elsewhere may not drive this endpoint";
+
 /// True when a request from a browser page may go on: it carries no `Origin` (programs send
 /// none), or its origin is in `http.allowed_origins`, or it is a page this machine serves
 /// (`localhost`, `127.0.0.1`, `[::1]`, any port). A page elsewhere must not drive a gateway it

@@ -6,7 +6,9 @@
 //! 401/403 for a missing/refused token, 503 when state or the agent is unavailable, 500 when
 //! silpgate itself is broken. Every non-2xx body is an NLIP error message, never a framework's.
 
-use super::admission::{authenticate, error_response, message_response, rate_limited_response};
+use super::admission::{
+    FOREIGN_ORIGIN, authenticate, error_response, message_response, origin_allowed, rate_limited_response,
+};
 use super::{Front, ToSender};
 use crate::broker::health::Readiness;
 use crate::gateway::Transport;
@@ -150,6 +152,11 @@ async fn post_nlip(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // As on the WebSocket, `/a2a` and `/mcp`: a page elsewhere that rebinds its name to this
+    // machine must not drive the agents behind it, with silpgate's own agent credentials.
+    if !origin_allowed(&front.allowed_origins, &headers) {
+        return error_response(StatusCode::FORBIDDEN, "forbidden", FOREIGN_ORIGIN, Encoding::Json);
+    }
     let identity = match authenticate(&front, &headers, peer).await {
         Ok(identity) => identity,
         Err(denied) => return denied.into_response(),

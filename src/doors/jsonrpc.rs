@@ -3,15 +3,12 @@
 //! that order; and JSON-RPC error bodies.
 
 use super::Front;
-use super::admission::{Denied, authenticate, origin_allowed};
+use super::admission::{Denied, FOREIGN_ORIGIN, authenticate, origin_allowed};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
-
-/// Why a request from a browser page of another origin is refused.
-const FOREIGN_ORIGIN: &str = "requests from this origin are not allowed (http.allowed_origins): a web page elsewhere may not drive this endpoint";
 
 /// A request that passed every check: its body, and the client it counts against.
 pub(crate) struct Admitted {

@@ -163,7 +163,9 @@ impl Jwts {
             Some(Value::String(roles)) => roles.split_whitespace().map(str::to_owned).collect(),
             _ => Vec::new(),
         };
-        Ok(Principal::new(subject, roles))
+        let valid_until =
+            claims.get("exp").and_then(Value::as_u64).map(|exp| exp.saturating_add(self.leeway));
+        Ok(Principal { valid_until, ..Principal::new(subject, roles) })
     }
 
     /// The key for a token of `kid` and `algorithm`: the set, and the key's place in it.
@@ -342,7 +344,8 @@ mod tests {
             .verify(&token(json!({"sub": "alice", "aud": "me", "exp": now + 60, "roles": "finance ops"})))
             .await
             .unwrap();
-        assert_eq!(alice, Principal::new("alice", vec!["finance".into(), "ops".into()]));
+        let until = Some(now + 60 + jwts.leeway);
+        assert_eq!(alice, Principal { valid_until: until, ..Principal::new("alice", vec!["finance".into(), "ops".into()]) });
         let unaudienced = jwts.verify(&token(json!({"sub": "alice", "exp": now + 60}))).await;
         assert_eq!(unaudienced, Err(JwtError::Missing("aud".into())));
         let _ = std::fs::remove_dir_all(dir);

@@ -130,6 +130,14 @@ fn frame(message: &Message, encoding: Encoding) -> Frame {
     }
 }
 
+/// Ends when a credential good until `valid_until` (seconds since the Unix epoch) expires;
+/// never without one.
+async fn credential_expiry(valid_until: Option<u64>) {
+    let Some(valid_until) = valid_until else { return std::future::pending().await };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    tokio::time::sleep(Duration::from_secs(valid_until).saturating_sub(now)).await;
+}
+
 /// Requests one socket may have in flight; the next waits for one to finish, which in turn
 /// stops reading from the socket (the peer feels back-pressure, memory stays bounded).
 const IN_FLIGHT_PER_SOCKET: usize = 256;
@@ -189,9 +197,18 @@ async fn serve_socket<S>(
     // One channel for the socket's interim events: its messages are submitted one at a time,
     // and each message only clones the sender.
     let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    // A socket opened with a JWT is that principal's only while the JWT is good.
+    let expiry = credential_expiry(principal.as_ref().and_then(|p| p.valid_until));
+    tokio::pin!(expiry);
     let closing = loop {
         let next = tokio::select! {
             next = stream.next() => next,
+            () = &mut expiry => {
+                break Some(close(
+                    CloseCode::Policy,
+                    "the token this socket was opened with has expired; connect again with a fresh one",
+                ));
+            }
             _ = ticker.tick() => {
                 if last_heard.elapsed() > front.ws_dead {
                     break Some(close(CloseCode::Policy, "no answer to pings"));

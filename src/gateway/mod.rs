@@ -321,17 +321,17 @@ impl Gateway {
         // The session as this message leaves it, kept with its ledger entry for the replicas
         // of the partition the session belongs to (only a cluster's sessions have any).
         let mut left = None;
+        let policy = SessionPolicy {
+            heartbeat: self.config.sessions.heartbeat,
+            idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
+            partition: inbound.origin.partition,
+        };
         let session = match (replay, message.conversation_token()) {
             (Some((turn, record)), _) => {
                 left = record.map(|r| *r);
                 turn
             }
             (None, Some(token)) if !units.is_empty() => {
-                let policy = SessionPolicy {
-                    heartbeat: self.config.sessions.heartbeat,
-                    idle_timeout_ms: self.config.sessions.idle_timeout_secs.saturating_mul(1000),
-                    partition: inbound.origin.partition,
-                };
                 let party = party_of(&inbound.origin, answering.is_some());
                 let (turn, record) =
                     session::count_turn(self.store.as_ref(), token, inbound.received_at, &policy, party)
@@ -346,9 +346,17 @@ impl Gateway {
             }
             (None, Some(token)) => {
                 // No payload counts a turn, but a conversation begun by a principal stays
-                // its own for every message.
+                // its own for every message, whatever its first one carried.
                 let party = party_of(&inbound.origin, answering.is_some());
-                session::check_owner(self.store.as_ref(), token, party).map_err(nowhere)?;
+                let claim = session::claim(self.store.as_ref(), token, inbound.received_at, &policy, party)
+                    .map_err(nowhere)?;
+                if let Some(record) = claim {
+                    changes.turns_seen.push((record.token.clone(), 0));
+                    if record.partition.is_some() {
+                        left = Some(record.clone());
+                    }
+                    changes.sessions.push(record);
+                }
                 None
             }
             (None, None) => None,

@@ -72,6 +72,12 @@ pub fn count_turn(
 ) -> Result<(Turn, SessionRecord), GatewayError> {
     let mut record = match store.session_by_token(token)? {
         Some(record) if !party.may_continue(&record) => return Err(not_the_owner()),
+        // A claim (a conversation begun without a turn, [`claim`]) begins its session with
+        // the first turn, whenever that comes; it keeps its owner.
+        Some(record) if record.turns == 0 => SessionRecord {
+            owner: record.owner,
+            ..SessionRecord::begin(record.id, token, policy.heartbeat, now, policy.partition.map(|p| p.index))
+        },
         // An idle session stays expired: its last activity does not move any more.
         Some(record)
             if record.expired || now.saturating_sub(record.last_activity) > policy.idle_timeout_ms =>
@@ -127,11 +133,31 @@ impl<'a> Party<'a> {
     }
 }
 
-/// Refuses `party` a conversation another principal began (one with a session).
-pub fn check_owner(store: &dyn Store, token: &str, party: Party<'_>) -> Result<(), GatewayError> {
+/// A message of conversation `token` that counts no turn (plain text, no SILP): refused to
+/// `party` when another principal began the conversation. When it begins the conversation and
+/// its sender is a principal, the record to commit: the principal's claim, a session with no
+/// turn yet, so that a conversation is its first sender's whatever its first payload was.
+/// Anonymous senders claim nothing (their conversations are anyone's).
+pub fn claim(
+    store: &dyn Store,
+    token: &str,
+    now: Millis,
+    policy: &SessionPolicy,
+    party: Party<'_>,
+) -> Result<Option<SessionRecord>, GatewayError> {
     match store.session_by_token(token)? {
         Some(record) if !party.may_continue(&record) => Err(not_the_owner()),
-        _ => Ok(()),
+        Some(_) => Ok(None),
+        None => Ok(party.subject().map(|owner| SessionRecord {
+            owner: Some(owner.to_owned()),
+            ..SessionRecord::begin(
+                id_for(token),
+                token,
+                policy.heartbeat,
+                now,
+                policy.partition.map(|p| p.index),
+            )
+        })),
     }
 }
 
@@ -208,6 +234,39 @@ mod tests {
         let renewed: Vec<u64> = turns.iter().filter(|t| t.renewed).map(|t| t.turn).collect();
         assert_eq!(renewed, [6, 11]);
         assert_eq!(turn(&store, "conv-2", 20, &POLICY).unwrap().id, id_for("conv-2"));
+    }
+
+    /// A principal's plain-text first message claims the conversation; the claim never
+    /// expires into a refusal of its own first turn, which begins the session (turn 1) at
+    /// that turn's time; anonymous senders claim nothing.
+    #[test]
+    fn a_claim_keeps_a_conversation_its_owners_until_its_first_turn_begins_the_session() {
+        let store = MemoryStore::new();
+        let claimed =
+            claim(&store, "c", 10, &POLICY, Party::Client(Some("alice"))).unwrap().expect("a claim");
+        assert_eq!((claimed.turns, claimed.owner.as_deref()), (0, Some("alice")));
+        store.commit(&Changes { sessions: vec![claimed], ..Changes::default() }, 10).unwrap();
+        assert!(matches!(
+            claim(&store, "c", 20, &POLICY, Party::Client(Some("bob"))),
+            Err(GatewayError::Forbidden(_))
+        ));
+        assert!(matches!(
+            count_turn(&store, "c", 20, &POLICY, Party::Client(Some("bob"))),
+            Err(GatewayError::Forbidden(_))
+        ));
+        assert_eq!(
+            claim(&store, "c", 20, &POLICY, Party::Client(Some("alice"))).unwrap(),
+            None,
+            "claimed once"
+        );
+        // Long after the idle timeout, the owner's first turn begins the session.
+        let (turn, record) = count_turn(&store, "c", 50_000, &POLICY, Party::Client(Some("alice"))).unwrap();
+        assert_eq!((turn.turn, record.started, record.owner.as_deref()), (1, 50_000, Some("alice")));
+        assert_eq!(
+            claim(&store, "d", 10, &POLICY, Party::Client(None)).unwrap(),
+            None,
+            "anonymous: anyone's"
+        );
     }
 
     #[test]

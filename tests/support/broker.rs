@@ -168,6 +168,7 @@ retry_max_ms = 400
 reconnect_initial_ms = 100
 reconnect_max_ms = 1000
 reply_queue = "{answers}"
+reply_prefixes = ["sgtest."]
 {amqp_extra}
 [[agents]]
 name = "sink"

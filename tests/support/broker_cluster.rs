@@ -61,6 +61,14 @@ impl BrokerCluster {
         BrokerCluster
     }
 
+    /// The extra nodes stopped, forgotten, started and joined again: a cluster no earlier test
+    /// has reshaped (queue leaders, stream coordinator members).
+    pub fn fresh() -> BrokerCluster {
+        run(&["down"]);
+        run(&["up"]);
+        BrokerCluster
+    }
+
     /// SIGKILLs extra node `n` (2 or 3): a node crash.
     pub fn kill(&self, n: u8) {
         run(&["kill", &n.to_string()]);

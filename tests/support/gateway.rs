@@ -34,6 +34,7 @@ retry_max_ms = 2000
 max_attempts = 100
 reconnect_initial_ms = 100
 reconnect_max_ms = 1000
+reply_prefixes = ["sgtest."]
 "#,
             inbound = names.inbound(),
             inbound_x = names.inbound_exchange(),

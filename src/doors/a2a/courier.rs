@@ -430,13 +430,8 @@ impl Webhooks {
     }
 }
 
-/// A webhook's URL as logs show it: without its query, which may carry a secret.
+/// A webhook's URL as logs show it: its origin alone. The path and query are the client's
+/// to choose (and may carry a secret); every retry logs this, so it stays short.
 fn shown(url: &str) -> String {
-    reqwest::Url::parse(url).map_or_else(
-        |_| "(not a URL)".into(),
-        |mut url| {
-            url.set_query(None);
-            url.to_string()
-        },
-    )
+    reqwest::Url::parse(url).map_or_else(|_| "(not a URL)".into(), |url| url.origin().ascii_serialization())
 }

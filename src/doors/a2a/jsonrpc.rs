@@ -146,7 +146,9 @@ fn send_request_from_0_3(params: &Value) -> Value {
 /// A JSON-RPC error response: HTTP 200, but 429 for the quota, which is about the client.
 fn failed(id: Value, failure: &Failure) -> Response {
     let status = match failure {
-        Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => failure.http_status(),
+        Failure::TooManyConversations(_) | Failure::TooManyTasks(_) | Failure::TooManyTasksOfClient(_) => {
+            failure.http_status()
+        }
         _ => StatusCode::OK,
     };
     reply(status, &error(id, failure.jsonrpc_code(), &failure.message()))

@@ -49,17 +49,27 @@ pub(crate) fn router() -> Router<Arc<Front>> {
 
 /// The card: the gateway's name, the interfaces at `/a2a` under `http.public_url` (never the
 /// request's `Host`, which would let a client write the card others read), the routes that
-/// take A2A messages as skills, SILP as an extension. One card for both generations: 1.0
+/// take A2A messages as skills (those to agents with an `allow` rule left out: the card is
+/// read by anyone), SILP as an extension. One card for both generations: 1.0
 /// reads `supportedInterfaces`, which names the JSON-RPC and HTTP+JSON interfaces of 1.0 and
 /// the JSON-RPC one of 0.3, and the security schemes' `httpAuthSecurityScheme`; 0.3 reads the top-level `url`,
 /// `protocolVersion` and `preferredTransport`, `security`, and the schemes' `type`. Each
 /// generation's readers pass over the other's fields.
 async fn card(State(front): State<Arc<Front>>) -> Response {
     let config = front.gateway().config();
+    // The card is public: a route to an agent only some principals may reach is not shown.
+    let open_to_anyone = |destination: &str| {
+        config
+            .agents
+            .iter()
+            .find(|a| a.name == destination)
+            .is_none_or(|agent| crate::principal::allowed(&agent.allow, None))
+    };
     let skills: Vec<Value> = config
         .routes
         .iter()
         .filter(|r| r.matcher.source.as_deref().is_none_or(|s| s == "a2a"))
+        .filter(|r| open_to_anyone(&r.destination))
         .map(|r| {
             let mode = format!("{:?}", r.mode).to_ascii_lowercase();
             json!({"id": r.name, "name": r.name, "tags": [mode, r.destination],

@@ -35,6 +35,8 @@ pub(super) enum Failure {
     PushNotSupported,
     /// Every kept task is still working, and there are `a2a.max_tasks` of them.
     TooManyTasks(usize),
+    /// The client has `a2a.max_tasks_per_client` kept tasks still working.
+    TooManyTasksOfClient(usize),
 }
 
 impl From<&str> for Failure {
@@ -48,9 +50,10 @@ impl Failure {
     pub(super) fn jsonrpc_code(&self) -> i64 {
         match self {
             Failure::Parse(_) => -32700,
-            Failure::InvalidRequest(_) | Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => {
-                -32600
-            }
+            Failure::InvalidRequest(_)
+            | Failure::TooManyConversations(_)
+            | Failure::TooManyTasks(_)
+            | Failure::TooManyTasksOfClient(_) => -32600,
             Failure::TaskNotCancelable(_) => -32002,
             Failure::PushNotSupported => -32003,
             Failure::MethodNotFound(_) => -32601,
@@ -64,7 +67,9 @@ impl Failure {
     /// limits (conversations, kept tasks), which are about the client rather than the request.
     pub(super) fn http_status(&self) -> StatusCode {
         match self {
-            Failure::TooManyConversations(_) | Failure::TooManyTasks(_) => StatusCode::TOO_MANY_REQUESTS,
+            Failure::TooManyConversations(_)
+            | Failure::TooManyTasks(_)
+            | Failure::TooManyTasksOfClient(_) => StatusCode::TOO_MANY_REQUESTS,
             Failure::MethodNotFound(_) | Failure::TaskNotFound(_) => StatusCode::NOT_FOUND,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -83,6 +88,9 @@ impl Failure {
             Failure::TooManyTasks(limit) => format!(
                 "too_many_tasks: all {limit} tasks kept (a2a.max_tasks) are still working; send the message without returnImmediately, or later"
             ),
+            Failure::TooManyTasksOfClient(limit) => format!(
+                "too_many_tasks: this client has {limit} kept tasks still working, the most it may have (a2a.max_tasks_per_client); wait for one to end"
+            ),
             Failure::TooManyConversations(limit) => format!(
                 "too_many_conversations: this client has {limit} live conversations, the most it may have"
             ),
@@ -99,7 +107,9 @@ impl Failure {
             Failure::TaskNotFound(_) => ("NOT_FOUND", "TASK_NOT_FOUND"),
             Failure::VersionNotSupported(_) => ("FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"),
             Failure::TooManyConversations(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_CONVERSATIONS"),
-            Failure::TooManyTasks(_) => ("RESOURCE_EXHAUSTED", "TOO_MANY_TASKS"),
+            Failure::TooManyTasks(_) | Failure::TooManyTasksOfClient(_) => {
+                ("RESOURCE_EXHAUSTED", "TOO_MANY_TASKS")
+            }
             Failure::TaskNotCancelable(_) => ("FAILED_PRECONDITION", "TASK_NOT_CANCELABLE"),
             Failure::PushNotSupported => ("FAILED_PRECONDITION", "PUSH_NOTIFICATION_NOT_SUPPORTED"),
         };

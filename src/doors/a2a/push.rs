@@ -8,6 +8,9 @@ use super::operation::Failure;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// Longest webhook URL taken, in bytes: far above any real one.
+const MAX_URL_BYTES: usize = 2048;
+
 /// One push notification config of a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PushConfig {
@@ -36,6 +39,11 @@ impl PushConfig {
         let invalid = |why: String| Failure::InvalidParams(format!("push notification config: {why}"));
         let text = |name: &str| config.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
         let url = text("url").ok_or_else(|| invalid("url is missing".into()))?;
+        if url.len() > MAX_URL_BYTES {
+            // Kept with the task and sent on every notification: its size is the client's
+            // to choose, so it is bounded here.
+            return Err(invalid(format!("url is {} bytes; the longest taken is {MAX_URL_BYTES}", url.len())));
+        }
         let parsed = reqwest::Url::parse(url).map_err(|e| invalid(format!("url is not a URL: {e}")))?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
             return Err(invalid(
@@ -67,6 +75,8 @@ impl PushConfig {
         let v0_3 = config.get(crate::a2a::v0_3::PUSHED_AS_0_3) == Some(&Value::Bool(true));
         let id = match text("id") {
             Some(id) if id.len() > 128 => return Err(invalid("id is longer than 128 characters".into())),
+            // A notification's lane is `<task>/<config id>`: a `/` would make two lanes one.
+            Some(id) if id.contains('/') => return Err(invalid("id may not hold '/'".into())),
             Some(id) => id.to_owned(),
             // 0.3 names a task's config by the task's id; the task names it once it exists.
             None if v0_3 => String::new(),
@@ -189,6 +199,9 @@ mod tests {
         refused(json!({"url": "https://hooks.example.com:8443/hook"}), "not allowed");
         refused(json!({"url": "https://u:p@hooks.example.com/"}), "user name or password");
         refused(json!({"token": "t"}), "url is missing");
+        let long = format!("https://hooks.example.com/{}", "a".repeat(2048));
+        refused(json!({ "url": long }), "the longest taken is 2048");
+        refused(json!({"url": "https://hooks.example.com/", "id": "a/b"}), "'/'");
         refused(json!({"url": "https://hooks.example.com/", "token": "a\nb"}), "token");
         refused(
             json!({"url": "https://hooks.example.com/", "authentication": {"credentials": "c"}}),

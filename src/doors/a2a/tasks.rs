@@ -53,6 +53,7 @@ pub(crate) struct TaskBook {
     kept: Mutex<HashMap<String, Kept>>,
     records: Option<KeptRecords>,
     max: usize,
+    max_per_client: usize,
     ttl_ms: u64,
     /// Bumped on every change, so that a `SubscribeToTask` wakes to look again.
     changes: tokio::sync::watch::Sender<u64>,
@@ -78,6 +79,7 @@ impl TaskBook {
             kept: Mutex::default(),
             records,
             max: config.max_tasks.max(1),
+            max_per_client: config.max_tasks_per_client.max(1),
             ttl_ms: config.task_ttl_secs.saturating_mul(1000),
             changes: tokio::sync::watch::Sender::new(0),
             courier,
@@ -154,14 +156,15 @@ impl TaskBook {
             sent: 0,
         };
         let mut tasks = self.lock();
-        self.make_room(&mut tasks)?;
+        self.make_room(&mut tasks, owner)?;
         self.record(&id, &mut kept, vec![json!({"task": task})]);
         tasks.insert(id, kept);
         Ok(task)
     }
 
-    /// Forgets expired tasks, then, at the bound, the oldest finished one.
-    fn make_room(&self, tasks: &mut HashMap<String, Kept>) -> Result<(), Failure> {
+    /// Forgets expired tasks, then, at the bound, the oldest finished one. `owner` may not
+    /// have more than its share still working.
+    fn make_room(&self, tasks: &mut HashMap<String, Kept>, owner: &str) -> Result<(), Failure> {
         let now = now_ms();
         let expired: Vec<String> = tasks
             .iter()
@@ -171,6 +174,10 @@ impl TaskBook {
         for id in expired {
             tasks.remove(&id);
             self.forget(&id);
+        }
+        let working = |k: &&Kept| TaskState::of(&k.task) == TaskState::Pending;
+        if tasks.values().filter(working).filter(|k| k.owner == owner).count() >= self.max_per_client {
+            return Err(Failure::TooManyTasksOfClient(self.max_per_client));
         }
         if tasks.len() < self.max {
             return Ok(());
@@ -599,5 +606,26 @@ mod tests {
         assert!(tasks.get("a", first, None).is_err());
         assert!(tasks.get("a", second["id"].as_str().unwrap(), None).is_ok());
         assert_eq!(tasks.open("a", &message("c"), None).unwrap_err(), Failure::TooManyTasks(2));
+    }
+
+    /// One client's slow tasks fill its own share, not the book: another client still gets
+    /// a task, and the first gets one again once one of its own ends.
+    #[test]
+    fn one_client_cannot_hold_every_slot() {
+        let tasks = TaskBook::load(
+            None,
+            &A2aConfig { max_tasks: 4, max_tasks_per_client: 2, task_ttl_secs: 3600, ..A2aConfig::default() },
+            None,
+        )
+        .unwrap();
+        let first = tasks.open("greedy", &message("c"), None).unwrap();
+        tasks.open("greedy", &message("c"), None).unwrap();
+        let refused = tasks.open("greedy", &message("c"), None).unwrap_err();
+        assert_eq!(refused, Failure::TooManyTasksOfClient(2));
+        assert!(refused.message().contains("a2a.max_tasks_per_client"), "{}", refused.message());
+        assert_eq!(refused.http_status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
+        tasks.open("patient", &message("c"), None).expect("another client still gets a task");
+        tasks.finish(first["id"].as_str().unwrap(), &json!({"message": {"parts": []}}));
+        tasks.open("greedy", &message("c"), None).expect("a share freed");
     }
 }

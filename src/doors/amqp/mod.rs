@@ -26,6 +26,7 @@ use crate::broker::addresses::{Addresses, Node};
 use crate::broker::ending::{Ending, Endings};
 use crate::broker::health::BrokerHealth;
 use crate::broker::link::{BrokerLink, Link};
+use crate::broker::reply_rule::ReplyRule;
 use crate::broker::{majority, properties, publish, topology};
 use crate::cluster::Cluster;
 use crate::cluster::connection::{ClusterSide, REBALANCE_TICK};
@@ -163,6 +164,11 @@ impl Amqp {
             let ended = match self.connect(&mut addresses).await {
                 Ok(Connected { connection, consume, publish, node, user }) => {
                     info!(broker = %node, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
+                    if self.config.auth.broker_roles.contains_key(&user) {
+                        // What silpgate's own user publishes is believed as another instance's
+                        // word (forwarded principals, reply places): a producer must not have it.
+                        warn!(user = %user, "silpgate's own broker user is given producer roles ([auth.broker_roles]): producers that share it can pose as a silpgate instance; give silpgate a broker user of its own (docs/security.md).");
+                    }
                     backoff.reset();
                     let since = std::time::Instant::now();
                     let ended =
@@ -308,8 +314,14 @@ impl Amqp {
         mut shutdown: Shutdown,
     ) -> Ended {
         let cluster_config = self.cluster.as_ref().map(|c| &c.config);
-        let quorum_queues =
-            topology::Topology::from_config(&self.amqp, cluster_config, &self.config.agents).quorum_queues();
+        let topology = topology::Topology::from_config(&self.amqp, cluster_config, &self.config.agents);
+        let quorum_queues = topology.quorum_queues();
+        let push_queue = self.config.a2a.pushes().then(|| self.config.a2a.push_queue.clone());
+        let reply_rule = ReplyRule::new(
+            &self.amqp.reply_prefixes,
+            topology.queues.into_iter().map(|q| q.name).chain(push_queue),
+            &self.amqp.reply_queue,
+        );
         let _probe = match majority::watch(
             connection,
             majority::probe_queue(&self.reply_queue()),
@@ -352,6 +364,7 @@ impl Amqp {
             acks: acks.clone(),
             cluster: self.cluster.clone(),
             left: Default::default(),
+            reply_rule,
         });
         // Each publishing channel's direct reply-to consumer; only the one of the channel in use
         // ending means the connection is lost.

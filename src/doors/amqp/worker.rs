@@ -181,6 +181,9 @@ enum AttemptFailure {
     Intake(#[from] intake::Failure),
     #[error("publishing to {destination}: {error}")]
     Publish { destination: String, error: PublishError },
+    /// A reply address silpgate does not publish to for a producer (`amqp.reply_prefixes`).
+    #[error("{0}")]
+    ReplyRefused(String),
 }
 
 impl AttemptFailure {
@@ -188,6 +191,7 @@ impl AttemptFailure {
         match self {
             AttemptFailure::Intake(e) => e.disposition(),
             AttemptFailure::Publish { .. } => Disposition::Transient,
+            AttemptFailure::ReplyRefused(_) => Disposition::Poison,
         }
     }
 
@@ -195,6 +199,7 @@ impl AttemptFailure {
         match self {
             AttemptFailure::Intake(e) => e.code(),
             AttemptFailure::Publish { error, .. } => error.code(),
+            AttemptFailure::ReplyRefused(_) => crate::code::Code::Forbidden.as_str(),
         }
     }
 }
@@ -230,6 +235,8 @@ pub(crate) struct Pipeline {
     /// silpgate stops: their later messages are left too, so that the next start takes them
     /// all, in order.
     pub left: Left,
+    /// Which reply addresses silpgate publishes to for a producer.
+    pub reply_rule: crate::broker::reply_rule::ReplyRule,
 }
 
 /// Conversations left to the broker while silpgate stops. Empty but during a stop, so that the
@@ -310,7 +317,10 @@ impl Pipeline {
     async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<NotTaken>>> {
         let arrivals = jobs
             .iter()
-            .map(|job| job.decoded.as_ref().ok().map(|message| self.arrival(job, message.clone())))
+            .map(|job| {
+                let message = job.decoded.as_ref().ok().filter(|_| self.refused_reply(job).is_none())?;
+                Some(self.arrival(job, message.clone()))
+            })
             .collect();
         self.intake.plan_window(arrivals).await
     }
@@ -479,8 +489,26 @@ impl Pipeline {
         }
     }
 
+    /// The refusal of a message whose reply address silpgate would not publish to for its
+    /// producer ([`crate::broker::reply_rule`]). A front-door message another instance
+    /// forwarded names that instance's reply queue, and is silpgate's own.
+    fn refused_reply(&self, job: &Job) -> Option<AttemptFailure> {
+        if job.envelope.replies.is_empty() {
+            return None;
+        }
+        let own_user = self.link.current().map(|link| link.user).unwrap_or_default();
+        if job.envelope.forwarded_by_silpgate(&own_user) {
+            return None;
+        }
+        let refusal = job.envelope.replies.iter().find_map(|(_, address)| self.reply_rule.refusal(address));
+        refusal.map(AttemptFailure::ReplyRefused)
+    }
+
     /// One attempt: everything up to, but not including, the acknowledgement.
     async fn attempt(&self, job: &Job) -> Result<(), AttemptFailure> {
+        if let Some(refused) = self.refused_reply(job) {
+            return Err(refused);
+        }
         let base_id = base_id(job);
         let message = match &job.decoded {
             Ok(message) => message.clone(),
