@@ -6,9 +6,14 @@
 # goes to a virtual host of this check's own, through the environment both the daemon and
 # the example agent read (SILPGATE_AMQP_URL); the HTTP port is the README's, 8787, which must
 # be free. Needs RabbitMQ (tests/run.sh starts it).
+#
+# What is checked is that the commands run and answer as written, not the optimiser: the
+# release profile is built without optimisation and incrementally (through cargo's
+# environment, CARGO_PROFILE_RELEASE_*), which takes a fresh copy minutes less to build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
 readme=README.md
 port=8787
 vhost=silpgate-quickstart
@@ -30,20 +35,35 @@ mapfile -t lines < <(awk '
 ' "$readme")
 [ "${#lines[@]}" -gt 0 ] || { echo "tests/quickstart.sh: no commands found in $readme" >&2; exit 1; }
 
-copy=$(mktemp -d)
+work=$(mktemp -d)
+copy="$work/silpgate"
+mkdir "$copy"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 -- "-$pid" 2>/dev/null || true
+  done
   rabbitmqctl -q delete_vhost "$vhost" >/dev/null 2>&1 || true
-  rm -rf "$copy"
+  rm -rf "$work"
 }
 trap cleanup EXIT
 tar --exclude=./target --exclude=./.git -cf - . | tar -xf - -C "$copy"
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=${CARGO_PROFILE_RELEASE_OPT_LEVEL:-0}
+export CARGO_PROFILE_RELEASE_INCREMENTAL=${CARGO_PROFILE_RELEASE_INCREMENTAL:-true}
 rabbitmqctl -q delete_vhost "$vhost" >/dev/null 2>&1 || true
 rabbitmqctl -q add_vhost "$vhost"
 rabbitmqctl -q set_permissions -p "$vhost" guest '.*' '.*' '.*'
 export SILPGATE_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$vhost"
-log="$copy.log"
+log="$work/daemon.log"
+
+# Runs a command in the background, in the copy, as the leader of a process group of its own
+# (cargo and the program it runs), so that the whole group is stopped at the end.
+spawn() {
+  setsid bash -c 'cd "$1" && eval "$2"' _ "$copy" "$1" >"$2" 2>&1 &
+  pids+=($!)
+}
 
 # Waits until the daemon answers /readyz (its first build may take minutes), or says why not.
 ready() {
@@ -89,16 +109,14 @@ for line in "${lines[@]}"; do
   fi
   if [ "$block" -eq 0 ]; then
     # The daemon, in a shell of its own.
-    (cd "$copy" && setsid bash -c "$line" >"$log" 2>&1) &
-    pids+=($!)
-    ready "$!"
+    spawn "$line" "$log"
+    ready "${pids[-1]}"
     echo "quickstart: \`$line\` serves on $port"
   elif [[ "$line" == *"&" ]]; then
     # Left running, as the README leaves it; a person sees it start before going on.
-    own_log="$copy.$block.log"
-    (cd "$copy" && setsid bash -c "${line%&}" >"$own_log" 2>&1) &
-    pids+=($!)
-    started "$!" "$own_log"
+    own_log="$work/$block.log"
+    spawn "${line%&}" "$own_log"
+    started "${pids[-1]}" "$own_log"
     echo "quickstart: \`$line\` runs"
   else
     got=$(cd "$copy" && bash -c "$line") || { echo "tests/quickstart.sh: \`$line\` failed" >&2; tail -30 "$log" >&2; exit 1; }

@@ -132,7 +132,10 @@ impl Envelope {
             header(REPLY_HEADER).and_then(value_text).and_then(|v| read_place(&v)).unwrap_or((0, 1));
         let wants_progress = match header(PROGRESS_HEADER) {
             Some(AMQPValue::Boolean(yes)) => *yes,
-            Some(other) => value_text(other).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+            Some(other) => {
+                value_number(other) == Some(1)
+                    || value_text(other).is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+            }
             None => false,
         };
         let forwarded_principal =
@@ -523,6 +526,28 @@ mod tests {
         let read = Envelope::read(&through_ingress, false);
         assert!(!read.forwarded_by_silpgate("silpgate"), "the ingress drops a producer's forwarded-by");
         assert!(read.forwarded_principal.is_none());
+    }
+
+    #[test]
+    fn interim_replies_are_asked_for_by_true_in_any_spelling_or_one_as_text_or_a_number() {
+        let asks = |value: AMQPValue| {
+            let p = BasicProperties::default().with_headers(headers(&[(PROGRESS_HEADER, value)]));
+            Envelope::read(&p, false).wants_progress
+        };
+        for yes in [
+            AMQPValue::Boolean(true),
+            long_string("TRUE"),
+            long_string("1"),
+            AMQPValue::ShortShortInt(1),
+            AMQPValue::LongLongInt(1),
+        ] {
+            assert!(asks(yes.clone()), "{yes:?}");
+        }
+        for no in
+            [AMQPValue::Boolean(false), long_string("yes"), AMQPValue::LongInt(0), AMQPValue::LongInt(2)]
+        {
+            assert!(!asks(no.clone()), "{no:?}");
+        }
     }
 
     #[test]

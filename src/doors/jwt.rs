@@ -183,8 +183,9 @@ impl Jwts {
                 }
             }
         };
-        let index = index
-            .ok_or_else(|| JwtError::UnknownKey(kid.map_or("no key id".into(), |k| format!("kid {k}"))))?;
+        // The key id is the client's to choose, and the refusal names it: only its start.
+        let named = |kid: &str| format!("kid {}", kid.chars().take(64).collect::<String>());
+        let index = index.ok_or_else(|| JwtError::UnknownKey(kid.map_or("no key id".into(), named)))?;
         if keys[index].algorithm != algorithm {
             return Err(JwtError::Algorithm(format!("{algorithm:?}")));
         }
@@ -345,7 +346,10 @@ mod tests {
             .await
             .unwrap();
         let until = Some(now + 60 + jwts.leeway);
-        assert_eq!(alice, Principal { valid_until: until, ..Principal::new("alice", vec!["finance".into(), "ops".into()]) });
+        assert_eq!(
+            alice,
+            Principal { valid_until: until, ..Principal::new("alice", vec!["finance".into(), "ops".into()]) }
+        );
         let unaudienced = jwts.verify(&token(json!({"sub": "alice", "exp": now + 60}))).await;
         assert_eq!(unaudienced, Err(JwtError::Missing("aud".into())));
         let _ = std::fs::remove_dir_all(dir);

@@ -10,11 +10,7 @@ use crate::principal::Principal;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// Ids of the tasks and messages this door writes: unique within the process.
-static IDS: AtomicU64 = AtomicU64::new(1);
 
 /// Why an A2A request is not served, in A2A's own terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -317,7 +313,7 @@ async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: openteleme
         if says_only_begun(&said) {
             return;
         }
-        let n = IDS.fetch_add(1, Ordering::Relaxed);
+        let n = crate::util::token::unguessable();
         let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);
         set_context(&mut message, context.as_deref());
         front.a2a_tasks.report(&id, message);
@@ -379,7 +375,7 @@ pub(super) async fn send_streaming(
         tokio::pin!(answer);
         let mut task: Option<Value> = None;
         let report = |said: Message, task: &mut Option<Value>| {
-            let n = IDS.fetch_add(1, Ordering::Relaxed);
+            let n = crate::util::token::unguessable();
             let task = task.get_or_insert_with(|| {
                 let mut task =
                     json!({"id": format!("silpgate-t{n}"), "status": {"state": "TASK_STATE_WORKING"}});
@@ -443,7 +439,7 @@ async fn deliver(
         Some(progress) => front.request_streaming(envelope, asker, parent, progress).await,
         None => front.request(envelope, asker, parent).await,
     };
-    let n = IDS.fetch_add(1, Ordering::Relaxed);
+    let n = crate::util::token::unguessable();
     let task = |state: &str, message: &Message| {
         let mut status_message = map::message(message, &format!("silpgate-m{n}"), map::ROLE_AGENT);
         set_context(&mut status_message, context);
