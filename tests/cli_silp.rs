@@ -78,6 +78,22 @@ fn sanitiser_notices_go_to_stderr() {
     assert!(err.contains("read as 'cancel'"), "{err}");
 }
 
+/// `--no-sanitize` keeps what the sanitiser would strip, and says nothing about it.
+#[test]
+fn no_sanitize_keeps_invisible_characters_and_reports_none() {
+    let text = "cancel(or\u{200B}der1)";
+    let value = |o: &Output| -> Value {
+        assert!(o.status.success(), "{}", stderr(o));
+        serde_json::from_str::<Value>(&stdout(o)).expect("an IR")["entities"][0]["value"].clone()
+    };
+    let sanitised = silpgate(&["silp", "decode", "--frontend", "code"], text);
+    assert_eq!(value(&sanitised), "order1");
+    assert!(stderr(&sanitised).contains("stripped invisible character U+200B"), "{}", stderr(&sanitised));
+    let kept = silpgate(&["silp", "decode", "--frontend", "code", "--no-sanitize"], text);
+    assert_eq!(value(&kept), "or\u{200B}der1");
+    assert!(!stderr(&kept).contains("stripped"), "{}", stderr(&kept));
+}
+
 #[test]
 fn lines_mode_answers_each_line_and_keeps_going() {
     let input = "\"cancel(flight)\"\n\"cancel(\"\nnot json\n\"if disk>90%: switch(backup_mode)\"\n";

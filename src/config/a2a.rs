@@ -36,6 +36,9 @@ pub struct A2aConfig {
     pub push_timeout_ms: u64,
     /// Push notification configs one task may have. Default 8.
     pub max_push_configs: usize,
+    /// PEM certificate authorities `https://` webhooks are verified against, besides the
+    /// system's: for webhooks behind a private CA. Verification is never off. Default: none.
+    pub push_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for A2aConfig {
@@ -51,6 +54,7 @@ impl Default for A2aConfig {
             push_give_up_secs: 86_400,
             push_timeout_ms: 10_000,
             max_push_configs: 8,
+            push_ca_file: None,
         }
     }
 }

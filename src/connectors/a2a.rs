@@ -178,16 +178,19 @@ impl A2aAgent {
             .await
             .map_err(|e| super::http::unreachable(&self.name, e))?;
         let status = response.status();
+        // Which URL answered so, without credentials: what an operator checks first.
+        let tried = reqwest::Url::parse(&url).map_or_else(|_| url.clone(), |u| super::http::redacted(&u));
         if let Some(location) = super::http::redirect_of(&response) {
             return Err(self.unavailable(
                 "a2a_card_invalid",
-                format!("agent card: HTTP {status} to {location}: silpgate follows no redirects"),
+                format!("agent card at {tried}: HTTP {status} to {location}: silpgate follows no redirects"),
             ));
         }
         if !status.is_success() {
-            return Err(
-                self.unavailable(Code::AgentUnavailable.as_str(), format!("agent card: HTTP {status}"))
-            );
+            return Err(self.unavailable(
+                Code::AgentUnavailable.as_str(),
+                format!("agent card at {tried}: HTTP {status}"),
+            ));
         }
         let body = super::http::read_bounded(response, self.limits.max_bytes, &self.name).await?;
         serde_json::from_slice(&body).map_err(|e| {

@@ -222,13 +222,26 @@ fn build(
         builder = builder.timeout(timeout);
     }
     if let Some(ca_file) = &agent.ca_file {
-        let pem = std::fs::read(ca_file)
-            .map_err(|e| client_error(format!("cannot read ca_file {}: {e}", ca_file.display())))?;
-        let roots = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| client_error(format!("ca_file {} is not PEM: {e}", ca_file.display())))?;
-        builder = builder.tls_certs_merge(roots);
+        builder = trusting(builder, "ca_file", ca_file).map_err(client_error)?;
     }
     builder.build().map_err(|e| client_error(format!("HTTP client: {e}")))
+}
+
+/// `builder` trusting the PEM certificate authorities in `ca_file` (the file the setting
+/// `setting` names) besides the system's.
+///
+/// # Errors
+/// The file cannot be read or is not PEM, said with the setting and the path.
+pub(crate) fn trusting(
+    builder: reqwest::ClientBuilder,
+    setting: &str,
+    ca_file: &std::path::Path,
+) -> Result<reqwest::ClientBuilder, String> {
+    let pem =
+        std::fs::read(ca_file).map_err(|e| format!("cannot read {setting} {}: {e}", ca_file.display()))?;
+    let roots = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| format!("{setting} {} is not PEM: {e}", ca_file.display()))?;
+    Ok(builder.tls_certs_merge(roots))
 }
 
 /// The `Location` of a redirect answer (3xx), which silpgate never follows.

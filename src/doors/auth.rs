@@ -8,7 +8,7 @@
 //! token, stops the daemon at start instead of silently turning authentication off.
 
 use super::jwt::{JwtError, Jwts};
-use crate::principal::Principal;
+use crate::principal::{Principal, Source};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -105,7 +105,9 @@ impl Tokens {
         let mut digests: Vec<([u8; 32], Principal)> = tokens
             .into_iter()
             .enumerate()
-            .map(|(i, token)| (digest(token), Principal::new(format!("token-{}", i + 1), Vec::new())))
+            .map(|(i, token)| {
+                (digest(token), Principal::verified(Source::Token, &format!("#{}", i + 1), Vec::new()))
+            })
             .collect();
         for named in named {
             let token =
@@ -115,7 +117,10 @@ impl Tokens {
                         variable: named.token_env.clone(),
                     }
                 })?;
-            digests.push((digest(token.trim()), Principal::new(named.subject.clone(), named.roles.clone())));
+            digests.push((
+                digest(token.trim()),
+                Principal::verified(Source::Token, &named.subject, named.roles.clone()),
+            ));
         }
         Ok(Tokens { digests, jwts: None })
     }
@@ -184,8 +189,8 @@ mod tests {
         assert_eq!(check(&tokens, Some("Basic abc")), Err(Refusal::Missing));
         assert_eq!(check(&tokens, Some("Bearer nope")), Err(Refusal::Wrong));
         let named = |subject: &str| Ok(Identity::Principal(Principal::new(subject, Vec::new())));
-        assert_eq!(check(&tokens, Some("Bearer s3cret")), named("token-1"));
-        assert_eq!(check(&tokens, Some("Bearer other")), named("token-2"));
+        assert_eq!(check(&tokens, Some("Bearer s3cret")), named("token:#1"));
+        assert_eq!(check(&tokens, Some("Bearer other")), named("token:#2"));
     }
 
     #[test]
@@ -193,7 +198,11 @@ mod tests {
         let tokens = Tokens::new(&["s3cret".into()], None, &[]).unwrap();
         for header in ["Bearer s3cret", "bearer s3cret", "BEARER   s3cret ", " Bearer s3cret"] {
             let checked = futures_util::FutureExt::now_or_never(tokens.check(Some(header))).unwrap();
-            assert_eq!(checked, Ok(Identity::Principal(Principal::new("token-1", Vec::new()))), "{header:?}");
+            assert_eq!(
+                checked,
+                Ok(Identity::Principal(Principal::new("token:#1", Vec::new()))),
+                "{header:?}"
+            );
         }
     }
 

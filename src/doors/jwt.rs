@@ -165,7 +165,7 @@ impl Jwts {
         };
         let valid_until =
             claims.get("exp").and_then(Value::as_u64).map(|exp| exp.saturating_add(self.leeway));
-        Ok(Principal { valid_until, ..Principal::new(subject, roles) })
+        Ok(Principal { valid_until, ..Principal::verified(crate::principal::Source::Jwt, subject, roles) })
     }
 
     /// The key for a token of `kid` and `algorithm`: the set, and the key's place in it.
@@ -348,7 +348,10 @@ mod tests {
         let until = Some(now + 60 + jwts.leeway);
         assert_eq!(
             alice,
-            Principal { valid_until: until, ..Principal::new("alice", vec!["finance".into(), "ops".into()]) }
+            Principal {
+                valid_until: until,
+                ..Principal::new("jwt:alice", vec!["finance".into(), "ops".into()])
+            }
         );
         let unaudienced = jwts.verify(&token(json!({"sub": "alice", "exp": now + 60}))).await;
         assert_eq!(unaudienced, Err(JwtError::Missing("aud".into())));

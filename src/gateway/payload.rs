@@ -126,13 +126,7 @@ pub fn read(
             let meta = value.get("meta");
             let explicit_out =
                 meta.and_then(|m| m.get("out")).and_then(Value::as_str).and_then(|o| o.parse().ok());
-            // A meta that is not an object is left for the schema to name.
-            let has_req_id = meta.is_some_and(|m| !m.is_object() || m.get("req_id").is_some());
-            let ir = if has_req_id {
-                schema::parse_ir(value)?
-            } else {
-                schema::parse_ir_assigning(value, &derived_req_id(value, req_id_len))?
-            };
+            let ir = parse_ir(value, req_id_len)?;
             let sanitized = sanitized.as_ref().map(|after| (value.to_string(), after.to_string()));
             Ok(ReadPayload { ir, notices, explicit_out, sanitized })
         }
@@ -200,6 +194,19 @@ fn changed_text(text: &str, notices: &[Notice]) -> Option<(String, String)> {
 
 /// The `req_id` given to an IR that names none: the first `len` hex digits of the SHA-256 of
 /// the IR as received, so that a redelivered message gets the same one.
+/// The IR `value`; one without `meta.req_id` gets one of `req_id_len` characters, derived from
+/// the IR, so that the same IR gets the same id on every instance and every redelivery.
+pub(crate) fn parse_ir(value: &Value, req_id_len: usize) -> Result<Ir, SilpError> {
+    // A meta that is not an object is left for the schema to name.
+    let meta = value.get("meta");
+    let has_req_id = meta.is_some_and(|m| !m.is_object() || m.get("req_id").is_some());
+    if has_req_id {
+        schema::parse_ir(value)
+    } else {
+        schema::parse_ir_assigning(value, &derived_req_id(value, req_id_len))
+    }
+}
+
 fn derived_req_id(value: &Value, len: usize) -> String {
     let mut hex = sha256_hex(value.to_string().as_bytes());
     hex.truncate(len);

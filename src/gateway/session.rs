@@ -120,7 +120,7 @@ impl<'a> Party<'a> {
     fn may_continue(self, record: &SessionRecord) -> bool {
         match self {
             Party::Agent => true,
-            Party::Client(sender) => record.owner.as_deref().is_none_or(|owner| Some(owner) == sender),
+            Party::Client(sender) => record.owner.as_deref().is_none_or(|owner| is_owner(owner, sender)),
         }
     }
 
@@ -131,6 +131,14 @@ impl<'a> Party<'a> {
             Party::Agent => None,
         }
     }
+}
+
+/// Whether `sender` is `owner`. Owners recorded before subjects were qualified by their source
+/// (`alice`, where one is now `jwt:alice`) are matched by name, so that an upgrade locks
+/// nobody out of a conversation it began; they go as their sessions expire.
+fn is_owner(owner: &str, sender: Option<&str>) -> bool {
+    let Some(sender) = sender else { return false };
+    owner == sender || (!owner.contains(':') && sender.split_once(':').is_some_and(|(_, name)| name == owner))
 }
 
 /// A message of conversation `token` that counts no turn (plain text, no SILP): refused to
@@ -267,6 +275,14 @@ mod tests {
             None,
             "anonymous: anyone's"
         );
+    }
+
+    #[test]
+    fn an_owner_recorded_before_subjects_were_qualified_is_still_its_conversations_owner() {
+        assert!(is_owner("jwt:alice", Some("jwt:alice")));
+        assert!(!is_owner("jwt:alice", Some("token:alice")), "another source is another principal");
+        assert!(is_owner("alice", Some("jwt:alice")), "a plain owner from before");
+        assert!(!is_owner("alice", Some("jwt:bob")) && !is_owner("alice", None));
     }
 
     #[test]

@@ -11,7 +11,7 @@ Lists the tools, calls each once with good arguments and once with bad ones, and
 JSON object: {"protocol": the version the client spoke, "discovered": the supported versions
 `server/discover` gave (or null), "tools": [names], "schemas": {name: inputSchema},
 "ok": {name: structuredContent}, "errors": {name: {"isError": bool, "structured":
-structuredContent, "text": text}}}.
+structuredContent, "meta": _meta, "text": text}}}.
 """
 
 import asyncio
@@ -48,7 +48,12 @@ async def exercise(session, out: dict) -> None:
     ]:
         result = await session.call_tool(name, arguments)
         text = " ".join(c.text for c in result.content if getattr(c, "text", None))
-        out["errors"][name] = {"isError": result.is_error, "structured": result.structured_content, "text": text}
+        out["errors"][name] = {
+            "isError": result.is_error,
+            "structured": result.structured_content,
+            "meta": result.meta,
+            "text": text,
+        }
 
 
 async def main(url: str, mode: str | None) -> None:

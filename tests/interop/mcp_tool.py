@@ -15,7 +15,9 @@ Tools:
   standing event streams (`GET /mcp`) clients have opened so far;
 - `broken(silp_encoding, silp_payload)`: always fails, so the result has isError;
 - `strict(silp_encoding, silp_payload)`: refuses anything but SILP code with a JSON-RPC error
-  (invalid params), as a tool whose contract is violated does.
+  (invalid params), as a tool whose contract is violated does;
+- `charge(silp_encoding, silp_payload, account)`: requires an argument silpgate does not send
+  unless the agent's configuration gives it (`silpgate agents check` says so).
 """
 
 import re
@@ -86,6 +88,11 @@ def inspect(silp_encoding: str, silp_payload: str, ctx: Context, priority: str =
 @server.tool(description="Always fails")
 def broken(silp_encoding: str, silp_payload: str) -> str:
     raise ToolError(f"cannot handle {silp_encoding} payloads today")
+
+
+@server.tool(description="Needs an account besides the SILP wrapper")
+def charge(silp_encoding: str, silp_payload: str, account: str) -> str:
+    return f"{account}: {silp_payload}"
 
 
 @server.tool(description="Takes SILP code only")

@@ -100,13 +100,15 @@ impl Courier {
     ) -> Result<Courier, String> {
         // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             // A webhook that redirects would take the notification, and its token, elsewhere.
             .redirect(reqwest::redirect::Policy::none())
             .timeout(Duration::from_millis(config.push_timeout_ms.max(1)))
-            .connect_timeout(Duration::from_millis(config.push_timeout_ms.clamp(1, 5_000)))
-            .build()
-            .map_err(|e| format!("the webhooks' HTTP client: {e}"))?;
+            .connect_timeout(Duration::from_millis(config.push_timeout_ms.clamp(1, 5_000)));
+        if let Some(ca_file) = &config.push_ca_file {
+            builder = crate::connectors::http::trusting(builder, "a2a.push_ca_file", ca_file)?;
+        }
+        let client = builder.build().map_err(|e| format!("the webhooks' HTTP client: {e}"))?;
         let outgoing = Outgoing {
             book,
             written,
@@ -434,4 +436,35 @@ impl Webhooks {
 /// to choose (and may carry a secret); every retry logs this, so it stays short.
 fn shown(url: &str) -> String {
     reqwest::Url::parse(url).map_or_else(|_| "(not a URL)".into(), |url| url.origin().ascii_serialization())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A private CA for webhooks: a file that cannot be read, or is no PEM, stops the start
+    /// naming the setting and the file; a good one is taken.
+    #[test]
+    fn push_ca_file_is_read_at_start_and_a_bad_one_is_named() {
+        let courier = |ca_file: &std::path::Path| {
+            let config = A2aConfig { push_ca_file: Some(ca_file.to_owned()), ..A2aConfig::default() };
+            let book = Arc::new(TaskBook::load(None, &config, None).unwrap());
+            Courier::new(AmqpConfig::default(), config, book, mpsc::unbounded_channel().1).map(|_| ())
+        };
+        let dir = std::env::temp_dir().join(format!("silpgate-push-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = courier(&dir.join("missing.pem")).unwrap_err();
+        assert!(missing.contains("a2a.push_ca_file") && missing.contains("missing.pem"), "{missing}");
+        std::fs::write(
+            dir.join("junk.pem"),
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let junk = courier(&dir.join("junk.pem")).unwrap_err();
+        assert!(junk.contains("is not PEM"), "{junk}");
+        let authority = rcgen::generate_simple_self_signed(vec!["hooks.internal".to_owned()]).unwrap();
+        std::fs::write(dir.join("ca.pem"), authority.cert.pem()).unwrap();
+        courier(&dir.join("ca.pem")).expect("a PEM authority is taken");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

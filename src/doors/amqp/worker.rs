@@ -574,7 +574,8 @@ impl Pipeline {
     /// The principal of an AMQP sender: its broker user, with `[auth] broker_roles`' roles.
     fn broker_principal(&self, user: Option<&String>) -> Option<crate::principal::Principal> {
         let roles = |user: &String| self.intake.gateway().config().auth.broker_roles.get(user).cloned();
-        user.map(|user| crate::principal::Principal::new(user.clone(), roles(user).unwrap_or_default()))
+        let amqp = crate::principal::Source::Amqp;
+        user.map(|user| crate::principal::Principal::verified(amqp, user, roles(user).unwrap_or_default()))
     }
 
     /// A message the intake refused; a sender of poison hears why.

@@ -62,9 +62,11 @@ async fn post_mcp(
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
+    let config = front.gateway().config();
     let access = ToolAccess {
-        rules: &front.gateway().config().auth.mcp_tools,
+        rules: &config.auth.mcp_tools,
         principal: admitted.principal.as_ref(),
+        req_id_len: config.silp.req_id_len,
     };
     match respond(&headers, &admitted.body, &access) {
         Some((status, body)) => reply(status, &body),
@@ -82,6 +84,9 @@ type Failure = (i64, String, Option<Value>);
 pub(crate) struct ToolAccess<'a> {
     pub rules: &'a std::collections::BTreeMap<String, Vec<String>>,
     pub principal: Option<&'a crate::principal::Principal>,
+    /// The length of the `req_id` an IR without one is given (`silp.req_id_len`), as on the
+    /// NLIP door.
+    pub req_id_len: usize,
 }
 
 impl ToolAccess<'_> {
@@ -219,7 +224,7 @@ fn call(params: Option<&Map<String, Value>>, access: &ToolAccess<'_>) -> Result<
         Some(Value::Object(arguments)) => arguments.clone(),
         Some(_) => return Err(invalid("tools/call arguments must be an object".to_owned())),
     };
-    let outcome = access.may_use(name).then(|| tools::call(name, &arguments)).flatten();
+    let outcome = access.may_use(name).then(|| tools::call(name, &arguments, access.req_id_len)).flatten();
     let Some(outcome) = outcome else {
         return Err(invalid(format!("unknown tool '{name}'")));
     };
@@ -227,8 +232,13 @@ fn call(params: Option<&Map<String, Value>>, access: &ToolAccess<'_>) -> Result<
         Ok(structured) => {
             json!({"content": [{"type": "text", "text": structured.to_string()}], "structuredContent": structured, "isError": false})
         }
+        // No `structuredContent`: a client may hold it to the tool's `outputSchema`, which
+        // describes results (the TypeScript SDK does, and throws). The error's code, message
+        // and span travel in the text, as JSON, and in `_meta`.
         Err(e) => {
-            json!({"content": [{"type": "text", "text": e.to_string()}], "structuredContent": e.to_value(), "isError": true})
+            let error = e.to_value();
+            json!({"content": [{"type": "text", "text": error.to_string()}], "isError": true,
+                   "_meta": {tools::ERROR_META: error}})
         }
     })
 }
@@ -242,7 +252,7 @@ mod tests {
         std::sync::LazyLock::new(Default::default);
 
     fn everyone() -> ToolAccess<'static> {
-        ToolAccess { rules: &NO_RULES, principal: None }
+        ToolAccess { rules: &NO_RULES, principal: None, req_id_len: 8 }
     }
 
     #[test]
@@ -252,7 +262,7 @@ mod tests {
         let author = crate::principal::Principal::new("ann", vec!["authors".into()]);
         let reader = crate::principal::Principal::new("rob", Vec::new());
         let listed = |principal| {
-            let access = ToolAccess { rules: &rules, principal: Some(principal) };
+            let access = ToolAccess { rules: &rules, principal: Some(principal), req_id_len: 8 };
             let (_, body) =
                 respond(&HeaderMap::new(), br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, &access)
                     .unwrap();
@@ -267,7 +277,7 @@ mod tests {
         assert!(!listed(&reader).contains(&"silp_compile".to_owned()));
         assert!(listed(&reader).contains(&"silp_decode".to_owned()), "a tool without rules is everyone's");
         let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"silp_compile","arguments":{}}}"#;
-        let access = ToolAccess { rules: &rules, principal: Some(&reader) };
+        let access = ToolAccess { rules: &rules, principal: Some(&reader), req_id_len: 8 };
         let (_, refused) = respond(&HeaderMap::new(), call, &access).unwrap();
         assert_eq!(refused["error"]["message"], "unknown tool 'silp_compile'", "{refused}");
     }
@@ -313,7 +323,11 @@ mod tests {
         let failed = handshake(br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"silp_decode","arguments":{"text":"("}}}"#);
         let failed = failed.unwrap().1;
         assert_eq!(failed["result"]["isError"], true);
-        assert_eq!(failed["result"]["structuredContent"]["code"], "invalid_syntax");
+        assert!(failed["result"].get("structuredContent").is_none(), "{failed}");
+        assert_eq!(failed["result"]["_meta"][tools::ERROR_META]["code"], "invalid_syntax");
+        let text: Value =
+            serde_json::from_str(failed["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(text["code"], "invalid_syntax", "the text says it too");
         assert!(failed["result"].get("resultType").is_none(), "handshake results keep their old shape");
     }
 

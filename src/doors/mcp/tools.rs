@@ -1,12 +1,17 @@
 //! The SILP codec as MCP tools: `silp_compile`, `silp_decode`, `silp_validate`, `silp_hash`,
-//! their JSON Schemas, and one call of each. A tool's failure is a tool error (`isError`) whose
-//! structured content is `{code, message, span}`: the SILP error code of draft §5.1 (or
-//! `invalid_arguments` for arguments the schema refuses), the byte span in the text the caller
-//! gave (`null` when the error has no place), and what went wrong.
+//! their JSON Schemas, and one call of each. A tool's failure is a tool error (`isError`) that
+//! says `{code, message, span}`, as JSON in its text and in `_meta` under [`ERROR_META`]: the
+//! SILP error code of draft §5.1 (or `invalid_arguments` for arguments the schema refuses), the
+//! byte span in the text the caller gave (`null` when the error has no place), and what went
+//! wrong. It has no structured content: that is held to the tool's `outputSchema`, which
+//! describes what a tool returns when it works.
 
 use crate::silp::validate::{self, ValidateOptions};
 use crate::silp::{self, DecodeOptions, ErrorCode, Frontend, SilpError, schema};
 use serde_json::{Map, Value, json};
+
+/// The `_meta` key of a failed call's `{code, message, span}`.
+pub(crate) const ERROR_META: &str = "silpgate/error";
 
 /// Why a tool call failed, as its caller reads it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -82,10 +87,15 @@ pub(crate) fn list() -> Value {
     ])
 }
 
-/// Calls tool `name`: its structured result, or why it failed. `None`: no such tool.
-pub(crate) fn call(name: &str, arguments: &Map<String, Value>) -> Option<Result<Value, ToolError>> {
+/// Calls tool `name`: its structured result, or why it failed. `None`: no such tool. An IR
+/// without `meta.req_id` gets one of `req_id_len` characters, as the NLIP door gives it.
+pub(crate) fn call(
+    name: &str,
+    arguments: &Map<String, Value>,
+    req_id_len: usize,
+) -> Option<Result<Value, ToolError>> {
     Some(match name {
-        "silp_compile" => compile(arguments),
+        "silp_compile" => compile(arguments, req_id_len),
         "silp_decode" => decode(arguments),
         "silp_validate" => validate(arguments),
         "silp_hash" => hash(arguments),
@@ -93,8 +103,8 @@ pub(crate) fn call(name: &str, arguments: &Map<String, Value>) -> Option<Result<
     })
 }
 
-fn compile(arguments: &Map<String, Value>) -> Result<Value, ToolError> {
-    let ir = schema::parse_ir(&ir_of(arguments)?).map_err(ToolError::Silp)?;
+fn compile(arguments: &Map<String, Value>, req_id_len: usize) -> Result<Value, ToolError> {
+    let ir = crate::gateway::payload::parse_ir(&ir_of(arguments)?, req_id_len).map_err(ToolError::Silp)?;
     let frontend = frontend_of(arguments)?;
     let mut report = validate::validate(&ir, rules_of(arguments)?);
     report.warnings.extend(silp::draft02::warnings(&ir));
@@ -178,32 +188,43 @@ mod tests {
         value.as_object().cloned().unwrap()
     }
 
+    /// As on the NLIP door, an IR without `meta.req_id` is given one (derived from the IR):
+    /// it compiles.
+    #[test]
+    fn an_ir_without_a_req_id_compiles_as_at_the_nlip_door() {
+        let decoded = call("silp_decode", &args(json!({"text": "cancel(order1)"})), 8).unwrap().unwrap();
+        let mut ir = decoded["ir"].clone();
+        ir["meta"].as_object_mut().unwrap().remove("req_id");
+        let compiled = call("silp_compile", &args(json!({ "ir": ir })), 8).unwrap();
+        assert_eq!(compiled.unwrap()["output"], "cancel(order1)");
+    }
+
     #[test]
     fn decode_then_compile_then_hash_agree() {
-        let decoded = call("silp_decode", &args(json!({"text": "cancel(order1)"}))).unwrap().unwrap();
-        let compiled = call("silp_compile", &args(json!({"ir": decoded["ir"]}))).unwrap().unwrap();
+        let decoded = call("silp_decode", &args(json!({"text": "cancel(order1)"})), 8).unwrap().unwrap();
+        let compiled = call("silp_compile", &args(json!({"ir": decoded["ir"]})), 8).unwrap().unwrap();
         assert_eq!(compiled["output"], "cancel(order1)");
-        let hashed = call("silp_hash", &args(json!({"ir": decoded["ir"].to_string()}))).unwrap().unwrap();
+        let hashed = call("silp_hash", &args(json!({"ir": decoded["ir"].to_string()})), 8).unwrap().unwrap();
         assert_eq!(hashed["ir_hash"], compiled["ir_hash"]);
-        let report = call("silp_validate", &args(json!({"ir": decoded["ir"]}))).unwrap().unwrap();
+        let report = call("silp_validate", &args(json!({"ir": decoded["ir"]})), 8).unwrap().unwrap();
         assert_eq!(report["valid"], true);
     }
 
     #[test]
     fn failures_carry_the_silp_code_and_span() {
-        let error = call("silp_decode", &args(json!({"text": "cancel(order1"}))).unwrap().unwrap_err();
+        let error = call("silp_decode", &args(json!({"text": "cancel(order1"})), 8).unwrap().unwrap_err();
         assert_eq!(error.to_value()["code"], "invalid_syntax");
         assert!(error.to_value()["span"].is_array(), "{:?}", error.to_value());
-        let error = call("silp_hash", &args(json!({"ir": "{\"silp\": "}))).unwrap().unwrap_err();
+        let error = call("silp_hash", &args(json!({"ir": "{\"silp\": "})), 8).unwrap().unwrap_err();
         assert_eq!(error.to_value()["code"], "invalid_syntax");
         let error =
-            call("silp_compile", &args(json!({"ir": {}, "frontend": "klingon"}))).unwrap().unwrap_err();
+            call("silp_compile", &args(json!({"ir": {}, "frontend": "klingon"})), 8).unwrap().unwrap_err();
         assert!(
             ["decode_failed", "unsupported_frontend"].contains(&error.to_value()["code"].as_str().unwrap())
         );
-        let error = call("silp_validate", &args(json!({"ir": 5}))).unwrap().unwrap_err();
+        let error = call("silp_validate", &args(json!({"ir": 5})), 8).unwrap().unwrap_err();
         assert_eq!(error.to_value()["code"], "invalid_arguments");
-        assert!(call("silp_nothing", &Map::new()).is_none());
+        assert!(call("silp_nothing", &Map::new(), 8).is_none());
         assert_eq!(list().as_array().unwrap().len(), 4);
     }
 }
