@@ -1,8 +1,9 @@
-//! One request, one answer, through every door to every kind of agent: a 50-request
+//! One request, one answer, through every door to every kind of agent: a 12-request
 //! conversation from each door (HTTP, WebSocket, AMQP, the A2A door) to each kind of agent
-//! (AMQP, HTTP, WebSocket, A2A, MCP) gets exactly 50 answers, each its own request's, in
-//! order, none a control notice, with the session renewing every 10 turns on the way; every
-//! turn is counted once (100 a conversation) and no answer is orphaned. Real parts: RabbitMQ,
+//! (AMQP, HTTP, WebSocket, A2A, MCP) gets exactly 12 answers, each its own request's, in
+//! order, none a control notice, with the session renewing every 10 turns on the way (the
+//! notices reach the agent inside the requests that carry them); every turn is counted once
+//! (24 a conversation) and no answer is orphaned. Real parts: RabbitMQ,
 //! silpgate as a process, the A2A and MCP SDK servers, agents on lapin, axum and
 //! tokio-tungstenite in the test.
 
@@ -106,7 +107,7 @@ fn code_of(answer: &Value, what: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_requests_through_every_door_to_every_kind_of_agent_get_fifty_answers_in_order() {
+async fn twelve_requests_through_every_door_to_every_kind_of_agent_get_twelve_answers_in_order() {
     let names = Names::new("every-door");
     let dir = broker::temp_dir("every-door");
     let store = dir.join("store");

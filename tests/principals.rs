@@ -515,6 +515,12 @@ label = "closed"
     assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("forbidden"));
     let reached = |agent: &HttpAgent| agent.received.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!((reached(&open), reached(&closed)), (1, 0));
+    // The test's producer and silpgate share `guest`: silpgate says what that lets a producer do.
+    let log = daemon.log_text();
+    assert!(
+        log.contains("A producer publishes as silpgate's own broker user"),
+        "no warning of the shared user"
+    );
     // The ledger entry of the message names its sender.
     daemon.terminate(std::time::Duration::from_secs(30));
     let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();

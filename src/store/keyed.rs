@@ -456,6 +456,28 @@ mod tests {
         written
     }
 
+    /// Layout 7 on disk, pinned byte for byte: a store written by this build must read the
+    /// same in every later one. Members in key order (`a` before `bb` whatever order they were
+    /// given in), each part length-prefixed, every number a big-endian u32; chunk keys are the
+    /// family's prefix and the chunk number as a big-endian u64.
+    #[test]
+    fn layout_7_chunks_and_their_keys_are_the_bytes_the_format_says() {
+        let chunk: Chunk = [(b"bb".to_vec(), Vec::new()), (b"a".to_vec(), b"1".to_vec())].into();
+        let golden: &[u8] = &[
+            0, 0, 0, 2, // two members
+            0, 0, 0, 1, b'a', 0, 0, 0, 1, b'1', // a = 1
+            0, 0, 0, 2, b'b', b'b', 0, 0, 0, 0, // bb = (empty)
+        ];
+        assert_eq!(encode_chunk(&chunk), golden);
+        assert_eq!(decode_chunk(golden).unwrap(), chunk);
+        assert_eq!(LOCK_RECORDS.chunk_key(3), b"lockc:\0\0\0\0\0\0\0\x03");
+        // Lock record 70 is in chunk 2 (32 records a chunk); a ledger entry first handled at
+        // 12,345 ms is in chunk 123 (a tenth of a second a chunk), its member time then id.
+        assert_eq!(LOCK_RECORDS.chunk_of(&70u64.to_be_bytes()).unwrap(), 2);
+        assert_eq!(ledger_chunk_key(12_345), b"ledgerc:\0\0\0\0\0\0\0\x7b");
+        assert_eq!(ledger_member(12_345, b"m-1"), b"\0\0\0\0\0\0\x30\x39m-1");
+    }
+
     #[test]
     fn a_chunk_reads_back_as_its_members_and_a_cut_one_is_refused() {
         let chunk: Chunk = [(b"a".to_vec(), b"1".to_vec()), (b"bb".to_vec(), Vec::new())].into();

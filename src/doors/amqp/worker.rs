@@ -93,6 +93,15 @@ fn believed_source(
     }
 }
 
+/// Said once per process: a producer sends as silpgate's own broker user, whose messages
+/// silpgate believes as another instance's word (forwarded principals, partition senders).
+fn shared_user_warning(user: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        warn!(user, "A producer publishes as silpgate's own broker user: it can pose as a silpgate instance; give producers broker users of their own (docs/security.md).");
+    });
+}
+
 /// The id a message's outbound envelopes are numbered from: its own, else its content's.
 fn base_id(job: &Job) -> String {
     job.envelope.message_id.clone().unwrap_or_else(|| properties::content_id(&job.delivery.data))
@@ -539,6 +548,9 @@ impl Pipeline {
             (false, Some(_)) => envelope.partition_sender(&own_user),
             (false, None) => envelope.user_id.as_ref(),
         };
+        if sender == Some(&own_user) {
+            shared_user_warning(&own_user);
+        }
         let origin = Origin {
             transport: Transport::Amqp,
             source: route_source(job, &self.amqp.inbound, &own_user),
