@@ -527,6 +527,13 @@ label = "closed"
     assert_eq!(store.ledger_principal("principal-1").unwrap().as_deref(), Some("amqp:guest"));
 }
 
+/// Deletes a broker user the test made, if it is there; bounded, whatever the broker does.
+fn delete_broker_user(user: &str) {
+    let mut command = std::process::Command::new("rabbitmqctl");
+    command.args(["delete_user", user]);
+    let _ = support::process::run_bounded(command, gateway::LONG);
+}
+
 /// In cluster mode a message taken from a partition queue is believed to come from the user
 /// the ingress carried (`nlip-user-id`) only when silpgate's own broker user published it: a
 /// broker user of its own that publishes to the partition exchange directly, claiming another
@@ -540,7 +547,7 @@ async fn a_partition_delivery_is_its_publishers_whatever_user_header_it_forges()
     let dir = broker::temp_dir("partition-forgery");
     // A broker user that may publish anywhere but configure and read nothing.
     let (forger, password) = ("silpgate-test-forger", "forger-secret");
-    let _ = std::process::Command::new("rabbitmqctl").args(["delete_user", forger]).output();
+    delete_broker_user(forger);
     broker::rabbitmqctl(&["add_user", forger, password]);
     broker::rabbitmqctl(&["set_permissions", "-p", "/", forger, "^$", ".*", "^$"]);
     let (open, public) = (HttpAgent::start(echo_agent()).await, HttpAgent::start(echo_agent()).await);
@@ -631,5 +638,5 @@ mode = "validate"
         Some(format!("amqp:{forger}").as_str())
     );
     let _ = forger_connection.close(200, "done".into()).await;
-    let _ = std::process::Command::new("rabbitmqctl").args(["delete_user", forger]).output();
+    delete_broker_user(forger);
 }

@@ -85,16 +85,7 @@ pub fn count_turn(
             return Err(GatewayError::SessionExpired { id: record.id });
         }
         Some(record) => record,
-        None => SessionRecord {
-            owner: party.subject().map(str::to_owned),
-            ..SessionRecord::begin(
-                id_for(token),
-                token,
-                policy.heartbeat,
-                now,
-                policy.partition.map(|p| p.index),
-            )
-        },
+        None => begun(token, now, policy, party.subject()),
     };
     record.turns += 1;
     let renewed = std::mem::take(&mut record.renewal_due);
@@ -156,16 +147,15 @@ pub fn claim(
     match store.session_by_token(token)? {
         Some(record) if !party.may_continue(&record) => Err(not_the_owner()),
         Some(_) => Ok(None),
-        None => Ok(party.subject().map(|owner| SessionRecord {
-            owner: Some(owner.to_owned()),
-            ..SessionRecord::begin(
-                id_for(token),
-                token,
-                policy.heartbeat,
-                now,
-                policy.partition.map(|p| p.index),
-            )
-        })),
+        None => Ok(party.subject().map(|owner| begun(token, now, policy, Some(owner)))),
+    }
+}
+
+/// The session of conversation `token` that `owner` begins `now`, before its first turn.
+fn begun(token: &str, now: Millis, policy: &SessionPolicy, owner: Option<&str>) -> SessionRecord {
+    SessionRecord {
+        owner: owner.map(str::to_owned),
+        ..SessionRecord::begin(id_for(token), token, policy.heartbeat, now, policy.partition.map(|p| p.index))
     }
 }
 
