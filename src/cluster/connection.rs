@@ -12,7 +12,7 @@ use super::handover::{Handover, Parked, STRAY_GRACE};
 use super::ingress::Ingress;
 use super::membership::{self, Members};
 use super::ownership::{Deliveries, Ownership};
-use super::{Cluster, ClusterError, changelog, lock};
+use super::{Cluster, ClusterError, Moves, changelog, lock};
 use crate::broker::ending::Endings;
 use crate::broker::publish::Publisher;
 use crate::gateway::session::Partition;
@@ -302,9 +302,15 @@ impl ClusterSide {
         }
         self.follow_standbys(connection).await?;
         let subscribed = self.ownership.subscribed();
-        self.cluster.observe(live, &subscribed);
+        let owned: Vec<u16> = self.cluster.owned().iter().map(|p| p.index).collect();
         let mut members = self.members.lock().expect("members");
+        let moves = Moves {
+            handing_on: self.ownership.handing_on(),
+            served_elsewhere: members.served_elsewhere().into_iter().collect(),
+        };
+        self.cluster.observe(live, &subscribed, moves);
         members.subscribed(subscribed);
+        members.owned(owned);
         members.streams(self.cluster.streams.holding());
         Ok(())
     }

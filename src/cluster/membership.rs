@@ -53,6 +53,10 @@ pub(crate) struct Heartbeat {
     /// The partitions it consumes (owned and standby).
     #[serde(default)]
     pub subscribed: Vec<u16>,
+    /// The partitions it serves: those it ranks first for, not yet handed on to it, show that
+    /// a hand-over is still open ([`super::Cluster::readiness`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned: Vec<u16>,
     /// The upstream streams connected there ([`super::streams`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<String>,
@@ -92,6 +96,7 @@ impl Members {
                 instance: instance.to_owned(),
                 presence: String::new(),
                 subscribed: Vec::new(),
+                owned: Vec::new(),
                 streams: Vec::new(),
                 leaving: false,
             },
@@ -199,6 +204,20 @@ impl Members {
             .filter(|h| h.heartbeat.streams.iter().any(|s| s == stream))
             .map(|h| h.heartbeat.presence.clone())
             .collect()
+    }
+
+    /// The partitions the live members other than this one say they serve.
+    pub(crate) fn served_elsewhere(&self) -> std::collections::BTreeSet<u16> {
+        self.heard
+            .values()
+            .filter(|h| h.heartbeat.instance != self.instance && self.alive(h))
+            .flat_map(|h| h.heartbeat.owned.iter().copied())
+            .collect()
+    }
+
+    /// What the next heartbeat says: the partitions this instance serves.
+    pub(crate) fn owned(&mut self, partitions: Vec<u16>) {
+        self.own.owned = partitions;
     }
 
     /// What the next heartbeats say of the streams connected here.
@@ -332,6 +351,7 @@ mod tests {
             instance: instance.into(),
             presence: format!("q-{instance}"),
             subscribed: subscribed.to_vec(),
+            owned: Vec::new(),
             streams: Vec::new(),
             leaving,
         }

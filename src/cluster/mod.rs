@@ -127,6 +127,16 @@ struct PartitionState {
 struct View {
     members: Vec<String>,
     subscribed: Vec<u16>,
+    moves: Moves,
+}
+
+/// The hand-overs open as the last tick saw them: to this instance or from it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Moves {
+    /// Partitions this instance is handing on (quiescing, cancelled or finishing).
+    pub handing_on: Vec<u16>,
+    /// Partitions the other live members say they serve.
+    pub served_elsewhere: Vec<u16>,
 }
 
 /// Channels an instance opens besides its partitions' and its standby partitions' changelog
@@ -332,12 +342,17 @@ impl Cluster {
             self.release(self.partition(index));
         }
         self.streams.revoke_all();
-        self.observe(Vec::new(), &[]);
+        self.observe(Vec::new(), &[], Moves::default());
     }
 
-    /// Whether this instance can place a conversation: it has heard the members (so it knows
-    /// which instance owns what) and consumes its own share of the partitions. `/readyz` is 503
-    /// until then, and while the instance leaves or has lost its broker connection.
+    /// Whether this instance can place a conversation and serves its share: it has heard the
+    /// members (so it knows which instance owns what), consumes its own share of the
+    /// partitions, and no hand-over to it or from it is open: every partition it ranks first
+    /// for has been handed on to it (no other member serves it), it serves none that another
+    /// member ranks first for, and none is being taken over or handed on here. A rollout that
+    /// waits for `/readyz` 200 before stopping the next instance so never stops one in the
+    /// middle of hand-overs. `/readyz` is 503 until then, and while the instance leaves or has
+    /// lost its broker connection.
     ///
     /// # Errors
     /// What it still lacks.
@@ -350,15 +365,35 @@ impl Cluster {
             rendezvous::share(self.config.partitions, &view.members, self.config.standby, &self.instance);
         let missing: Vec<u16> =
             share.subscribed().into_iter().filter(|p| !view.subscribed.contains(p)).collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("partitions of this instance's share not consumed yet: {missing:?}"))
+        if !missing.is_empty() {
+            return Err(format!("partitions of this instance's share not consumed yet: {missing:?}"));
         }
+        let taking_over: Vec<u16> = (0..self.config.partitions)
+            .filter(|&index| self.state(self.partition(index)).taking_over.load(Ordering::Acquire))
+            .collect();
+        if !taking_over.is_empty() {
+            return Err(format!("partitions being taken over: {taking_over:?}"));
+        }
+        if !view.moves.handing_on.is_empty() {
+            return Err(format!("partitions being handed on: {:?}", view.moves.handing_on));
+        }
+        let still_elsewhere: Vec<u16> =
+            share.owned.iter().copied().filter(|p| view.moves.served_elsewhere.contains(p)).collect();
+        if !still_elsewhere.is_empty() {
+            return Err(format!(
+                "partitions of this instance still served by another member: {still_elsewhere:?}"
+            ));
+        }
+        let to_hand_on: Vec<u16> =
+            self.owned().iter().map(|p| p.index).filter(|p| !share.owned.contains(p)).collect();
+        if !to_hand_on.is_empty() {
+            return Err(format!("partitions to hand on to their owners: {to_hand_on:?}"));
+        }
+        Ok(())
     }
 
     /// The live members and the partitions consumed here now, for the status and the metrics.
-    pub(crate) fn observe(&self, members: Vec<String>, subscribed: &[u16]) {
+    pub(crate) fn observe(&self, members: Vec<String>, subscribed: &[u16], moves: Moves) {
         let standby = subscribed.iter().filter(|&&index| !self.owns(self.partition(index))).count();
         let metrics = crate::metrics::get();
         metrics.partitions_standby.set(i64::try_from(standby).unwrap_or(i64::MAX));
@@ -366,6 +401,7 @@ impl Cluster {
         let mut view = self.view.lock().expect("view");
         view.members = members;
         subscribed.clone_into(&mut view.subscribed);
+        view.moves = moves;
     }
 
     /// The stream entries a handled message adds: to its partition's changelog, its
@@ -789,6 +825,48 @@ mod tests {
         assert_eq!(pending_ids(cluster.snapshot(partition).unwrap()), ["m-2"]);
         cluster.release(partition);
         assert!(pending_ids(cluster.snapshot(partition).unwrap()).is_empty(), "forgotten with the partition");
+        drop(cluster);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_instance_is_ready_only_once_no_hand_over_to_it_or_from_it_is_open() {
+        let dir = std::env::temp_dir().join(format!("silpgate-cluster-readiness-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Arc::new(SledStore::open(&dir, None).unwrap());
+        let config = ClusterConfig { instance: Some("a".into()), ..ClusterConfig::default() };
+        let cluster = Cluster::new(config, store.clone(), std::time::Duration::from_secs(1));
+        let members = vec!["a".to_owned(), "b".to_owned()];
+        let everything: Vec<u16> = (0..cluster.config.partitions).collect();
+        let share = rendezvous::share(cluster.config.partitions, &members, cluster.config.standby, "a");
+        let theirs = everything.iter().copied().find(|p| !share.owned.contains(p)).unwrap();
+        let ours = share.owned[0];
+        assert!(cluster.readiness().unwrap_err().contains("members are not known"));
+
+        cluster.observe(members.clone(), &everything, Moves::default());
+        assert_eq!(cluster.readiness(), Ok(()));
+
+        let elsewhere = Moves { served_elsewhere: vec![ours, theirs], ..Moves::default() };
+        cluster.observe(members.clone(), &everything, elsewhere);
+        let why = cluster.readiness().unwrap_err();
+        assert!(
+            why.contains("still served by another member") && why.contains(&format!("[{ours}]")),
+            "{why}"
+        );
+
+        let handing_on = Moves { handing_on: vec![theirs], ..Moves::default() };
+        cluster.observe(members.clone(), &everything, handing_on);
+        assert!(cluster.readiness().unwrap_err().contains("being handed on"));
+
+        cluster.observe(members.clone(), &everything, Moves::default());
+        cluster.serve(cluster.partition(theirs));
+        assert!(cluster.readiness().unwrap_err().contains("to hand on to their owners"));
+        cluster.release(cluster.partition(theirs));
+        cluster.begin_takeover(cluster.partition(ours));
+        assert!(cluster.readiness().unwrap_err().contains("being taken over"));
+        cluster.serve(cluster.partition(ours));
+        assert_eq!(cluster.readiness(), Ok(()));
         drop(cluster);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);

@@ -287,6 +287,11 @@ impl Ownership {
         !self.releases.is_empty()
     }
 
+    /// The partitions being handed on.
+    pub(crate) fn handing_on(&self) -> Vec<u16> {
+        self.releases.keys().copied().collect()
+    }
+
     /// Starts handing on every partition this instance serves: the instance is leaving. (Its
     /// waiting consumers stay until the connection closes: one that turns active meanwhile is
     /// taken over and handed on like the others, which cancelling it could not promise.)

@@ -110,6 +110,7 @@ mod tests {
             instance: instance.into(),
             presence: format!("q-{instance}"),
             subscribed: Vec::new(),
+            owned: Vec::new(),
             streams: streams.iter().map(|s| (*s).to_owned()).collect(),
             leaving: false,
         }
