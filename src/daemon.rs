@@ -68,6 +68,8 @@ pub struct Daemon {
 pub struct Overrides {
     pub listen: Option<String>,
     pub store: Option<PathBuf>,
+    /// The file the configuration was read from: a reload reads it again.
+    pub config_file: Option<PathBuf>,
 }
 
 /// The store the core and the AMQP door keep their state in: the sled store. A build with the
@@ -140,8 +142,25 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     let intake = Arc::new(intake);
     let answer_path: std::sync::Weak<dyn AnswerPath> = Arc::downgrade(&intake) as std::sync::Weak<Intake>;
     answers.bind(answer_path);
+    // A reload asks the AMQP side to declare the queues of the agents it adds.
+    let (declares, declare_requests) = match config.amqp {
+        Some(_) => {
+            let (asks, requests) = tokio::sync::mpsc::channel(1);
+            (Some(asks), Some(requests))
+        }
+        None => (None, None),
+    };
+    let text = overrides.config_file.as_ref().and_then(|path| std::fs::read_to_string(path).ok());
+    let reloader = Arc::new(crate::reload::Reloader::new(
+        overrides.config_file.clone(),
+        text,
+        core_store.clone(),
+        (config.amqp.is_some().then(|| broker.clone()), answers.clone()),
+        declares,
+    ));
     let amqp = config.amqp.clone().map(|amqp| {
         Amqp::new(config.clone(), amqp, core_store.clone(), cluster.clone(), intake.clone(), (link, broker))
+            .with_declares(declare_requests)
     });
     let (written, courier_takes) = match (&config.amqp, config.a2a.pushes()) {
         (Some(_), true) => {
@@ -164,9 +183,10 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
     };
     let front = Arc::new(Front {
         a2a_tasks,
+        reloader,
         broker: amqp.as_ref().map(Amqp::health),
         cluster,
-        auth,
+        auth: std::sync::RwLock::new(Arc::new(auth)),
         ws_ping: Duration::from_secs(config.http.ws_ping_secs.max(1)),
         ws_dead: Duration::from_secs(config.http.ws_dead_secs.max(1)),
         clients: crate::doors::limit::PerClient::new(config.http.client_rate, config.http.client_burst),
@@ -220,8 +240,11 @@ impl Daemon {
             http_stop.stop();
         });
         let expiry = tokio::spawn(front.intake.clone().expire_forever());
-        let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(front.gateway().config())));
-        let bounds = bounds(front.gateway().config());
+        let hangups = tokio::spawn(crate::reload::on_hangup(front.reloader.clone(), front.clone()));
+        let core = front.core();
+        let sweeper = tokio::spawn(sweep_forever(store.clone(), retention(core.gateway.config())));
+        let bounds = bounds(core.gateway.config());
+        drop(core);
         let app = (http::router(front.clone()), http::probes(front));
         let http_shutdown = async move {
             let mut http_stopped = http_stopped;
@@ -249,6 +272,7 @@ impl Daemon {
         }
         sweeper.abort();
         expiry.abort();
+        hangups.abort();
         store.flush_async().await?;
         served?;
         amqp_result.map_err(RunError::from)

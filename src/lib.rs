@@ -41,6 +41,7 @@ pub mod nlip;
 pub mod principal;
 pub mod silp;
 pub mod store;
+pub(crate) mod reload;
 pub(crate) mod telemetry;
 pub mod util;
 pub(crate) mod websocket;

@@ -71,6 +71,13 @@ pub struct Metrics {
     pub broker_holding: IntGauge,
     /// Broker connections lost.
     pub broker_reconnects: IntCounter,
+    /// Configuration reloads, by result (`applied`, `refused`).
+    pub config_reloads: IntCounterVec,
+    /// 1, labelled with the SHA-256 of the configuration file in use: drift across a cluster
+    /// shows as more than one digest.
+    pub config_info: IntGaugeVec,
+    /// When the configuration in use was loaded (seconds since the epoch).
+    pub config_loaded: IntGauge,
     /// Cluster: partitions this instance serves now.
     pub partitions_owned: IntGauge,
     /// Cluster: partitions this instance consumes as a standby behind their owner.
@@ -220,6 +227,21 @@ impl Metrics {
                 "Broker connections lost",
             )
             .expect("valid metric"),
+            config_reloads: IntCounterVec::new(
+                Opts::new("silpgate_config_reloads_total", "Configuration reloads, by result"),
+                &["result"],
+            )
+            .expect("valid metric"),
+            config_info: IntGaugeVec::new(
+                Opts::new("silpgate_config_info", "1, labelled with the SHA-256 of the configuration file in use"),
+                &["digest"],
+            )
+            .expect("valid metric"),
+            config_loaded: IntGauge::new(
+                "silpgate_config_loaded_timestamp_seconds",
+                "When the configuration in use was loaded",
+            )
+            .expect("valid metric"),
             partitions_owned: IntGauge::new("silpgate_partitions_owned", "Cluster partitions served here")
                 .expect("valid metric"),
             partitions_standby: IntGauge::new(
@@ -285,6 +307,9 @@ impl Metrics {
         register(Box::new(m.broker_node.clone()));
         register(Box::new(m.broker_holding.clone()));
         register(Box::new(m.broker_reconnects.clone()));
+        register(Box::new(m.config_reloads.clone()));
+        register(Box::new(m.config_info.clone()));
+        register(Box::new(m.config_loaded.clone()));
         register(Box::new(m.partitions_owned.clone()));
         register(Box::new(m.partitions_standby.clone()));
         register(Box::new(m.cluster_members.clone()));

@@ -33,7 +33,11 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 
 async fn start(http_extra: &str) -> SocketAddr {
     let config = Config::parse(&format!("{ROUTE}{http_extra}")).expect("test config");
-    let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(temp_dir("store")) };
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        store: Some(temp_dir("store")),
+        ..Overrides::default()
+    };
     let daemon = daemon::start(config, overrides).await.expect("daemon starts");
     let addr = daemon.local_addr().unwrap();
     tokio::spawn(daemon.serve(std::future::pending()));

@@ -30,18 +30,9 @@ pub(super) enum ClusterCommand {
 
 pub(super) fn run(command: ClusterCommand) -> ExitCode {
     let ClusterCommand::Status { config, url, json } = command;
-    let base = match (url, config) {
-        (Some(url), _) => url,
-        (None, config) => {
-            let loaded = match config {
-                Some(path) => crate::config::Config::load(&path),
-                None => Ok(crate::config::Config::default()),
-            };
-            match loaded {
-                Ok(config) => format!("http://{}", config.http.listen),
-                Err(e) => return fail(&e.to_string()),
-            }
-        }
+    let base = match base_url(url, config) {
+        Ok(base) => base,
+        Err(e) => return fail(&e),
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let status = match runtime.block_on(fetch(&format!("{}/cluster", base.trim_end_matches('/')))) {
@@ -56,6 +47,43 @@ pub(super) fn run(command: ClusterCommand) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `silpgate config reload`: asks the instance to read its configuration file again, with the
+/// admin token from `token_env`, and prints what changed.
+pub(super) fn reload(config: Option<PathBuf>, url: Option<String>, token_env: &str) -> ExitCode {
+    let base = match base_url(url, config) {
+        Ok(base) => base,
+        Err(e) => return fail(&e),
+    };
+    let Ok(token) = std::env::var(token_env) else {
+        return fail(&format!("{token_env} is not set: it holds the token of a principal with the admin role"));
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let url = format!("{}/admin/reload", base.trim_end_matches('/'));
+    match runtime.block_on(ask(hyper::Method::POST, &url, Some(&token))) {
+        Ok(applied) => {
+            let changed = applied["changed"].as_array().map_or_else(Vec::new, |c| {
+                c.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>()
+            });
+            let changed = if changed.is_empty() { "nothing".to_owned() } else { changed.join(", ") };
+            println!("reloaded: configuration {} (changed: {changed})", applied["digest"].as_str().unwrap_or("?"));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// The instance's base URL: `url`, else the `http.listen` address of the configuration.
+fn base_url(url: Option<String>, config: Option<PathBuf>) -> Result<String, String> {
+    if let Some(url) = url {
+        return Ok(url);
+    }
+    let loaded = match config {
+        Some(path) => crate::config::Config::load(&path),
+        None => Ok(crate::config::Config::default()),
+    };
+    loaded.map(|config| format!("http://{}", config.http.listen)).map_err(|e| e.to_string())
+}
+
 fn fail(message: &str) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(EXIT_INVALID)
@@ -63,6 +91,12 @@ fn fail(message: &str) -> ExitCode {
 
 /// GETs `url` over plain HTTP/1.1 and parses the JSON answer.
 async fn fetch(url: &str) -> Result<Value, String> {
+    ask(hyper::Method::GET, url, None).await
+}
+
+/// Sends `method` to `url` over plain HTTP/1.1, with `token` as its bearer token, and parses
+/// the JSON answer; a non-2xx answer is an error with the NLIP error message's text.
+pub(super) async fn ask(method: hyper::Method, url: &str, token: Option<&str>) -> Result<Value, String> {
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
     let host = uri.host().ok_or_else(|| format!("{url}: no host"))?.to_owned();
     let port = uri.port_u16().unwrap_or(80);
@@ -74,17 +108,21 @@ async fn fetch(url: &str) -> Result<Value, String> {
             .await
             .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
-    let request = hyper::Request::get(uri.path())
-        .header(hyper::header::HOST, format!("{host}:{port}"))
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
+    let mut request = hyper::Request::builder().method(method).uri(uri.path());
+    request = request.header(hyper::header::HOST, format!("{host}:{port}"));
+    if let Some(token) = token {
+        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
     let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     let status = response.status();
     let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
     let value: Value = serde_json::from_slice(&body).map_err(|e| format!("{url} answered no JSON: {e}"))?;
     if !status.is_success() {
-        let reason =
-            value.pointer("/content/message").or_else(|| value.pointer("/content")).unwrap_or(&value);
+        let reason = value
+            .pointer("/content/message")
+            .or_else(|| value.pointer("/content"))
+            .unwrap_or(&value);
         return Err(format!("{url} answered {status}: {reason}"));
     }
     Ok(value)
@@ -110,12 +148,14 @@ fn render_at(status: &Value, now: u64) -> String {
     let owned = status["owned"].as_array().map_or(0, Vec::len);
     let standby = status["standby"].as_array().map_or(0, Vec::len);
     let mut out = format!(
-        "instance {}: owns {owned} of {} partitions; broker node {}\n\
+        "instance {}: owns {owned} of {} partitions; broker node {}\nconfiguration: {} (loaded {})\n\
          owned: {}\nstandby for {standby}: {}\nchannels: {} ({} for partitions)\nmembers: {}\ntakeovers since start: {}\n\
          {:<10} {:<28} {:<16} {:>7} {:>9} {:>10} {:>15} {:>15}\n",
         status["instance"].as_str().unwrap_or("?"),
         number(&status["partitions_total"]),
         status["broker"].as_str().unwrap_or("none (not connected)"),
+        status["config"]["digest"].as_str().unwrap_or("?"),
+        status["config"]["loaded_at"].as_u64().map_or("?".to_owned(), |at| format!("{} s ago", now.saturating_sub(at) / 1000)),
         list(&status["owned"]),
         list(&status["standby"]),
         number(&status["channels"]["total"]),
@@ -189,10 +229,12 @@ mod tests {
                   "last_takeover": { "at_ms": 2_000, "replay_ms": 7, "replayed_entries": 0 } },
             ],
             "lock": { "stream": "lock", "applied_offset": 7, "records": 2, "follow_lag": 0 },
+            "config": { "digest": "ab12", "loaded_at": 2_500 },
         });
         let table = render_at(&status, 12_500);
-        let lines: Vec<&str> = table.lines().collect();
+        let mut lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines[0], "instance d: owns 1 of 3 partitions; broker node 127.0.0.1:5672");
+        assert_eq!(lines.remove(1), "configuration: ab12 (loaded 10 s ago)");
         assert_eq!(lines[1], "owned: 0");
         assert_eq!(lines[2], "standby for 1: 2");
         assert_eq!(lines[3], "channels: 6 (2 for partitions)");

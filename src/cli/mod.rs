@@ -71,6 +71,20 @@ enum ConfigCommand {
     /// Print the RabbitMQ definitions (exchanges, queues, bindings) FILE makes silpgate
     /// declare, for operators who pre-declare (`load_definitions`).
     Definitions { file: std::path::PathBuf },
+    /// Have a running instance read its configuration file again (`POST /admin/reload`):
+    /// agents, routes, [auth] and the HTTP tokens change without a restart; a file that
+    /// changes anything else, or fails `config check`, is refused and the old one stays.
+    Reload {
+        /// The instance's configuration: its `http.listen` address is asked.
+        #[arg(long, conflicts_with = "url")]
+        config: Option<std::path::PathBuf>,
+        /// The instance's plain-HTTP address, e.g. `http://127.0.0.1:8787`.
+        #[arg(long)]
+        url: Option<String>,
+        /// The environment variable holding a token of a principal with the `admin` role.
+        #[arg(long, default_value = "SILPGATE_ADMIN_TOKEN")]
+        token_env: String,
+    },
 }
 
 /// Exit status for an invalid input.
@@ -180,8 +194,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::from(EXIT_INVALID)
             }
         },
+        Command::Config(ConfigCommand::Reload { config, url, token_env }) => {
+            cluster::reload(config, url, &token_env)
+        }
         Command::Run { config, listen, store } => {
-            run_daemon(config, crate::daemon::Overrides { listen, store })
+            let config_file = config.clone();
+            run_daemon(config, crate::daemon::Overrides { listen, store, config_file })
         }
     }
 }

@@ -107,7 +107,7 @@ pub(crate) async fn authenticate(
     peer: SocketAddr,
 ) -> Result<Identity, Denied> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    front.auth.check(authorization).await.map_err(|refusal| {
+    front.auth().check(authorization).await.map_err(|refusal| {
         match front
             .clients
             .admit(&super::client_key(&Identity::Anonymous, front.client_address(headers, peer)))

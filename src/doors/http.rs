@@ -35,6 +35,7 @@ pub(crate) fn router(front: Arc<Front>) -> Router {
         .route("/readyz", get(readyz))
         .merge(super::mcp::router())
         .merge(super::a2a::router())
+        .merge(super::admin::router())
         .merge(observability(front.clone()))
         .fallback(not_found)
         .with_state(front)
@@ -65,7 +66,7 @@ async fn observability_guard(
 async fn readyz(State(front): State<Arc<Front>>) -> Response {
     // The store is open (it was opened at start) and answers a read, and the broker, when
     // there is one, is connected and consumed from.
-    if let Err(e) = front.gateway().store().ledger("readiness-probe") {
+    if let Err(e) = front.core().gateway.store().ledger("readiness-probe") {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")).into_response();
     }
     let Some(broker) = &front.broker else {
@@ -92,6 +93,8 @@ async fn cluster(State(front): State<Arc<Front>>) -> Response {
     match &front.cluster {
         Some(cluster) => {
             let mut status = cluster.status();
+            let loaded = front.reloader.loaded();
+            status["config"] = serde_json::json!({ "digest": loaded.digest, "loaded_at": loaded.at });
             let broker = front.broker.as_ref().and_then(|b| b.node()).map(|node| node.to_string());
             status["broker"] = broker.map_or(serde_json::Value::Null, serde_json::Value::String);
             ([(header::CONTENT_TYPE, "application/json")], status.to_string()).into_response()

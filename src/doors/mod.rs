@@ -6,6 +6,7 @@
 //! clients in the same way; [`mcp`] serves the SILP codec to MCP clients.
 
 pub(crate) mod a2a;
+pub(crate) mod admin;
 pub(crate) mod admission;
 pub(crate) mod amqp;
 pub(crate) mod auth;
@@ -21,7 +22,7 @@ pub(crate) mod tls;
 pub(crate) mod ws;
 
 use crate::code::Code;
-use crate::gateway::{Gateway, Origin, Transport};
+use crate::gateway::{Origin, Transport};
 use crate::intake::{Arrival, InPlace, Intake, NotTaken, Taken};
 use crate::nlip::reply::{self, Location};
 use crate::nlip::{Limits, Message};
@@ -37,7 +38,8 @@ pub(crate) struct Front {
     pub body_timeout: Duration,
     /// The base URL the A2A card names (`http.public_url`, else the listening address).
     pub public_url: String,
-    pub auth: auth::Tokens,
+    /// Who may call: replaced as a whole by a reload ([`Front::auth`]).
+    pub auth: std::sync::RwLock<Arc<auth::Tokens>>,
     pub ws_ping: Duration,
     pub ws_dead: Duration,
     /// Per-client rate limit.
@@ -58,6 +60,8 @@ pub(crate) struct Front {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The tasks the A2A door keeps.
     pub a2a_tasks: Arc<a2a::tasks::TaskBook>,
+    /// Reads the configuration file again (SIGHUP, `POST /admin/reload`).
+    pub reloader: Arc<crate::reload::Reloader>,
 }
 
 /// The error message for a message over a rate limit.
@@ -128,8 +132,14 @@ impl<'a> Asker<'a> {
 }
 
 impl Front {
-    pub(crate) fn gateway(&self) -> &Gateway {
-        self.intake.gateway()
+    /// The tokens and JWT settings requests are checked against now.
+    pub(crate) fn auth(&self) -> Arc<auth::Tokens> {
+        self.auth.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The core (the configuration's gateway and agents) requests start under now.
+    pub(crate) fn core(&self) -> Arc<crate::intake::Core> {
+        self.intake.core()
     }
 
     /// Takes one decoded envelope from an HTTP request or a socket through the intake, and

@@ -140,10 +140,17 @@ impl Failure {
     }
 }
 
+/// What a configuration makes of the message path: the gateway core and the agents'
+/// connectors. A reload replaces it as a whole ([`Intake::replace`]); each message takes the
+/// one current when it starts, and finishes under it.
+pub(crate) struct Core {
+    pub gateway: Gateway,
+    pub agents: Agents,
+}
+
 /// The intake: the core, the agents, and the requests waiting for answers.
 pub(crate) struct Intake {
-    gateway: Gateway,
-    agents: Agents,
+    core: std::sync::RwLock<Arc<Core>>,
     waiting: Waiting,
     /// Front-door messages forwarded to their partition's owner, awaiting its replies.
     forwards: forward::Forwards,
@@ -157,7 +164,18 @@ impl Intake {
         let timeout = Duration::from_millis(gateway.config().gateway.reply_timeout_ms.max(1));
         let ids = Ids::new(&gateway.config().gateway.name);
         let waiting = Waiting::new(timeout);
-        Intake { gateway, agents, waiting, forwards: forward::Forwards::default(), ids, cluster: None }
+        let core = std::sync::RwLock::new(Arc::new(Core { gateway, agents }));
+        Intake { core, waiting, forwards: forward::Forwards::default(), ids, cluster: None }
+    }
+
+    /// The core messages start under now.
+    pub(crate) fn core(&self) -> Arc<Core> {
+        self.core.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Makes `core` the one later messages start under; those under way finish under theirs.
+    pub(crate) fn replace(&self, core: Core) {
+        *self.core.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(core);
     }
 
     /// In cluster mode: messages taken here share what they froze and learnt on the cluster's
@@ -197,9 +215,6 @@ impl Intake {
         shared
     }
 
-    pub(crate) fn gateway(&self) -> &Gateway {
-        &self.gateway
-    }
 
     pub(crate) fn waiting(&self) -> &Waiting {
         &self.waiting
@@ -281,14 +296,15 @@ impl Intake {
     /// makes that durable, before the message's sender hears that it failed. Best effort: a
     /// turn that stays counted is a gap in the numbering, nothing is lost.
     async fn take_back(&self, token: &str, turn: &Turn) {
-        match self.gateway.take_back_turn(token, turn, None) {
+        let core = self.core();
+        match core.gateway.take_back_turn(token, turn, None) {
             Ok(Some(_)) => {}
             Ok(None) => return,
             Err(e) => {
                 return tracing::warn!(turn = turn.turn, error = %e, "A failed message's turn could not be taken back.");
             }
         }
-        if let Err(e) = self.gateway.store().flush_async().await {
+        if let Err(e) = core.gateway.store().flush_async().await {
             tracing::warn!(turn = turn.turn, error = %e, "A failed message's turn was taken back but could not be made durable.");
         }
     }
@@ -303,7 +319,7 @@ impl Intake {
     pub(crate) async fn plan_window(
         &self,
         arrivals: Vec<Option<Arrival>>,
-    ) -> Vec<Result<Planned<'_>, Option<NotTaken>>> {
+    ) -> Vec<Result<Planned, Option<NotTaken>>> {
         let mut planned: Vec<_> = arrivals
             .into_iter()
             .map(|arrival| {
@@ -312,7 +328,7 @@ impl Intake {
                 span.in_scope(|| self.plan(arrival)).map_err(Some)
             })
             .collect();
-        let plans: Vec<&Planned<'_>> = planned.iter().flatten().collect();
+        let plans: Vec<&Planned> = planned.iter().flatten().collect();
         if self.make_durable(&plans).await.is_err() {
             for plan in planned.iter_mut().filter(|p| p.is_ok()) {
                 *plan = Err(None);
@@ -326,8 +342,8 @@ impl Intake {
     ///
     /// # Errors
     /// The store could not flush: none of the plans' state is known to be durable.
-    pub(crate) async fn make_durable(&self, plans: &[&Planned<'_>]) -> Result<(), StoreError> {
-        let durable: Vec<&&Planned<'_>> = plans.iter().filter(|p| p.needs_flush()).collect();
+    pub(crate) async fn make_durable(&self, plans: &[&Planned]) -> Result<(), StoreError> {
+        let durable: Vec<&&Planned> = plans.iter().filter(|p| p.needs_flush()).collect();
         if durable.is_empty() {
             return Ok(());
         }
@@ -336,7 +352,7 @@ impl Intake {
             .iter()
             .map(|p| info_span!(parent: &p.span, "store flush", messaging.batch.message_count = count))
             .collect();
-        let flushed = self.gateway.store().flush_async().await;
+        let flushed = self.core().gateway.store().flush_async().await;
         drop(spans);
         flushed
     }
@@ -350,7 +366,7 @@ impl Intake {
             let message = format!("CBOR decoding failed. Fallback to text recommended. ({})", error.message);
             reply::error_message(error.kind.code(), &message, &Location::None)
         } else {
-            let outcome = self.gateway.reject_undecodable(error.clone());
+            let outcome = self.core().gateway.reject_undecodable(error.clone());
             outcome.outbound.into_iter().next().map_or_else(
                 || reply::error_message(error.kind.code(), "the message cannot be read", &Location::None),
                 |o| o.envelope,
@@ -363,7 +379,7 @@ impl Intake {
     /// state, which is not yet durable. A door that plans several messages makes them durable
     /// with one [`Store::flush_async`](crate::gateway::store::Store::flush_async) for all,
     /// then delivers each with [`deliver_planned`](Self::deliver_planned).
-    pub(crate) fn plan(&self, arrival: Arrival) -> Result<Planned<'_>, NotTaken> {
+    pub(crate) fn plan(&self, arrival: Arrival) -> Result<Planned, NotTaken> {
         let Arrival { envelope, origin, span, answers, content_id } = arrival;
         crate::telemetry::record_format(&span, &envelope);
         let form = payload::answer_form(&envelope);
@@ -371,10 +387,12 @@ impl Intake {
         let base_id = origin.message_id.clone().or(content_id).unwrap_or_else(|| self.ids.next());
         let inbound =
             Inbound { envelope, origin: origin.clone(), received_at: crate::util::time::now_millis() };
-        let outcome = info_span!(parent: &span, "gateway handle").in_scope(|| self.handle(inbound, None));
+        let core = self.core();
+        let outcome =
+            info_span!(parent: &span, "gateway handle").in_scope(|| self.handle(&core, inbound, None));
         crate::telemetry::record_notes(&span, &outcome.notes);
         crate::metrics::get().observe_notes(&outcome.notes);
-        let route = self.route_of(&outcome.notes);
+        let route = route_of(&core, &outcome.notes);
         let learnt = learnt(&outcome.notes);
         let counted = token.zip(counted(&outcome.notes));
         let (outbound, frozen, change, duplicate) = match outcome.status {
@@ -386,6 +404,7 @@ impl Intake {
             Status::Delivered => (outcome.outbound, outcome.frozen, outcome.change, false),
         };
         Ok(Planned {
+            core,
             span,
             base_id,
             origin,
@@ -403,14 +422,15 @@ impl Intake {
 
     /// The second half of [`take`](Self::take), once the plan's state is durable: delivers
     /// what the core produced to its agents.
-    pub(crate) async fn deliver_planned(&self, planned: Planned<'_>) -> Result<Taken, NotTaken> {
+    pub(crate) async fn deliver_planned(&self, planned: Planned) -> Result<Taken, NotTaken> {
         if planned.duplicate {
             return Ok(Taken { duplicate: true, ..Taken::default() });
         }
-        let Planned { span, base_id, origin, form, route, answers, outbound, frozen, learnt, change, .. } =
+        let Planned { core, span, base_id, origin, form, route, answers, outbound, frozen, learnt, change, .. } =
             planned;
         let mut taken = Taken { frozen, learnt, change, ..Taken::default() };
-        let delivery = Delivery { base_id: &base_id, origin: &origin, form, route, answers };
+        let route = route.and_then(|index| core.gateway.config().routes.get(index));
+        let delivery = Delivery { core: &core, base_id: &base_id, origin: &origin, form, route, answers };
         match self.deliver(outbound, delivery, &mut taken).instrument(span.clone()).await {
             Ok(()) => Ok(taken),
             Err(refused) => Err(failed(&span, origin.transport, refused)),
@@ -422,12 +442,12 @@ impl Intake {
     ///
     /// In a cluster, what the message changed in a partition's conversation is noted from its
     /// commit on, until its changelog entry is confirmed ([`Cluster::committed`]).
-    fn handle(&self, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
+    fn handle(&self, core: &Core, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
         let cluster = self.cluster.as_ref().map(|(cluster, _)| cluster);
         let _committing = cluster.map(|cluster| cluster.committing());
         let outcome = match answering {
-            None => self.gateway.handle(inbound),
-            Some(form) => self.gateway.handle_answer(inbound, form),
+            None => core.gateway.handle(inbound),
+            Some(form) => core.gateway.handle_answer(inbound, form),
         };
         if let Some(cluster) = cluster {
             cluster.committed(&outcome.change);
@@ -435,14 +455,6 @@ impl Intake {
         outcome
     }
 
-    /// The configured route a message took, from the core's notes.
-    fn route_of(&self, notes: &[Note]) -> Option<&crate::config::RouteConfig> {
-        let name = notes.iter().find_map(|n| match n {
-            Note::Route(name) => Some(name),
-            _ => None,
-        })?;
-        self.gateway.config().routes.iter().find(|r| &r.name == name)
-    }
 
     /// Delivers an outcome's envelopes: replies to the door, the rest to their agents, each
     /// agent's in order. The last envelope for an agent is the request its answer belongs to.
@@ -474,7 +486,7 @@ impl Intake {
             }
         }
         for (agent, mut parcels) in by_agent {
-            let Some(connector) = self.agents.get(&agent) else {
+            let Some(connector) = delivery.core.agents.get(&agent) else {
                 let detail = "no connector is configured for it".to_owned();
                 return Err(refusal(
                     DeliveryError::Unavailable { agent, code: Code::Unavailable.as_str(), detail }.into(),
@@ -623,7 +635,7 @@ impl Intake {
         };
         if from.transport == Transport::Amqp
             && let Some(user) =
-                self.gateway.config().agents.iter().find(|a| a.name == waiter.agent).and_then(|a| {
+                self.core().gateway.config().agents.iter().find(|a| a.name == waiter.agent).and_then(|a| {
                     match &a.reach {
                         Reach::Amqp(reach) => reach.user.as_deref(),
                         _ => None,
@@ -679,7 +691,8 @@ impl Intake {
         from: Origin,
     ) -> Result<Option<ReadAnswer>, AnswerError> {
         let inbound = Inbound { envelope, origin: from, received_at: crate::util::time::now_millis() };
-        let outcome = span.in_scope(|| self.handle(inbound, Some(form)));
+        let core = self.core();
+        let outcome = span.in_scope(|| self.handle(&core, inbound, Some(form)));
         crate::metrics::get().observe_notes(&outcome.notes);
         let invalid = match outcome.status {
             Status::Duplicate => return Ok(None),
@@ -689,7 +702,7 @@ impl Intake {
             Status::Failed(e) => Some(e),
             Status::Delivered => None,
         };
-        if let Err(e) = self.gateway.store().flush_async().await {
+        if let Err(e) = core.gateway.store().flush_async().await {
             return Err(AnswerError::Retry(e.to_string()));
         }
         if let Err(e) = self.share(span, &outcome.change, &outcome.frozen, &learnt(&outcome.notes)).await {
@@ -740,12 +753,15 @@ impl crate::connectors::AnswerPath for Intake {
 }
 
 /// A message the core has decided and committed, not yet durable nor delivered.
-pub(crate) struct Planned<'a> {
+pub(crate) struct Planned {
+    /// The core it was planned under, which delivers it too.
+    core: Arc<Core>,
     span: tracing::Span,
     base_id: String,
     origin: Origin,
     form: OutputForm,
-    route: Option<&'a crate::config::RouteConfig>,
+    /// The configured route it took, by its index in the core's configuration.
+    route: Option<usize>,
     answers: Option<Arc<dyn ReturnPath>>,
     outbound: Vec<crate::gateway::Outbound>,
     frozen: Vec<Freeze>,
@@ -756,7 +772,7 @@ pub(crate) struct Planned<'a> {
     counted: Option<(String, Turn)>,
 }
 
-impl Planned<'_> {
+impl Planned {
     /// Whether the plan wrote anything that must be durable before it is delivered.
     pub(crate) fn needs_flush(&self) -> bool {
         !self.duplicate
@@ -766,6 +782,15 @@ impl Planned<'_> {
     pub(crate) fn refuse(self, refused: NotTaken) -> NotTaken {
         failed(&self.span, self.origin.transport, refused)
     }
+}
+
+/// The configured route a message took (its index in `core`'s routes), from the core's notes.
+fn route_of(core: &Core, notes: &[Note]) -> Option<usize> {
+    let name = notes.iter().find_map(|n| match n {
+        Note::Route(name) => Some(name),
+        _ => None,
+    })?;
+    core.gateway.config().routes.iter().position(|r| &r.name == name)
 }
 
 /// The agents whose profiles a message taught, from the core's notes.
@@ -805,6 +830,7 @@ struct ReadAnswer {
 
 /// What the deliveries of one message need to know about it.
 struct Delivery<'a> {
+    core: &'a Core,
     base_id: &'a str,
     origin: &'a Origin,
     form: OutputForm,

@@ -56,7 +56,8 @@ pub(crate) fn router() -> Router<Arc<Front>> {
 /// `protocolVersion` and `preferredTransport`, `security`, and the schemes' `type`. Each
 /// generation's readers pass over the other's fields.
 async fn card(State(front): State<Arc<Front>>) -> Response {
-    let config = front.gateway().config();
+    let core = front.core();
+    let config = core.gateway.config();
     // The card is public: a route to an agent only some principals may reach is not shown.
     let open_to_anyone = |destination: &str| {
         config
@@ -99,7 +100,7 @@ async fn card(State(front): State<Arc<Front>>) -> Response {
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": skills,
     });
-    if !front.auth.is_open() {
+    if !front.auth().is_open() {
         card["securitySchemes"] = json!({"bearer": {
             "httpAuthSecurityScheme": {"scheme": "Bearer"},
             "type": "http", "scheme": "bearer",

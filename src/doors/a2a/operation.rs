@@ -297,7 +297,7 @@ pub(super) async fn send_message(
 /// How long a blocking request waits for its task: the reply timeout, and a little more for
 /// the answer to come back.
 fn reply_wait(front: &Front) -> std::time::Duration {
-    std::time::Duration::from_millis(front.gateway().config().gateway.reply_timeout_ms)
+    std::time::Duration::from_millis(front.core().gateway.config().gateway.reply_timeout_ms)
         + std::time::Duration::from_secs(5)
 }
 

@@ -90,6 +90,8 @@ pub(crate) struct Amqp {
     link_rx: BrokerLink,
     /// The node connected to and whether silpgate holds; `/readyz` reports it.
     health: Arc<BrokerHealth>,
+    /// A reload's requests to declare the queues of the agents it adds.
+    declares: tokio::sync::Mutex<Option<mpsc::Receiver<crate::reload::Declare>>>,
 }
 
 /// A connection made: the channels it serves through, and the node it reached.
@@ -131,7 +133,31 @@ impl Amqp {
     ) -> Self {
         let (link, link_rx) = link;
         let health = Arc::new(BrokerHealth::default());
-        Amqp { config, amqp: Arc::new(amqp), store, cluster, intake, link, link_rx, health }
+        let declares = tokio::sync::Mutex::new(None);
+        Amqp { config, amqp: Arc::new(amqp), store, cluster, intake, link, link_rx, health, declares }
+    }
+
+    /// Takes a reload's requests to declare agents' queues, on the connection up when they come.
+    #[must_use]
+    pub(crate) fn with_declares(self, requests: Option<mpsc::Receiver<crate::reload::Declare>>) -> Self {
+        Amqp { declares: tokio::sync::Mutex::new(requests), ..self }
+    }
+
+    /// Declares what `request` asks on a channel of its own, so that a refusal closes nothing
+    /// in use, and answers it.
+    async fn declare(&self, connection: &Connection, request: crate::reload::Declare) {
+        let cluster = self.cluster.as_ref().map(|c| &c.config);
+        let topology = topology::Topology::from_config(&self.amqp, cluster, &request.agents);
+        let declared = async {
+            let channel = connection.create_channel().await?;
+            topology.declare(&channel).await?;
+            channel.close(200, "declared".into()).await
+        };
+        let result = match tokio::time::timeout(BROKER_GOODBYE, declared).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("the broker did not answer within {BROKER_GOODBYE:?}")),
+        };
+        let _ = request.done.send(result);
     }
 
     /// The queue agents answer this instance on: one per instance.
@@ -243,7 +269,11 @@ impl Amqp {
     async fn open(&self, connection: Connection) -> lapin::Result<(Connection, Channel, Channel)> {
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
-        topology::Topology::from_config(&self.amqp, cluster, &self.config.agents).declare(&declare).await?;
+        // The agents as the last reload left them.
+        let core = self.intake.core();
+        topology::Topology::from_config(&self.amqp, cluster, &core.gateway.config().agents)
+            .declare(&declare)
+            .await?;
         // This instance's own reply queue is no part of the shared topology. A quorum queue by
         // default: a classic queue lives on one node, and while that node is down it can be
         // neither declared nor consumed, which would keep this instance off every other node.
@@ -314,7 +344,9 @@ impl Amqp {
         mut shutdown: Shutdown,
     ) -> Ended {
         let cluster_config = self.cluster.as_ref().map(|c| &c.config);
-        let topology = topology::Topology::from_config(&self.amqp, cluster_config, &self.config.agents);
+        let core = self.intake.core();
+        let topology = topology::Topology::from_config(&self.amqp, cluster_config, &core.gateway.config().agents);
+        drop(core);
         let quorum_queues = topology.quorum_queues();
         let push_queue = self.config.a2a.pushes().then(|| self.config.a2a.push_queue.clone());
         let reply_rule = ReplyRule::new(
@@ -471,6 +503,8 @@ impl Amqp {
         // no broker to deliver it through.
         self.health.connected(broker);
         let mut rebalance = tokio::time::interval(REBALANCE_TICK);
+        // Held for the connection: a reload's declarations go to the connection that is up.
+        let mut declares = self.declares.lock().await;
         // A cluster instance told to stop first hands its partitions on (until this deadline).
         let mut leaving: Option<tokio::time::Instant> = None;
         let ended = 'intake: loop {
@@ -494,6 +528,9 @@ impl Amqp {
                         Ok(Err(e)) => break Ended::Lost(format!("opening a fresh publishing channel failed: {e}")),
                         Err(_) => break Ended::Lost("opening a fresh publishing channel took too long".into()),
                     }
+                }
+                Some(request) = async { declares.as_mut()?.recv().await } => {
+                    self.declare(connection, request).await;
                 }
                 () = shutdown.stopped(), if leaving.is_none() => {
                     let Some(side) = cluster_side.as_mut() else { break Ended::Shutdown };

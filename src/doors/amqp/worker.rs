@@ -323,7 +323,7 @@ impl Pipeline {
     /// The core's decision for each message of a window, made durable with one flush
     /// ([`Intake::plan_window`]); one that could not be decoded is left to the one-at-a-time
     /// path (`Err(None)`).
-    async fn plan_window<'a>(&'a self, jobs: &[Job]) -> Vec<Result<Planned<'a>, Option<NotTaken>>> {
+    async fn plan_window(&self, jobs: &[Job]) -> Vec<Result<Planned, Option<NotTaken>>> {
         let arrivals = jobs
             .iter()
             .map(|job| {
@@ -336,7 +336,7 @@ impl Pipeline {
 
     /// One conversation's messages of a window, in order: each planned one is delivered; from
     /// the first that is not, every message takes the one-at-a-time path.
-    async fn run_chain(&self, steps: Vec<(&Job, Result<Planned<'_>, Option<NotTaken>>)>) {
+    async fn run_chain(&self, steps: Vec<(&Job, Result<Planned, Option<NotTaken>>)>) {
         let mut fast = true;
         for (job, planned) in steps {
             if self.follows_a_left_message(job) {
@@ -468,7 +468,8 @@ impl Pipeline {
     async fn take_back(&self, job: &Job) {
         let (Some(id), Ok(message)) = (job.envelope.message_id.as_deref(), &job.decoded) else { return };
         let Some(token) = message.conversation_token() else { return };
-        let gateway = self.intake.gateway();
+        let core = self.intake.core();
+        let gateway = &core.gateway;
         let session = match gateway.take_back(id, token) {
             Ok(Some(session)) => session,
             Ok(None) => return,
@@ -585,7 +586,8 @@ impl Pipeline {
 
     /// The principal of an AMQP sender: its broker user, with `[auth] broker_roles`' roles.
     fn broker_principal(&self, user: Option<&String>) -> Option<crate::principal::Principal> {
-        let roles = |user: &String| self.intake.gateway().config().auth.broker_roles.get(user).cloned();
+        let core = self.intake.core();
+        let roles = |user: &String| core.gateway.config().auth.broker_roles.get(user).cloned();
         let amqp = crate::principal::Source::Amqp;
         user.map(|user| crate::principal::Principal::verified(amqp, user, roles(user).unwrap_or_default()))
     }
@@ -602,7 +604,7 @@ impl Pipeline {
 
     /// A planned message, its state durable: delivered to its agents, its replies published
     /// (with a cluster's stream entries) and confirmed, its ledger entry marked.
-    async fn finish(&self, job: &Job, base_id: &str, planned: Planned<'_>) -> Result<(), AttemptFailure> {
+    async fn finish(&self, job: &Job, base_id: &str, planned: Planned) -> Result<(), AttemptFailure> {
         let envelope = &job.envelope;
         let taken = match self.intake.deliver_planned(planned).await {
             Ok(taken) => taken,

@@ -62,7 +62,8 @@ async fn post_mcp(
         Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
-    let config = front.gateway().config();
+    let core = front.core();
+    let config = core.gateway.config();
     let access = ToolAccess {
         rules: &config.auth.mcp_tools,
         principal: admitted.principal.as_ref(),

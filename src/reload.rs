@@ -1,0 +1,286 @@
+//! Reading the configuration file again while running: on SIGHUP, and on `POST /admin/reload`
+//! (`silpgate config reload`). What a reload may change, the check that refuses the rest by
+//! name, and the swap.
+//!
+//! A reload applies the agents (`[[agents]]`), the routes (`[[routes]]`), `[auth]` (static
+//! tokens, JWT and JWKS settings, allow rules, broker roles, MCP tool rules) and the HTTP
+//! tokens (`http.tokens`, `http.tokens_env`). Everything else is read at start only: a file
+//! that changes any other setting is refused, naming each, and nothing of it is applied.
+//!
+//! The file must pass what `silpgate config check` checks, the tokens and JWKS must load, and
+//! the broker must have declared a new AMQP agent's queue, before anything changes. Then the
+//! new core (gateway and agents' connectors) and the new tokens replace the old ones, each in
+//! one step: a message or request already under way finishes under the configuration it
+//! started with, the next one starts under the new one. No connection is dropped and no
+//! message is refused because of a reload.
+
+use crate::config::{AgentConfig, Config, ConfigError};
+use crate::connectors::{Agents, AnswerSink};
+use crate::doors::Front;
+use crate::doors::auth::Tokens;
+use crate::gateway::Gateway;
+use crate::gateway::store::Store;
+use crate::intake::Core;
+use sha2::Digest;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+/// Top-level sections a reload applies as a whole.
+const RELOADED_SECTIONS: [&str; 3] = ["agents", "routes", "auth"];
+/// Settings of other sections a reload applies.
+const RELOADED_KEYS: [&str; 2] = ["http.tokens", "http.tokens_env"];
+
+/// Why a reload was refused; the configuration in use stays as it was.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReloadError {
+    #[error("silpgate runs on its built-in defaults: there is no configuration file to read again")]
+    NoFile,
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    #[error(
+        "these settings take effect only at a restart, and the file changes them: {}; a reload applies {} and {}",
+        .0.join(", "), RELOADED_SECTIONS.join(", "), RELOADED_KEYS.join(", ")
+    )]
+    NeedsRestart(Vec<String>),
+    #[error("[http] authentication: {0}")]
+    Auth(#[from] crate::doors::auth::AuthError),
+    #[error(transparent)]
+    KeySet(#[from] crate::doors::jwt::KeySetError),
+    #[error("[[agents]]: {0}")]
+    Agents(#[from] crate::connectors::SetupError),
+    #[error("the broker did not declare the agents' queues: {0}")]
+    Topology(String),
+    #[error("another reload is under way")]
+    Busy,
+}
+
+impl ReloadError {
+    /// The error code an operator's client reads.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            ReloadError::NeedsRestart(_) => "needs_restart",
+            ReloadError::Topology(_) => crate::code::Code::BrokerUnavailable.as_str(),
+            ReloadError::Busy => "reload_in_progress",
+            _ => "invalid_config",
+        }
+    }
+}
+
+/// The configuration file in use: its text's SHA-256 and when it was loaded.
+#[derive(Debug, Clone)]
+pub(crate) struct Loaded {
+    pub digest: String,
+    /// Milliseconds since the epoch.
+    pub at: u64,
+    text: String,
+}
+
+impl Loaded {
+    fn of(text: String) -> Loaded {
+        let digest = hex(&sha2::Sha256::digest(text.as_bytes()));
+        Loaded { digest, at: crate::util::time::now_millis(), text }
+    }
+}
+
+/// A reload that went through.
+#[derive(Debug, Clone)]
+pub(crate) struct Applied {
+    pub digest: String,
+    /// The sections and settings that differ from the file loaded before.
+    pub changed: Vec<String>,
+}
+
+/// A request to the AMQP side to declare the queues of the agents given (on a channel of its
+/// own, so that a refusal closes nothing in use); answered with the broker's refusal, if any.
+pub(crate) struct Declare {
+    pub agents: Vec<AgentConfig>,
+    pub done: oneshot::Sender<Result<(), String>>,
+}
+
+/// How long a reload waits for the AMQP side to declare a new agent's queue.
+const DECLARE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads the configuration file again and applies it ([`Reloader::reload`]).
+pub(crate) struct Reloader {
+    path: Option<PathBuf>,
+    loaded: Mutex<Loaded>,
+    /// One reload at a time.
+    busy: tokio::sync::Mutex<()>,
+    store: Arc<dyn Store>,
+    broker: Option<crate::broker::link::BrokerLink>,
+    answers: AnswerSink,
+    declares: Option<mpsc::Sender<Declare>>,
+}
+
+impl Reloader {
+    /// `text`: the file's text as it was loaded at start (`None`: the built-in defaults).
+    pub(crate) fn new(
+        path: Option<PathBuf>,
+        text: Option<String>,
+        store: Arc<dyn Store>,
+        (broker, answers): (Option<crate::broker::link::BrokerLink>, AnswerSink),
+        declares: Option<mpsc::Sender<Declare>>,
+    ) -> Reloader {
+        let loaded = Mutex::new(Loaded::of(text.unwrap_or_default()));
+        let reloader =
+            Reloader { path, loaded, busy: tokio::sync::Mutex::new(()), store, broker, answers, declares };
+        reloader.observe();
+        reloader
+    }
+
+    /// The file in use now.
+    pub(crate) fn loaded(&self) -> Loaded {
+        self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Reads the file again and applies it to `front`, or refuses it and changes nothing.
+    ///
+    /// # Errors
+    /// Why it was refused.
+    pub(crate) async fn reload(&self, front: &Front) -> Result<Applied, ReloadError> {
+        let Ok(_one) = self.busy.try_lock() else { return Err(ReloadError::Busy) };
+        let result = self.apply(front).await;
+        let metrics = crate::metrics::get();
+        match &result {
+            Ok(applied) => {
+                metrics.config_reloads.with_label_values(&["applied"]).inc();
+                tracing::info!(digest = %applied.digest, changed = ?applied.changed, "Configuration reloaded.");
+            }
+            Err(e) => {
+                metrics.config_reloads.with_label_values(&["refused"]).inc();
+                tracing::warn!(error = %e, "Configuration reload refused; the configuration in use is unchanged.");
+            }
+        }
+        result
+    }
+
+    async fn apply(&self, front: &Front) -> Result<Applied, ReloadError> {
+        let path = self.path.as_ref().ok_or(ReloadError::NoFile)?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let config = Config::load(path)?;
+        let before = self.loaded();
+        let changed = changed_settings(&before.text, &text)?;
+        let needs_restart: Vec<String> = changed.iter().filter(|name| !reloaded(name)).cloned().collect();
+        if !needs_restart.is_empty() {
+            return Err(ReloadError::NeedsRestart(needs_restart));
+        }
+        // Everything that can fail comes before the first change.
+        let jwts = crate::doors::jwt::Jwts::new(&config.auth).await?;
+        let tokens = Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref(), &config.auth.tokens)?
+            .with_jwts(jwts);
+        let config = Arc::new(config);
+        let agents = Agents::new(&config, self.broker.clone(), self.answers.clone())?;
+        self.declare(&config.agents).await?;
+        let gateway = Gateway::new(config.clone(), self.store.clone());
+        front.intake.replace(Core { gateway, agents });
+        *front.auth.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(tokens);
+        let loaded = Loaded::of(text);
+        let digest = loaded.digest.clone();
+        *self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = loaded;
+        self.observe();
+        Ok(Applied { digest, changed })
+    }
+
+    /// Has the AMQP side declare the queues of the AMQP agents that have one (idempotent for
+    /// those already there); nothing to do without an AMQP side or such an agent.
+    async fn declare(&self, agents: &[AgentConfig]) -> Result<(), ReloadError> {
+        let Some(declares) = &self.declares else { return Ok(()) };
+        let queued: Vec<AgentConfig> = agents
+            .iter()
+            .filter(|a| matches!(&a.reach, crate::config::Reach::Amqp(reach) if reach.queue.is_some()))
+            .cloned()
+            .collect();
+        if queued.is_empty() {
+            return Ok(());
+        }
+        let (done, declared) = oneshot::channel();
+        let asked = declares.send(Declare { agents: queued, done });
+        let answered = tokio::time::timeout(DECLARE_LIMIT, async {
+            asked.await.map_err(|_| "the AMQP side has stopped".to_owned())?;
+            declared.await.map_err(|_| "the AMQP side has stopped".to_owned())?
+        })
+        .await;
+        match answered {
+            Ok(result) => result.map_err(ReloadError::Topology),
+            Err(_) => Err(ReloadError::Topology(format!(
+                "no answer within {DECLARE_LIMIT:?} (is the broker connected?)"
+            ))),
+        }
+    }
+
+    /// The metrics say which file is loaded and since when.
+    fn observe(&self) {
+        let loaded = self.loaded();
+        let metrics = crate::metrics::get();
+        metrics.config_info.reset();
+        metrics.config_info.with_label_values(&[&loaded.digest]).set(1);
+        metrics.config_loaded.set((loaded.at / 1000) as i64);
+    }
+}
+
+/// Whether a reload applies the section or setting `name`.
+fn reloaded(name: &str) -> bool {
+    RELOADED_SECTIONS.contains(&name) || RELOADED_KEYS.contains(&name)
+}
+
+/// The sections (`agents`) and settings (`amqp.prefetch`) whose values differ between two
+/// configuration texts: a section reloaded as a whole is named once, any other section by
+/// each setting in it that differs.
+fn changed_settings(before: &str, after: &str) -> Result<Vec<String>, ConfigError> {
+    let table = |text: &str| -> Result<toml::Table, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+    };
+    let (before, after) = (table(before)?, table(after)?);
+    let mut names: Vec<&String> = before.keys().chain(after.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut changed = Vec::new();
+    for name in names {
+        let (old, new) = (before.get(name), after.get(name));
+        if old == new {
+            continue;
+        }
+        match (old, new) {
+            (Some(toml::Value::Table(old)), Some(toml::Value::Table(new))) if !reloaded(name) => {
+                let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                changed.extend(keys.into_iter().filter(|k| old.get(*k) != new.get(*k)).map(|k| format!("{name}.{k}")));
+            }
+            _ => changed.push(name.clone()),
+        }
+    }
+    Ok(changed)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reloads on every SIGHUP until the process ends.
+pub(crate) async fn on_hangup(reloader: Arc<Reloader>, front: Arc<Front>) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        return tracing::warn!("Cannot install the SIGHUP handler: reload with `silpgate config reload` instead.");
+    };
+    while hangups.recv().await.is_some() {
+        let _ = reloader.reload(&front).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_names_each_setting_that_needs_a_restart_and_each_section_it_applies() {
+        let before = "[http]\nlisten = \"127.0.0.1:8787\"\ntokens = [\"a\"]\n[amqp]\nurl = \"amqp://x\"\nprefetch = 8\n[[routes]]\nname = \"r\"\ndestination = \"reply\"\nmode = \"passthrough\"\n";
+        let after = "[http]\nlisten = \"127.0.0.1:9999\"\ntokens = [\"b\"]\n[amqp]\nurl = \"amqp://x\"\nprefetch = 8\n[store]\npath = \"s\"\n[[routes]]\nname = \"r2\"\ndestination = \"reply\"\nmode = \"passthrough\"\n";
+        let changed = changed_settings(before, after).unwrap();
+        assert_eq!(changed, ["http.listen", "http.tokens", "routes", "store"]);
+        let refused: Vec<&String> = changed.iter().filter(|n| !reloaded(n)).collect();
+        assert_eq!(refused, ["http.listen", "store"]);
+        assert!(changed_settings(before, before).unwrap().is_empty(), "the same file changes nothing");
+    }
+}
