@@ -233,7 +233,10 @@ impl Metrics {
             )
             .expect("valid metric"),
             config_info: IntGaugeVec::new(
-                Opts::new("silpgate_config_info", "1, labelled with the SHA-256 of the configuration file in use"),
+                Opts::new(
+                    "silpgate_config_info",
+                    "1, labelled with the SHA-256 of the configuration file in use",
+                ),
                 &["digest"],
             )
             .expect("valid metric"),

@@ -159,7 +159,7 @@ impl Reloader {
         let path = self.path.as_ref().ok_or(ReloadError::NoFile)?;
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        let config = Config::load(path)?;
+        let config = Config::from_file_text(path, &text)?;
         let before = self.loaded();
         let changed = changed_settings(&before.text, &text)?;
         let needs_restart: Vec<String> = changed.iter().filter(|name| !reloaded(name)).cloned().collect();
@@ -168,8 +168,9 @@ impl Reloader {
         }
         // Everything that can fail comes before the first change.
         let jwts = crate::doors::jwt::Jwts::new(&config.auth).await?;
-        let tokens = Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref(), &config.auth.tokens)?
-            .with_jwts(jwts);
+        let tokens =
+            Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref(), &config.auth.tokens)?
+                .with_jwts(jwts);
         let config = Arc::new(config);
         let agents = Agents::new(&config, self.broker.clone(), self.answers.clone())?;
         self.declare(&config.agents).await?;
@@ -247,7 +248,9 @@ fn changed_settings(before: &str, after: &str) -> Result<Vec<String>, ConfigErro
                 let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
                 keys.sort();
                 keys.dedup();
-                changed.extend(keys.into_iter().filter(|k| old.get(*k) != new.get(*k)).map(|k| format!("{name}.{k}")));
+                changed.extend(
+                    keys.into_iter().filter(|k| old.get(*k) != new.get(*k)).map(|k| format!("{name}.{k}")),
+                );
             }
             _ => changed.push(name.clone()),
         }
@@ -262,7 +265,9 @@ fn hex(bytes: &[u8]) -> String {
 /// Reloads on every SIGHUP until the process ends.
 pub(crate) async fn on_hangup(reloader: Arc<Reloader>, front: Arc<Front>) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        return tracing::warn!("Cannot install the SIGHUP handler: reload with `silpgate config reload` instead.");
+        return tracing::warn!(
+            "Cannot install the SIGHUP handler: reload with `silpgate config reload` instead."
+        );
     };
     while hangups.recv().await.is_some() {
         let _ = reloader.reload(&front).await;

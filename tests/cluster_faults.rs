@@ -4,7 +4,7 @@
 //! stream held by one instance at a time; ids sent again after an owner change or a rebuild,
 //! not published again; a front-door message refused for good that leaves no turn counted;
 //! `/readyz` that means an instance can place a
-//! conversation; and a status that shows every partition's owner. Every wait is bounded.
+//! conversation and paces a rollout; and a status that shows every partition's owner. Every wait is bounded.
 
 mod support;
 
@@ -134,7 +134,8 @@ async fn an_owner_killed_in_the_middle_of_a_hand_over_does_not_stall_its_partiti
         }
         stop.store(true, Ordering::Relaxed);
         let count = traffic.await.unwrap();
-        cluster.start_with("b", patient);
+        // Not waited for until ready: that takes the hand-overs the kill falls in.
+        cluster.launch_with("b", patient);
         // a holds nothing in flight: it cancels a quiet moment after it starts handing on, and
         // appends `Released` no sooner than 500 ms later (the grace for strays). The kill
         // falls in between.
@@ -167,6 +168,121 @@ async fn an_owner_killed_in_the_middle_of_a_hand_over_does_not_stall_its_partiti
         cluster.terminate("b");
         assert_sessions(&[cluster.store("a"), cluster.store("b")], &delivered, count);
         eprintln!("b served every partition {took_after:?} after the kill; {cut_short} hand-overs cut short");
+    })
+    .await;
+}
+
+/// The receiving side of a hand-over killed in the middle of it: a has cancelled its consumer
+/// of the partitions it hands to b, and b is taking them over, when b is SIGKILLed. a serves
+/// every partition again within the broker's notice of b's lost connection (bounded here at
+/// 10 s, ten times the notice), not after `drain_secs` (30 s here), and nothing is lost or
+/// counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receiving_side_killed_in_the_middle_of_a_hand_over_does_not_stall_its_partitions() {
+    let _serial = SERIAL.lock().await;
+    within_limit("receiver killed mid-hand-over", async {
+        let mut cluster = Instances::new("fault-receiver");
+        let names = cluster.names.clone();
+        let patient =
+            |config: String| config.replace("retry_max_ms = 400\n", "retry_max_ms = 400\ndrain_secs = 30\n");
+        cluster.start_with("a", patient);
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic = steady(&names, stop.clone());
+        let deadline = Instant::now() + LONG;
+        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
+            assert!(Instant::now() < deadline, "a did not take every partition over");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Not waited for until ready: it is killed in the middle of the hand-overs to it.
+        cluster.launch_with("b", patient);
+        cluster.running["a"].wait_logged("Stopped consuming a partition handed on", 1, LONG);
+        cluster.kill("b");
+        let killed = Instant::now();
+        let a = &cluster.running["a"];
+        loop {
+            let owned = cluster.status("a")["owned"].as_array().map_or(0, Vec::len);
+            if owned == usize::from(PARTITIONS) {
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(10),
+                "a serves {owned} of {PARTITIONS} partitions 10 s after b was killed:\n{}",
+                a.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("a served every partition again {:?} after b was killed", killed.elapsed());
+        stop.store(true, Ordering::Relaxed);
+        let count = traffic.await.unwrap();
+        let (_connection, channel) = broker::channel().await;
+        let delivered = collect_all(&channel, &names, count).await;
+        assert_delivered(&delivered, count);
+        cluster.terminate("a");
+        assert_sessions(&[cluster.store("a"), cluster.store("b")], &delivered, count);
+    })
+    .await;
+}
+
+/// `/readyz` paces a rollout: an instance that joins a running one under traffic says 503
+/// while the partitions of its share are still served by the other, the other says 503 while
+/// it has partitions to hand on, and each says 200 only once those hand-overs are over: then
+/// the first serves nothing of the newcomer's share. Nothing is lost meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_waits_for_the_hand_overs_to_and_from_the_instance() {
+    let _serial = SERIAL.lock().await;
+    within_limit("ready with hand-overs", async {
+        let mut cluster = Instances::new("fault-paced");
+        let names = cluster.names.clone();
+        cluster.start("a");
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic = steady(&names, stop.clone());
+        let deadline = Instant::now() + LONG;
+        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
+            assert!(Instant::now() < deadline, "a did not take every partition over");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cluster.launch_with("b", |config| config);
+        let mut reasons: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        let deadline = Instant::now() + LONG;
+        loop {
+            let (a, b) = (cluster.running["a"].get("/readyz"), cluster.running["b"].get("/readyz"));
+            for (name, (code, reason)) in [("a", &a), ("b", &b)] {
+                if *code == 503 && !reasons.get(name).is_some_and(|r| r.contains(reason)) {
+                    reasons.entry(name).or_default().push(reason.clone());
+                }
+            }
+            if a.0 == 200 && b.0 == 200 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not both ready: {reasons:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let said =
+            |name: &str, text: &str| reasons.get(name).is_some_and(|r| r.iter().any(|r| r.contains(text)));
+        assert!(said("b", "still served by another member"), "b waited for its share: {reasons:?}");
+        assert!(
+            said("a", "to hand on to their owners") || said("a", "being handed on"),
+            "a was not ready while handing on: {reasons:?}"
+        );
+        let b_share = rendezvous::share(PARTITIONS, &["a", "b"], 1, "b").owned;
+        let a_serves: Vec<u16> = cluster.status("a")["owned"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap() as u16)
+            .collect();
+        assert!(
+            a_serves.iter().all(|p| !b_share.contains(p)),
+            "once both are ready, a serves nothing of b's share: a {a_serves:?}, b's share {b_share:?}"
+        );
+        stop.store(true, Ordering::Relaxed);
+        let count = traffic.await.unwrap();
+        let (_connection, channel) = broker::channel().await;
+        let delivered = collect_all(&channel, &names, count).await;
+        assert_delivered(&delivered, count);
+        for name in ["a", "b"] {
+            cluster.terminate(name);
+        }
     })
     .await;
 }

@@ -48,7 +48,8 @@ async fn start(extra: &str) -> SocketAddr {
         std::process::id(),
         rand_suffix()
     ));
-    let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir), ..Overrides::default() };
+    let overrides =
+        Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir), ..Overrides::default() };
     let daemon = daemon::start(config, overrides).await.expect("daemon starts");
     let addr = daemon.local_addr().unwrap();
     tokio::spawn(daemon.serve(std::future::pending()));

@@ -22,7 +22,8 @@ plain = true
 #[tokio::test(flavor = "multi_thread")]
 async fn the_python_sdk_talks_to_silpgate_over_http_and_websocket() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("interop-{}", std::process::id()));
-    let overrides = Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir), ..Overrides::default() };
+    let overrides =
+        Overrides { listen: Some("127.0.0.1:0".into()), store: Some(dir), ..Overrides::default() };
     let daemon = daemon::start(Config::parse(CONFIG).unwrap(), overrides).await.unwrap();
     let addr = daemon.local_addr().unwrap();
     tokio::spawn(daemon.serve(std::future::pending()));

@@ -139,7 +139,8 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     });
 
     // Before the reload, a `two` message takes the catch-all route to sink.
-    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_000, Some("two"))]).await;
+    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_000, Some("two"))])
+        .await;
 
     // Asked by nobody, by a principal without the role: refused, nothing read.
     assert_eq!(post_reload(&daemon.http, None).0, 401, "no token");
@@ -152,7 +153,8 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     let pid = daemon.child.id().to_string();
     assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     daemon.wait_logged("Configuration reloaded.", 1, Duration::from_secs(30));
-    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_001, Some("two"))]).await;
+    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_001, Some("two"))])
+        .await;
     let sink2 = format!("{}2", names.sink());
     let in_sink2 = ids_in(&channel, &sink2, 1).await;
     assert_eq!(in_sink2, BTreeSet::from(["m-100001".to_owned()]), "the new route from the next message on");
@@ -162,20 +164,23 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     let (ok, said) = cli_reload(&daemon, ADMIN_TOKEN);
     assert!(!ok && said.contains("invalid_config") && said.contains("line 1"), "{said}");
     // One that changes a setting read only at start: refused, naming it.
-    let moved = config(&names, &store, &second_agent(&names)).replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\"");
+    let moved = config(&names, &store, &second_agent(&names))
+        .replace("listen = \"127.0.0.1:0\"", "listen = \"127.0.0.1:1\"");
     std::fs::write(&path, moved).unwrap();
     let (status, body) = post_reload(&daemon.http, Some(ADMIN_TOKEN));
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("needs_restart") && body.contains("http.listen"), "{body}");
     // Still the reloaded configuration: `two` goes to sink2.
-    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_002, Some("two"))]).await;
+    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_002, Some("two"))])
+        .await;
     assert!(ids_in(&channel, &sink2, 1).await.contains("m-100002"), "the configuration in use stayed");
 
     // Back to the first file through the command line: the route is gone again.
     std::fs::write(&path, config(&names, &store, "")).unwrap();
     let (ok, said) = cli_reload(&daemon, ADMIN_TOKEN);
     assert!(ok && said.contains("changed: agents, routes"), "{said}");
-    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_003, Some("two"))]).await;
+    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_003, Some("two"))])
+        .await;
 
     stop.store(true, Ordering::Relaxed);
     traffic.await.unwrap();

@@ -55,7 +55,9 @@ pub(super) fn reload(config: Option<PathBuf>, url: Option<String>, token_env: &s
         Err(e) => return fail(&e),
     };
     let Ok(token) = std::env::var(token_env) else {
-        return fail(&format!("{token_env} is not set: it holds the token of a principal with the admin role"));
+        return fail(&format!(
+            "{token_env} is not set: it holds the token of a principal with the admin role"
+        ));
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let url = format!("{}/admin/reload", base.trim_end_matches('/'));
@@ -65,7 +67,10 @@ pub(super) fn reload(config: Option<PathBuf>, url: Option<String>, token_env: &s
                 c.iter().filter_map(Value::as_str).map(str::to_owned).collect::<Vec<_>>()
             });
             let changed = if changed.is_empty() { "nothing".to_owned() } else { changed.join(", ") };
-            println!("reloaded: configuration {} (changed: {changed})", applied["digest"].as_str().unwrap_or("?"));
+            println!(
+                "reloaded: configuration {} (changed: {changed})",
+                applied["digest"].as_str().unwrap_or("?")
+            );
             ExitCode::SUCCESS
         }
         Err(e) => fail(&e),
@@ -119,10 +124,8 @@ pub(super) async fn ask(method: hyper::Method, url: &str, token: Option<&str>) -
     let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
     let value: Value = serde_json::from_slice(&body).map_err(|e| format!("{url} answered no JSON: {e}"))?;
     if !status.is_success() {
-        let reason = value
-            .pointer("/content/message")
-            .or_else(|| value.pointer("/content"))
-            .unwrap_or(&value);
+        let reason =
+            value.pointer("/content/message").or_else(|| value.pointer("/content")).unwrap_or(&value);
         return Err(format!("{url} answered {status}: {reason}"));
     }
     Ok(value)
@@ -155,7 +158,9 @@ fn render_at(status: &Value, now: u64) -> String {
         number(&status["partitions_total"]),
         status["broker"].as_str().unwrap_or("none (not connected)"),
         status["config"]["digest"].as_str().unwrap_or("?"),
-        status["config"]["loaded_at"].as_u64().map_or("?".to_owned(), |at| format!("{} s ago", now.saturating_sub(at) / 1000)),
+        status["config"]["loaded_at"]
+            .as_u64()
+            .map_or("?".to_owned(), |at| format!("{} s ago", now.saturating_sub(at) / 1000)),
         list(&status["owned"]),
         list(&status["standby"]),
         number(&status["channels"]["total"]),

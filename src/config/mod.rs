@@ -262,7 +262,12 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        Config::parse_with_env(&text, std::env::vars()).map_err(|e| match e {
+        Config::from_file_text(path, &text)
+    }
+
+    /// [`Config::load`] of `text`, read from `path` already (which parse errors name).
+    pub(crate) fn from_file_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with_env(text, std::env::vars()).map_err(|e| match e {
             ConfigError::Parse(m) => ConfigError::Parse(format!("{}: {m}", path.display())),
             other => other,
         })

@@ -30,7 +30,8 @@ async fn reload(
     let principal = match authenticate(&front, &headers, peer).await {
         Ok(Identity::Principal(principal)) => principal,
         Ok(Identity::Anonymous) => {
-            let why = "no principal can be named: configure an [[auth.tokens]] token or a JWT with the admin role";
+            let why =
+                "no principal can be named: configure an [[auth.tokens]] token or a JWT with the admin role";
             return error_response(StatusCode::FORBIDDEN, "forbidden", why, Encoding::Json);
         }
         Err(denied) => return denied.into_response(),

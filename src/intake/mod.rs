@@ -215,7 +215,6 @@ impl Intake {
         shared
     }
 
-
     pub(crate) fn waiting(&self) -> &Waiting {
         &self.waiting
     }
@@ -426,8 +425,20 @@ impl Intake {
         if planned.duplicate {
             return Ok(Taken { duplicate: true, ..Taken::default() });
         }
-        let Planned { core, span, base_id, origin, form, route, answers, outbound, frozen, learnt, change, .. } =
-            planned;
+        let Planned {
+            core,
+            span,
+            base_id,
+            origin,
+            form,
+            route,
+            answers,
+            outbound,
+            frozen,
+            learnt,
+            change,
+            ..
+        } = planned;
         let mut taken = Taken { frozen, learnt, change, ..Taken::default() };
         let route = route.and_then(|index| core.gateway.config().routes.get(index));
         let delivery = Delivery { core: &core, base_id: &base_id, origin: &origin, form, route, answers };
@@ -442,7 +453,12 @@ impl Intake {
     ///
     /// In a cluster, what the message changed in a partition's conversation is noted from its
     /// commit on, until its changelog entry is confirmed ([`Cluster::committed`]).
-    fn handle(&self, core: &Core, inbound: Inbound, answering: Option<OutputForm>) -> crate::gateway::Outcome {
+    fn handle(
+        &self,
+        core: &Core,
+        inbound: Inbound,
+        answering: Option<OutputForm>,
+    ) -> crate::gateway::Outcome {
         let cluster = self.cluster.as_ref().map(|(cluster, _)| cluster);
         let _committing = cluster.map(|cluster| cluster.committing());
         let outcome = match answering {
@@ -454,7 +470,6 @@ impl Intake {
         }
         outcome
     }
-
 
     /// Delivers an outcome's envelopes: replies to the door, the rest to their agents, each
     /// agent's in order. The last envelope for an agent is the request its answer belongs to.

@@ -345,7 +345,8 @@ impl Amqp {
     ) -> Ended {
         let cluster_config = self.cluster.as_ref().map(|c| &c.config);
         let core = self.intake.core();
-        let topology = topology::Topology::from_config(&self.amqp, cluster_config, &core.gateway.config().agents);
+        let topology =
+            topology::Topology::from_config(&self.amqp, cluster_config, &core.gateway.config().agents);
         drop(core);
         let quorum_queues = topology.quorum_queues();
         let push_queue = self.config.a2a.pushes().then(|| self.config.a2a.push_queue.clone());
