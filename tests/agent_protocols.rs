@@ -1029,9 +1029,18 @@ async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
 /// What a webhook took: each POST's query, token and `Authorization` header, and body.
 type Taken = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
 
-/// A webhook on `port` that records every POST and answers 200, or the status its query's
-/// `answer` names.
-async fn webhook(port: u16) -> (Taken, tokio::task::JoinHandle<()>) {
+/// A port of this machine's held for a webhook that is down: bound, so that nothing else can
+/// take it, and not listening, so that a POST to it is refused until [`webhook`] listens on it.
+fn reserved_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
+}
+
+/// A webhook on the `reserved` port that records every POST and answers 200, or the status its
+/// query's `answer` names.
+async fn webhook(reserved: tokio::net::TcpSocket) -> (Taken, tokio::task::JoinHandle<()>) {
     use axum::extract::{Query, State};
     use axum::http::HeaderMap;
     use std::collections::HashMap;
@@ -1051,7 +1060,7 @@ async fn webhook(port: u16) -> (Taken, tokio::task::JoinHandle<()>) {
         axum::http::StatusCode::from_u16(answer).unwrap()
     };
     let app = axum::Router::new().route("/hook", axum::routing::post(record)).with_state(taken.clone());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let listener = reserved.listen(64).unwrap();
     (taken, tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }))
 }
 
@@ -1090,7 +1099,7 @@ async fn a2a_push_notifications_reach_a_webhook_that_was_down_across_a_restart_e
     let agent = PythonServer::start("a2a_agent_streaming.py");
     let names = Names::new("a2a-push");
     let dir = broker::temp_dir("a2a-push");
-    let hook_port = free_port();
+    let (hook_socket, hook_port) = reserved_port();
     let push = format!(
         "[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{}.push\"\npush_retry_initial_ms = 100\npush_retry_max_ms = 400\n",
         names.inbound()
@@ -1146,7 +1155,7 @@ async fn a2a_push_notifications_reach_a_webhook_that_was_down_across_a_restart_e
     daemon.kill();
 
     let daemon = gateway::start(&config, &dir, true).await;
-    let (taken, _server) = webhook(hook_port).await;
+    let (taken, _server) = webhook(hook_socket).await;
     let every_change_of_a = [
         "task TASK_STATE_WORKING",
         "status TASK_STATE_WORKING step 1/3",
@@ -1210,7 +1219,7 @@ async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_d
     let agent = PythonServer::start("a2a_agent.py");
     let names = Names::new("a2a-push-old");
     let dir = broker::temp_dir("a2a-push-old");
-    let hook_port = free_port();
+    let (hook_socket, hook_port) = reserved_port();
     let push_queue = format!("{}.push", names.inbound());
     let push =
         format!("[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{push_queue}\"\n");
@@ -1218,7 +1227,7 @@ async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_d
     let rest = format!("{push}{}{route}", a2a_agent(agent.port));
     let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
     let daemon = gateway::start(&config, &dir, true).await;
-    let (taken, _server) = webhook(hook_port).await;
+    let (taken, _server) = webhook(hook_socket).await;
     let hook = format!("http://127.0.0.1:{hook_port}/hook");
     let rpc = |method: &str, params: Value| {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()

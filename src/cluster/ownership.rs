@@ -58,8 +58,13 @@ pub(crate) type Deliveries = SelectAll<BoxStream<'static, Tagged>>;
 /// consumer's messages in delivery order; small windows keep what goes back small. At most 32:
 /// a put-back `nack` with `multiple` keeps its order only up to that ([`super::handover`]).
 const PARTITION_PREFETCH: u16 = 32;
-/// No delivery for this long while quiescing: the broker has nothing on its way here.
-pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_millis(300);
+/// No delivery for this long while quiescing: the broker has nothing on its way here. A
+/// delivery takes a millisecond or two from the queue to this instance; what the broker may
+/// still have on its way at the cancel goes back to the queue within [`STRAY_GRACE`], which
+/// both sides of the hand-over allow for. Longer is no safer and stalls the hand-over: under
+/// steady traffic at tens of messages a second, a partition with a few conversations never
+/// went quiet for 300 ms, and each hand-over waited seconds for a full window instead.
+pub(crate) const QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 /// How often a hand-over that waits for its messages in flight says so: a message retried
 /// for long (a broker that refuses its publishes) holds the partition's hand-over with it.
 const WAITING_SAID_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
