@@ -3,8 +3,9 @@
 //! name, and the swap.
 //!
 //! A reload applies the agents (`[[agents]]`), the routes (`[[routes]]`), `[auth]` (static
-//! tokens, JWT and JWKS settings, allow rules, broker roles, MCP tool rules) and the HTTP
-//! tokens (`http.tokens`, `http.tokens_env`). Everything else is read at start only: a file
+//! tokens, JWT and JWKS settings, allow rules, broker roles, MCP tool rules), the HTTP tokens
+//! (`http.tokens`, `http.tokens_env`) and the log filter (`telemetry.log_filter`, unless
+//! `SILPGATE_LOG` sets it). Everything else is read at start only: a file
 //! that changes any other setting is refused, naming each, and nothing of it is applied.
 //!
 //! The file must pass what `silpgate config check` checks, the tokens and JWKS must load, and
@@ -29,7 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 /// Top-level sections a reload applies as a whole.
 const RELOADED_SECTIONS: [&str; 3] = ["agents", "routes", "auth"];
 /// Settings of other sections a reload applies.
-const RELOADED_KEYS: [&str; 2] = ["http.tokens", "http.tokens_env"];
+const RELOADED_KEYS: [&str; 3] = ["http.tokens", "http.tokens_env", "telemetry.log_filter"];
 
 /// Why a reload was refused; the configuration in use stays as it was.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,8 @@ pub(crate) enum ReloadError {
     Agents(#[from] crate::connectors::SetupError),
     #[error("the broker did not declare the agents' queues: {0}")]
     Topology(String),
+    #[error("{0}")]
+    LogFilter(String),
     #[error("another reload is under way")]
     Busy,
 }
@@ -171,12 +174,25 @@ impl Reloader {
         let tokens =
             Tokens::new(&config.http.tokens, config.http.tokens_env.as_deref(), &config.auth.tokens)?
                 .with_jwts(jwts);
+        let log_filter = changed
+            .iter()
+            .any(|name| name == "telemetry.log_filter")
+            .then(|| crate::telemetry::log_filter(&config.telemetry.log_filter))
+            .transpose()
+            .map_err(ReloadError::LogFilter)?;
         let config = Arc::new(config);
         let agents = Agents::new(&config, self.broker.clone(), self.answers.clone())?;
         self.declare(&config.agents).await?;
         let gateway = Gateway::new(config.clone(), self.store.clone());
         front.intake.replace(Core { gateway, agents });
         *front.auth.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(tokens);
+        if let Some(filter) = log_filter
+            && !crate::telemetry::set_log_filter(filter)
+        {
+            tracing::warn!(
+                "telemetry.log_filter changed, but SILPGATE_LOG sets the log filter: it stands until a restart."
+            );
+        }
         let loaded = Loaded::of(text);
         let digest = loaded.digest.clone();
         *self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = loaded;
@@ -238,11 +254,18 @@ fn changed_settings(before: &str, after: &str) -> Result<Vec<String>, ConfigErro
     names.sort();
     names.dedup();
     let mut changed = Vec::new();
+    // A section one file leaves out is a section of defaults: its settings are compared.
+    let empty = toml::Value::Table(toml::Table::new());
     for name in names {
         let (old, new) = (before.get(name), after.get(name));
         if old == new {
             continue;
         }
+        let (old, new) = match (old, new) {
+            (None, Some(toml::Value::Table(_))) => (Some(&empty), new),
+            (Some(toml::Value::Table(_)), None) => (old, Some(&empty)),
+            _ => (old, new),
+        };
         match (old, new) {
             (Some(toml::Value::Table(old)), Some(toml::Value::Table(new))) if !reloaded(name) => {
                 let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
@@ -281,11 +304,11 @@ mod tests {
     #[test]
     fn a_reload_names_each_setting_that_needs_a_restart_and_each_section_it_applies() {
         let before = "[http]\nlisten = \"127.0.0.1:8787\"\ntokens = [\"a\"]\n[amqp]\nurl = \"amqp://x\"\nprefetch = 8\n[[routes]]\nname = \"r\"\ndestination = \"reply\"\nmode = \"passthrough\"\n";
-        let after = "[http]\nlisten = \"127.0.0.1:9999\"\ntokens = [\"b\"]\n[amqp]\nurl = \"amqp://x\"\nprefetch = 8\n[store]\npath = \"s\"\n[[routes]]\nname = \"r2\"\ndestination = \"reply\"\nmode = \"passthrough\"\n";
+        let after = "[http]\nlisten = \"127.0.0.1:9999\"\ntokens = [\"b\"]\n[amqp]\nurl = \"amqp://x\"\nprefetch = 8\n[store]\npath = \"s\"\n[telemetry]\nlog_filter = \"warn\"\n[[routes]]\nname = \"r2\"\ndestination = \"reply\"\nmode = \"passthrough\"\n";
         let changed = changed_settings(before, after).unwrap();
-        assert_eq!(changed, ["http.listen", "http.tokens", "routes", "store"]);
+        assert_eq!(changed, ["http.listen", "http.tokens", "routes", "store.path", "telemetry.log_filter"]);
         let refused: Vec<&String> = changed.iter().filter(|n| !reloaded(n)).collect();
-        assert_eq!(refused, ["http.listen", "store"]);
+        assert_eq!(refused, ["http.listen", "store.path"], "a section added is compared setting by setting");
         assert!(changed_settings(before, before).unwrap().is_empty(), "the same file changes nothing");
     }
 }

@@ -17,6 +17,26 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+/// The log filter of the running process, which a reload may change ([`set_log_filter`]).
+/// Unset when `SILPGATE_LOG` gave the filter: the environment's word stands until a restart.
+static LOG_FILTER: std::sync::OnceLock<
+    tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>,
+> = std::sync::OnceLock::new();
+
+/// Checks `directives` as a log filter (`telemetry.log_filter`).
+///
+/// # Errors
+/// Why it is not one.
+pub(crate) fn log_filter(directives: &str) -> Result<EnvFilter, String> {
+    EnvFilter::try_new(directives).map_err(|e| format!("telemetry.log_filter: {e}"))
+}
+
+/// Makes `filter` the log filter from the next event on; false when `SILPGATE_LOG` set the
+/// filter (or no subscriber of silpgate's is installed) and nothing changed.
+pub(crate) fn set_log_filter(filter: EnvFilter) -> bool {
+    LOG_FILTER.get().is_some_and(|handle| handle.reload(filter).is_ok())
+}
+
 /// The exporters, kept to flush what is buffered at shutdown.
 pub(crate) struct Telemetry {
     provider: Option<SdkTracerProvider>,
@@ -82,9 +102,16 @@ fn subscriber(
     config: &TelemetryConfig,
     provider: Option<&SdkTracerProvider>,
 ) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String> {
-    let filter = EnvFilter::try_from_env("SILPGATE_LOG")
-        .or_else(|_| EnvFilter::try_new(&config.log_filter))
-        .map_err(|e| format!("telemetry.log_filter: {e}"))?;
+    let from_env = EnvFilter::try_from_env("SILPGATE_LOG").ok();
+    let from_env_set = from_env.is_some();
+    let filter = match from_env {
+        Some(filter) => filter,
+        None => log_filter(&config.log_filter)?,
+    };
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    if !from_env_set {
+        let _ = LOG_FILTER.set(handle);
+    }
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // The log layer takes events only. Every message opens a span and records half a dozen
     // fields on it; a log layer that took spans would format those fields into text for each

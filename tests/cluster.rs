@@ -765,8 +765,6 @@ async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_wait
             )
         };
         cluster.start_with("a", patient);
-        // Steady traffic: a's partitions never go quiet, so each quiesces until it holds a
-        // full window, which it handles after the cancel.
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = steady_traffic(&names, 0, stop.clone());
         let deadline = Instant::now() + LONG;
@@ -774,10 +772,14 @@ async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_wait
             assert!(Instant::now() < deadline, "a did not take every partition over");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // The agent's queue refuses everything from now on: what a has in its workers' hands,
+        // and what it holds when it hands its partitions on, cannot be settled. a cancels
+        // anyway (what is in its hands stays its own) and must let go of its connection before
+        // b stops waiting for `Released`.
+        let policy = refuse_publishes_to_the_agent(&names);
         // Not waited for until ready: that takes the hand-overs this test holds up.
         cluster.launch_with("b", patient);
         cluster.running["a"].wait_logged("Handing a partition on to its owner", 1, LONG);
-        let policy = refuse_publishes_to_the_agent(&names);
         let members = ["a", "b"];
         let b_share = rendezvous::share(PARTITIONS, &members, 1, "b").owned.len();
         cluster.running["b"].wait_logged("Took over a partition", b_share, LONG);

@@ -39,11 +39,14 @@ token_env = "RELOAD_TEST_READER"
     format!("{base}{tokens}")
 }
 
-/// A second agent, and a route to it for `label = "two"`.
+/// A second agent, and a route to it for `label = "two"`; and the log filter at `warn`.
 fn second_agent(names: &Names) -> String {
     let queue = format!("{}2", names.sink());
     format!(
         r#"
+[telemetry]
+log_filter = "warn"
+
 [[agents]]
 name = "sink2"
 frontends = ["json"]
@@ -115,7 +118,8 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
     command.args(["run", "--config"]).arg(&path);
     command.env("RELOAD_TEST_ADMIN", ADMIN_TOKEN).env("RELOAD_TEST_READER", READER_TOKEN);
-    let daemon = Daemon::spawn(command);
+    // The log filter is the file's (`info` by default), so that a reload can change it.
+    let daemon = Daemon::spawn_as_configured(command);
     daemon.wait_ready(Duration::from_secs(30));
     let (connection, channel) = broker::channel().await;
     let digest_before = daemon.get("/metrics").1;
@@ -148,11 +152,17 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     assert_eq!(status, 403, "a principal without the admin role: {body}");
     assert!(body.contains("token:reader does not have the admin role"), "{body}");
 
-    // SIGHUP with the new agent and route in the file.
+    // SIGHUP with the new agent and route in the file, and the log filter at `warn`: the
+    // reload's own `info` line is no longer written.
     std::fs::write(&path, config(&names, &store, &second_agent(&names))).unwrap();
     let pid = daemon.child.id().to_string();
     assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
-    daemon.wait_logged("Configuration reloaded.", 1, Duration::from_secs(30));
+    let applied = |n: usize| format!("silpgate_config_reloads_total{{result=\"applied\"}} {n}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !daemon.get("/metrics").1.contains(&applied(1)) {
+        assert!(std::time::Instant::now() < deadline, "the SIGHUP reload was not applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_001, Some("two"))])
         .await;
     let sink2 = format!("{}2", names.sink());
@@ -178,7 +188,7 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     // Back to the first file through the command line: the route is gone again.
     std::fs::write(&path, config(&names, &store, "")).unwrap();
     let (ok, said) = cli_reload(&daemon, ADMIN_TOKEN);
-    assert!(ok && said.contains("changed: agents, routes"), "{said}");
+    assert!(ok && said.contains("changed: agents, routes, telemetry.log_filter"), "{said}");
     broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_003, Some("two"))])
         .await;
 
@@ -197,6 +207,13 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     assert!(metrics.contains("silpgate_config_reloads_total{result=\"refused\"} 2"), "{metrics}");
     let digest = |text: &str| text.lines().find(|l| l.starts_with("silpgate_config_info")).map(str::to_owned);
     assert_eq!(digest(&metrics), digest(&digest_before), "the first file again, the first digest");
+    // Under `warn`, neither the SIGHUP reload's line nor the three requests for a reload
+    // (each logged before its reload is applied) were written; the two refusals (warnings)
+    // were, and, back at `info`, the last reload's outcome.
+    let log = daemon.log_text();
+    assert_eq!(log.matches("Configuration reloaded.").count(), 1, "{log}");
+    assert_eq!(log.matches("Configuration reload asked for.").count(), 0, "{log}");
+    assert_eq!(log.matches("Configuration reload refused").count(), 2, "{log}");
     let (status, _) = daemon.terminate(Duration::from_secs(30));
     assert!(status.success());
     let _ = channel.queue_delete(sink2.as_str().into(), Default::default()).await;

@@ -72,8 +72,9 @@ enum ConfigCommand {
     /// declare, for operators who pre-declare (`load_definitions`).
     Definitions { file: std::path::PathBuf },
     /// Have a running instance read its configuration file again (`POST /admin/reload`):
-    /// agents, routes, [auth] and the HTTP tokens change without a restart; a file that
-    /// changes anything else, or fails `config check`, is refused and the old one stays.
+    /// agents, routes, [auth], the HTTP tokens and the log filter change without a restart; a
+    /// file that changes anything else, or fails `config check`, is refused and the old one
+    /// stays.
     Reload {
         /// The instance's configuration: its `http.listen` address is asked.
         #[arg(long, conflicts_with = "url")]

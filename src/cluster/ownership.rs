@@ -9,14 +9,16 @@
 //! of the waiting consumers of those it no longer ranks for ([`let_go`]), and hands on the
 //! partitions it serves but no longer ranks first for, once the new owner waits on them:
 //!
-//! 1. quiesce: hold the partition's new deliveries until every one handed out is settled and
-//!    the broker has nothing more on its way (the prefetch window is full of held deliveries,
-//!    or nothing came for a moment): a message the broker is sending at the moment of the
-//!    cancel would go back to the queue behind newer ones the next owner already has;
+//! 1. quiesce: hold the partition's new deliveries until the broker has nothing more on its
+//!    way (the prefetch window is full of deliveries held or in the workers' hands, or nothing
+//!    came for [`QUIET`]): a message the broker is sending at the moment of the cancel would go
+//!    back to the queue behind newer ones the next owner already has. Deliveries in the
+//!    workers' hands need not be settled first: they stay this instance's after the cancel;
+//!    waiting for them here, unbounded, held the hand-over for as long as a slow agent took;
 //! 2. append `Releasing` to the changelog and cancel the consumer: the broker makes the next
 //!    waiting consumer active, which replays and waits for step 4;
 //! 3. handle what was held (it stays this instance's after the cancel) and anything that
-//!    arrived before the cancel went through;
+//!    arrived before the cancel went through, and let the workers settle what they have;
 //! 4. once all is settled, append `Released`, and subscribe again at the back of the line if
 //!    the partition is still in this instance's share (as a standby), else close its channel.
 //!
@@ -91,7 +93,7 @@ pub(crate) async fn subscribe(
 
 /// Where a hand-over to another instance stands.
 enum Step {
-    /// Holding new deliveries until those handed out are settled.
+    /// Holding new deliveries until the broker has nothing more on its way.
     Quiescing,
     /// Cancelled; waiting for the consumer's end, after which the held deliveries go out.
     Cancelled,
@@ -340,10 +342,12 @@ impl Ownership {
                 return Err(ClusterError::HandOverOverdue { partition: index, limit });
             }
             match release.step {
+                // Nothing more can be on its way once the window is full of what is held or
+                // still in the workers' hands; what is in their hands stays this instance's
+                // after the cancel, and `Released` waits for it.
                 Step::Quiescing
-                    if settled
-                        && (release.held.len() >= usize::from(self.prefetch)
-                            || release.last_arrival.elapsed() >= QUIET) =>
+                    if release.held.len() + in_flight >= usize::from(self.prefetch)
+                        || release.last_arrival.elapsed() >= QUIET =>
                 {
                     let entry = Entry::Releasing(release.marker.clone());
                     changelog::append(publisher, cluster.changelog(partition), &entry).await?;

@@ -415,12 +415,19 @@ impl Daemon {
     /// `SILPGATE_TEST_LOG` says otherwise) is shown only when the test fails: takeovers and
     /// hand-overs are logged at `info`, and a rare failure is worth nothing without them.
     pub fn spawn(mut command: Command) -> Daemon {
-        let mut child = command
-            .env("SILPGATE_LOG", std::env::var("SILPGATE_TEST_LOG").unwrap_or_else(|_| "info".into()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("silpgate starts");
+        command.env("SILPGATE_LOG", std::env::var("SILPGATE_TEST_LOG").unwrap_or_else(|_| "info".into()));
+        Daemon::run(command)
+    }
+
+    /// [`Daemon::spawn`], logging as its configuration's `telemetry.log_filter` says.
+    pub fn spawn_as_configured(mut command: Command) -> Daemon {
+        command.env_remove("SILPGATE_LOG");
+        Daemon::run(command)
+    }
+
+    fn run(mut command: Command) -> Daemon {
+        let mut child =
+            command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("silpgate starts");
         let stderr = child.stderr.take().unwrap();
         // The daemon's own pid: a test that runs several tells their lines apart by it.
         let pid = child.id();

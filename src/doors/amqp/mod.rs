@@ -680,7 +680,10 @@ impl Amqp {
         }
         // The channel publishing now is held until the connection is closed (see `close`).
         let publishing = pipeline.publisher.channel();
-        // The marks writer ends once the last worker has dropped its sender.
+        // The marks writer ends once the last holder of the pipeline has dropped its sender: the
+        // workers, and the direct reply-to consumers, which would hold it until the connection
+        // closes (every stop of a cluster instance waited out the writer's whole bound, 5 s).
+        reply_consumers.shutdown().await;
         drop(pipeline);
         let _ = tokio::time::timeout(BROKER_GOODBYE, marks_writer).await;
         if let Err(e) = self.store.flush_async().await {
