@@ -77,16 +77,7 @@ async fn handover(cluster: &mut Cluster, start: usize, rate: u64, seconds: u64) 
         let (prefix, range) = (cluster.prefix.clone(), range.clone());
         async move {
             let (connection, _) = support::cluster::connect().await;
-            let mut arrived = HashMap::with_capacity(range.len());
-            let complete = support::cluster::sink(&connection, &prefix, Duration::from_secs(120), |i, at| {
-                if range.contains(&i) {
-                    arrived.entry(i).or_insert(at);
-                }
-                arrived.len() < range.len()
-            })
-            .await;
-            assert!(complete, "arrivals stopped for 2 minutes");
-            arrived
+            support::cluster::arrivals(&connection, &prefix, range).await
         }
     });
     let began = Instant::now();

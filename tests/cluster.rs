@@ -767,11 +767,7 @@ async fn a_hand_over_that_cannot_finish_lets_go_before_the_next_owner_stops_wait
         cluster.start_with("a", patient);
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = steady_traffic(&names, 0, stop.clone());
-        let deadline = Instant::now() + LONG;
-        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
-            assert!(Instant::now() < deadline, "a did not take every partition over");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        cluster.wait_serving_all("a").await;
         // The agent's queue refuses everything from now on: what a has in its workers' hands,
         // and what it holds when it hands its partitions on, cannot be settled. a cancels
         // anyway (what is in its hands stays its own) and must let go of its connection before

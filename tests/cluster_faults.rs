@@ -127,11 +127,7 @@ async fn an_owner_killed_in_the_middle_of_a_hand_over_does_not_stall_its_partiti
         cluster.start_with("a", patient);
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = steady(&names, stop.clone());
-        let deadline = Instant::now() + LONG;
-        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
-            assert!(Instant::now() < deadline, "a did not take every partition over");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        cluster.wait_serving_all("a").await;
         stop.store(true, Ordering::Relaxed);
         let count = traffic.await.unwrap();
         // Not waited for until ready: that takes the hand-overs the kill falls in.
@@ -188,11 +184,7 @@ async fn the_receiving_side_killed_in_the_middle_of_a_hand_over_does_not_stall_i
         cluster.start_with("a", patient);
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = steady(&names, stop.clone());
-        let deadline = Instant::now() + LONG;
-        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
-            assert!(Instant::now() < deadline, "a did not take every partition over");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        cluster.wait_serving_all("a").await;
         // Not waited for until ready: it is killed in the middle of the hand-overs to it.
         cluster.launch_with("b", patient);
         cluster.running["a"].wait_logged("Stopped consuming a partition handed on", 1, LONG);
@@ -236,11 +228,7 @@ async fn ready_waits_for_the_hand_overs_to_and_from_the_instance() {
         cluster.start("a");
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = steady(&names, stop.clone());
-        let deadline = Instant::now() + LONG;
-        while cluster.status("a")["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
-            assert!(Instant::now() < deadline, "a did not take every partition over");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        cluster.wait_serving_all("a").await;
         cluster.launch_with("b", |config| config);
         let mut reasons: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         let deadline = Instant::now() + LONG;

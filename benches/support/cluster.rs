@@ -170,16 +170,7 @@ impl Cluster {
 
     /// Arrival time downstream of every envelope in `range` (first copy).
     pub async fn arrivals(&self, range: std::ops::Range<usize>) -> HashMap<usize, Instant> {
-        let mut arrived = HashMap::with_capacity(range.len());
-        let complete = sink(&self.connection, &self.prefix, Duration::from_secs(120), |i, at| {
-            if range.contains(&i) {
-                arrived.entry(i).or_insert(at);
-            }
-            arrived.len() < range.len()
-        })
-        .await;
-        assert!(complete, "arrivals stopped for 2 minutes");
-        arrived
+        arrivals(&self.connection, &self.prefix, range).await
     }
 
     /// Stops every instance (SIGTERM) and deletes the topology and the stores.
@@ -249,6 +240,24 @@ pub async fn send(
         .basic_publish(exchange.as_str().into(), "".into(), options, body.as_bytes(), properties)
         .await
         .unwrap()
+}
+
+/// Arrival time downstream of every envelope in `range` (first copy), read on `connection`.
+pub async fn arrivals(
+    connection: &Connection,
+    prefix: &str,
+    range: std::ops::Range<usize>,
+) -> HashMap<usize, Instant> {
+    let mut arrived = HashMap::with_capacity(range.len());
+    let complete = sink(connection, prefix, Duration::from_secs(120), |i, at| {
+        if range.contains(&i) {
+            arrived.entry(i).or_insert(at);
+        }
+        arrived.len() < range.len()
+    })
+    .await;
+    assert!(complete, "arrivals stopped for 2 minutes");
+    arrived
 }
 
 /// Reads the sink agent's queue, every copy, calling `arrived(i, when)` for envelope `i` until

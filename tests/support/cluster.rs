@@ -112,6 +112,15 @@ impl Instances {
         }
     }
 
+    /// Waits until `name` serves every partition (the only instance, under traffic).
+    pub async fn wait_serving_all(&self, name: &str) {
+        let deadline = Instant::now() + LONG;
+        while self.status(name)["owned"].as_array().map_or(0, Vec::len) < usize::from(PARTITIONS) {
+            assert!(Instant::now() < deadline, "{name} did not take every partition over");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn terminate(&mut self, name: &str) {
         let (status, _) = self.running.remove(name).expect("running").terminate(Duration::from_secs(40));
         assert!(status.success(), "{name} exits 0 on SIGTERM: {status}");
