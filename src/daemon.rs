@@ -151,7 +151,7 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         None => (None, None),
     };
     let text = overrides.config_file.as_ref().and_then(|path| std::fs::read_to_string(path).ok());
-    let reloader = Arc::new(crate::reload::Reloader::new(
+    let reloader: Arc<dyn crate::doors::admin::Reload> = Arc::new(crate::reload::Reloader::new(
         overrides.config_file.clone(),
         text,
         core_store.clone(),

@@ -18,10 +18,13 @@
 use crate::config::{AgentConfig, Config, ConfigError};
 use crate::connectors::{Agents, AnswerSink};
 use crate::doors::Front;
+use crate::doors::admin::{Loaded, Refusal, Refused, Reload, Reloaded};
+use crate::doors::amqp::Declare;
 use crate::doors::auth::Tokens;
 use crate::gateway::Gateway;
 use crate::gateway::store::Store;
 use crate::intake::Core;
+use futures_util::future::BoxFuture;
 use sha2::Digest;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -59,46 +62,30 @@ pub(crate) enum ReloadError {
 }
 
 impl ReloadError {
-    /// The error code an operator's client reads.
-    pub(crate) fn code(&self) -> &'static str {
-        match self {
-            ReloadError::NeedsRestart(_) => "needs_restart",
-            ReloadError::Topology(_) => crate::code::Code::BrokerUnavailable.as_str(),
-            ReloadError::Busy => "reload_in_progress",
-            _ => "invalid_config",
-        }
+    /// How the operator's door refuses it: the kind, the error code and the text.
+    fn refused(&self) -> Refused {
+        let (kind, code) = match self {
+            ReloadError::NeedsRestart(_) => (Refusal::Invalid, "needs_restart"),
+            ReloadError::Topology(_) => (Refusal::Unavailable, crate::code::Code::BrokerUnavailable.as_str()),
+            ReloadError::Busy => (Refusal::Busy, "reload_in_progress"),
+            _ => (Refusal::Invalid, "invalid_config"),
+        };
+        Refused { kind, code, message: self.to_string() }
     }
 }
 
-/// The configuration file in use: its text's SHA-256 and when it was loaded.
+/// The configuration file in use: its text, its SHA-256 and when it was loaded.
 #[derive(Debug, Clone)]
-pub(crate) struct Loaded {
-    pub digest: String,
-    /// Milliseconds since the epoch.
-    pub at: u64,
+struct File {
+    loaded: Loaded,
     text: String,
 }
 
-impl Loaded {
-    fn of(text: String) -> Loaded {
+impl File {
+    fn of(text: String) -> File {
         let digest = hex(&sha2::Sha256::digest(text.as_bytes()));
-        Loaded { digest, at: crate::util::time::now_millis(), text }
+        File { loaded: Loaded { digest, at: crate::util::time::now_millis() }, text }
     }
-}
-
-/// A reload that went through.
-#[derive(Debug, Clone)]
-pub(crate) struct Applied {
-    pub digest: String,
-    /// The sections and settings that differ from the file loaded before.
-    pub changed: Vec<String>,
-}
-
-/// A request to the AMQP side to declare the queues of the agents given (on a channel of its
-/// own, so that a refusal closes nothing in use); answered with the broker's refusal, if any.
-pub(crate) struct Declare {
-    pub agents: Vec<AgentConfig>,
-    pub done: oneshot::Sender<Result<(), String>>,
 }
 
 /// How long a reload waits for the AMQP side to declare a new agent's queue.
@@ -107,7 +94,7 @@ const DECLARE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Reads the configuration file again and applies it ([`Reloader::reload`]).
 pub(crate) struct Reloader {
     path: Option<PathBuf>,
-    loaded: Mutex<Loaded>,
+    file: Mutex<File>,
     /// One reload at a time.
     busy: tokio::sync::Mutex<()>,
     store: Arc<dyn Store>,
@@ -125,30 +112,29 @@ impl Reloader {
         (broker, answers): (Option<crate::broker::link::BrokerLink>, AnswerSink),
         declares: Option<mpsc::Sender<Declare>>,
     ) -> Reloader {
-        let loaded = Mutex::new(Loaded::of(text.unwrap_or_default()));
+        let file = Mutex::new(File::of(text.unwrap_or_default()));
         let reloader =
-            Reloader { path, loaded, busy: tokio::sync::Mutex::new(()), store, broker, answers, declares };
+            Reloader { path, file, busy: tokio::sync::Mutex::new(()), store, broker, answers, declares };
         reloader.observe();
         reloader
     }
 
-    /// The file in use now.
-    pub(crate) fn loaded(&self) -> Loaded {
-        self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    fn file(&self) -> File {
+        self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Reads the file again and applies it to `front`, or refuses it and changes nothing.
     ///
     /// # Errors
     /// Why it was refused.
-    pub(crate) async fn reload(&self, front: &Front) -> Result<Applied, ReloadError> {
+    async fn read_again(&self, front: &Front) -> Result<Reloaded, ReloadError> {
         let Ok(_one) = self.busy.try_lock() else { return Err(ReloadError::Busy) };
         let result = self.apply(front).await;
         let metrics = crate::metrics::get();
         match &result {
-            Ok(applied) => {
+            Ok(reloaded) => {
                 metrics.config_reloads.with_label_values(&["applied"]).inc();
-                tracing::info!(digest = %applied.digest, changed = ?applied.changed, "Configuration reloaded.");
+                tracing::info!(digest = %reloaded.loaded.digest, changed = ?reloaded.changed, "Configuration reloaded.");
             }
             Err(e) => {
                 metrics.config_reloads.with_label_values(&["refused"]).inc();
@@ -158,14 +144,14 @@ impl Reloader {
         result
     }
 
-    async fn apply(&self, front: &Front) -> Result<Applied, ReloadError> {
+    async fn apply(&self, front: &Front) -> Result<Reloaded, ReloadError> {
         let path = self.path.as_ref().ok_or(ReloadError::NoFile)?;
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         let config = Config::from_file_text(path, &text)?;
-        let before = self.loaded();
+        let before = self.file();
         let changed = changed_settings(&before.text, &text)?;
-        let needs_restart: Vec<String> = changed.iter().filter(|name| !reloaded(name)).cloned().collect();
+        let needs_restart: Vec<String> = changed.iter().filter(|name| !applies(name)).cloned().collect();
         if !needs_restart.is_empty() {
             return Err(ReloadError::NeedsRestart(needs_restart));
         }
@@ -193,11 +179,11 @@ impl Reloader {
                 "telemetry.log_filter changed, but SILPGATE_LOG sets the log filter: it stands until a restart."
             );
         }
-        let loaded = Loaded::of(text);
-        let digest = loaded.digest.clone();
-        *self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = loaded;
+        let file = File::of(text);
+        let loaded = file.loaded.clone();
+        *self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = file;
         self.observe();
-        Ok(Applied { digest, changed })
+        Ok(Reloaded { loaded, changed })
     }
 
     /// Has the AMQP side declare the queues of the AMQP agents that have one (idempotent for
@@ -229,7 +215,7 @@ impl Reloader {
 
     /// The metrics say which file is loaded and since when.
     fn observe(&self) {
-        let loaded = self.loaded();
+        let loaded = self.file().loaded;
         let metrics = crate::metrics::get();
         metrics.config_info.reset();
         metrics.config_info.with_label_values(&[&loaded.digest]).set(1);
@@ -237,8 +223,18 @@ impl Reloader {
     }
 }
 
+impl Reload for Reloader {
+    fn reload<'a>(&'a self, front: &'a Front) -> BoxFuture<'a, Result<Reloaded, Refused>> {
+        Box::pin(async move { self.read_again(front).await.map_err(|e| e.refused()) })
+    }
+
+    fn loaded(&self) -> Loaded {
+        self.file().loaded
+    }
+}
+
 /// Whether a reload applies the section or setting `name`.
-fn reloaded(name: &str) -> bool {
+fn applies(name: &str) -> bool {
     RELOADED_SECTIONS.contains(&name) || RELOADED_KEYS.contains(&name)
 }
 
@@ -267,7 +263,7 @@ fn changed_settings(before: &str, after: &str) -> Result<Vec<String>, ConfigErro
             _ => (old, new),
         };
         match (old, new) {
-            (Some(toml::Value::Table(old)), Some(toml::Value::Table(new))) if !reloaded(name) => {
+            (Some(toml::Value::Table(old)), Some(toml::Value::Table(new))) if !applies(name) => {
                 let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
                 keys.sort();
                 keys.dedup();
@@ -285,8 +281,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Reloads on every SIGHUP until the process ends.
-pub(crate) async fn on_hangup(reloader: Arc<Reloader>, front: Arc<Front>) {
+/// Reloads on every SIGHUP until the process ends (what it did is logged).
+pub(crate) async fn on_hangup(reloader: Arc<dyn Reload>, front: Arc<Front>) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
         return tracing::warn!(
             "Cannot install the SIGHUP handler: reload with `silpgate config reload` instead."
@@ -307,7 +303,7 @@ mod tests {
         let after = "[http]\nlisten = \"127.0.0.1:9999\"\ntokens = [\"b\"]\n[amqp]\nurl = \"amqp://x\"\nprefetch = 8\n[store]\npath = \"s\"\n[telemetry]\nlog_filter = \"warn\"\n[[routes]]\nname = \"r2\"\ndestination = \"reply\"\nmode = \"passthrough\"\n";
         let changed = changed_settings(before, after).unwrap();
         assert_eq!(changed, ["http.listen", "http.tokens", "routes", "store.path", "telemetry.log_filter"]);
-        let refused: Vec<&String> = changed.iter().filter(|n| !reloaded(n)).collect();
+        let refused: Vec<&String> = changed.iter().filter(|n| !applies(n)).collect();
         assert_eq!(refused, ["http.listen", "store.path"], "a section added is compared setting by setting");
         assert!(changed_settings(before, before).unwrap().is_empty(), "the same file changes nothing");
     }

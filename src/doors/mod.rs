@@ -61,7 +61,7 @@ pub(crate) struct Front {
     /// The tasks the A2A door keeps.
     pub a2a_tasks: Arc<a2a::tasks::TaskBook>,
     /// Reads the configuration file again (SIGHUP, `POST /admin/reload`).
-    pub reloader: Arc<crate::reload::Reloader>,
+    pub reloader: Arc<dyn admin::Reload>,
 }
 
 /// The error message for a message over a rate limit.

@@ -69,6 +69,13 @@ const LOST_DRAIN: Duration = Duration::from_secs(1);
 /// reconnection: a node that accepts and then drops every connection must not be hammered.
 const STEADY: Duration = Duration::from_secs(5);
 
+/// A request to declare the queues of the agents given (a reload adds agents): on a channel of
+/// its own, so that a refusal closes nothing in use; answered with the broker's refusal, if any.
+pub(crate) struct Declare {
+    pub agents: Vec<crate::config::AgentConfig>,
+    pub done: tokio::sync::oneshot::Sender<Result<(), String>>,
+}
+
 /// Why the AMQP side stopped for good.
 #[derive(Debug, thiserror::Error)]
 pub enum AmqpError {
@@ -91,7 +98,7 @@ pub(crate) struct Amqp {
     /// The node connected to and whether silpgate holds; `/readyz` reports it.
     health: Arc<BrokerHealth>,
     /// A reload's requests to declare the queues of the agents it adds.
-    declares: tokio::sync::Mutex<Option<mpsc::Receiver<crate::reload::Declare>>>,
+    declares: tokio::sync::Mutex<Option<mpsc::Receiver<Declare>>>,
 }
 
 /// A connection made: the channels it serves through, and the node it reached.
@@ -139,13 +146,13 @@ impl Amqp {
 
     /// Takes a reload's requests to declare agents' queues, on the connection up when they come.
     #[must_use]
-    pub(crate) fn with_declares(self, requests: Option<mpsc::Receiver<crate::reload::Declare>>) -> Self {
+    pub(crate) fn with_declares(self, requests: Option<mpsc::Receiver<Declare>>) -> Self {
         Amqp { declares: tokio::sync::Mutex::new(requests), ..self }
     }
 
     /// Declares what `request` asks on a channel of its own, so that a refusal closes nothing
     /// in use, and answers it.
-    async fn declare(&self, connection: &Connection, request: crate::reload::Declare) {
+    async fn declare(&self, connection: &Connection, request: Declare) {
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         let topology = topology::Topology::from_config(&self.amqp, cluster, &request.agents);
         let declared = async {
