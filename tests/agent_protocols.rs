@@ -262,6 +262,69 @@ async fn an_a2a_client_streaming_through_the_door_gets_the_agents_progress_as_it
     }
 }
 
+/// A streamed task is kept: an a2a-sdk client (1.0 and 0.3) whose stream drops after the
+/// first event finds the task working with `GetTask` (and `ListTasks`), follows it again with
+/// `SubscribeToTask` from where it stands (the task, still working, first; then the reports,
+/// the answer and the completion as they come), and finds it completed with its artifact
+/// after. A second streamed task, dropped and canceled, is canceled at the agent too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_task_outlives_its_stream_and_is_followed_again_or_canceled() {
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let daemon = gateway_from("a2a-resume", &a2a_agent(agent.port), "a2a", 30_000).await;
+    for interface in ["1.0", "0.3"] {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let mut client = Command::new(&python);
+        client
+            .arg(format!("{}/tests/interop/a2a_resume_client.py", env!("CARGO_MANIFEST_DIR")))
+            .arg(format!("http://{}", daemon.http))
+            .arg(interface);
+        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{interface}: {}", String::from_utf8_lossy(&out.stderr));
+        let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let task = seen["task"].as_str().unwrap();
+        assert_eq!(seen["working"]["status"]["state"], "TASK_STATE_WORKING", "{interface}: {seen}");
+        if interface == "1.0" {
+            assert!(seen["listed"].as_array().unwrap().contains(&json!(task)), "listed: {seen}");
+        }
+        let followed = seen["followed"].as_array().unwrap();
+        assert_eq!(followed[0]["task"]["id"], task, "{interface}: the task first: {seen}");
+        assert_eq!(
+            followed[0]["task"]["status"]["state"], "TASK_STATE_WORKING",
+            "{interface}: followed from where it stood, not at its end: {seen}"
+        );
+        assert!(followed[1..].iter().all(|e| e.get("task").is_none()), "{interface}: one task: {seen}");
+        eprintln!("{interface}: SubscribeToTask's first event after {} ms", followed[0]["ms"]);
+        let reports: Vec<&str> = followed
+            .iter()
+            .filter_map(|e| e["statusUpdate"]["status"]["message"]["parts"][0]["text"].as_str())
+            .collect();
+        assert_eq!(reports.last(), Some(&"step 3/3"), "{interface}: the reports came live: {seen}");
+        let answer: Vec<&str> = followed
+            .iter()
+            .flat_map(|e| e["artifactUpdate"]["artifact"]["parts"].as_array().into_iter().flatten())
+            .filter_map(|p| p["text"].as_str())
+            .collect();
+        assert_eq!(answer, ["part 1 ", "part 2 ", "part 3 "], "{interface}: {seen}");
+        let last = followed.last().unwrap();
+        assert_eq!(last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED", "{interface}: {seen}");
+        assert_eq!(seen["ended"]["status"]["state"], "TASK_STATE_COMPLETED", "{interface}: {seen}");
+        assert_eq!(seen["ended"]["artifacts"][0]["parts"][0]["text"], "part 1 ", "{interface}: {seen}");
+        assert_eq!(seen["canceled"]["status"]["state"], "TASK_STATE_CANCELED", "{interface}: {seen}");
+    }
+    let deadline = Instant::now() + gateway::LONG;
+    loop {
+        let methods = agent_seen(agent.port).await;
+        let cancels = methods.as_array().unwrap().iter().filter(|m| *m == "CancelTask").count();
+        if cancels == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "both canceled tasks reached the agent: {methods}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A WebSocket client whose message goes to an agent that streams its progress gets the
 /// agent's status reports on the socket as they come (NLIP messages of `messagetype`
 /// `progress`, in its conversation), then the answer.
@@ -932,8 +995,8 @@ async fn the_a2a_0_3_linter_passes_the_door_live() {
 }
 
 /// A request sent with `returnImmediately` is answered at once with a working task, which the
-/// door keeps for its client alone: `GetTask`, `SubscribeToTask` (as it stands, then as it
-/// ended), `ListTasks`, `CancelTask`, over JSON-RPC and HTTP+JSON, and across a restart, where
+/// door keeps for its client alone: `GetTask`, `SubscribeToTask` (as it stands, then its
+/// changes as they come), `ListTasks`, `CancelTask`, over JSON-RPC and HTTP+JSON, and across a restart, where
 /// a task that was still working is found failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
@@ -989,8 +1052,19 @@ async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
         .filter_map(|l| l.strip_prefix("data: "))
         .map(|d| serde_json::from_str(d).unwrap())
         .collect();
-    let states: Vec<&Value> = events.iter().map(|e| &e["result"]["task"]["status"]["state"]).collect();
-    assert_eq!(states, [&json!("TASK_STATE_WORKING"), &json!("TASK_STATE_COMPLETED")], "{stream}");
+    // The task as it stood, then its changes as they came: the answer, the completion.
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let (kind, body) = e["result"].as_object().unwrap().iter().next().unwrap();
+            format!("{kind} {}", body.pointer("/status/state").and_then(Value::as_str).unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["task TASK_STATE_WORKING", "artifactUpdate ", "statusUpdate TASK_STATE_COMPLETED"],
+        "{stream}"
+    );
 
     let done = call(rpc("GetTask", by_id.clone()), alice).await;
     assert_eq!(done["result"]["artifacts"][0]["parts"][0]["text"], "finished: slow job", "{done}");

@@ -78,12 +78,7 @@ pub(super) async fn post_a2a(
             operation::cancel_task(&front, &client, &params).map(|t| Answer::One(respond(task_out(t))))
         }
         "ListTasks" if !old => Ok(Answer::One(respond(operation::list_tasks(&front, &client, &params)))),
-        "SubscribeToTask" => operation::subscribe(&front, &client, &params).await.map(|(now, ended)| {
-            let event = |task: Value| {
-                if old { respond(v0_3::task_to(&task)) } else { respond(json!({"task": task})) }
-            };
-            Answer::Stream(std::iter::once(now).chain(ended).map(event).collect())
-        }),
+        "SubscribeToTask" => operation::subscribe(&front, &client, &params).map(Answer::Live),
         "CreateTaskPushNotificationConfig" => {
             let params = if old { v0_3::push_config_from(&params) } else { params };
             operation::create_push_config(&front, &client, &params)
@@ -111,7 +106,6 @@ pub(super) async fn post_a2a(
     };
     match outcome {
         Ok(Answer::One(body)) => super::reply_as(StatusCode::OK, &body, content_type),
-        Ok(Answer::Stream(events)) => super::event_stream(&events),
         Ok(Answer::Live(events)) => super::live_event_stream(events, move |event| {
             let result = if old { v0_3::stream_event_to(&event) } else { event };
             json!({"jsonrpc": "2.0", "id": id, "result": result})
@@ -123,10 +117,8 @@ pub(super) async fn post_a2a(
 /// What a JSON-RPC request is answered with.
 enum Answer {
     One(Value),
-    /// Server-sent events, one JSON-RPC response each.
-    Stream(Vec<Value>),
     /// Server-sent events as they come: stream responses, each sent as a JSON-RPC response.
-    Live(tokio::sync::mpsc::UnboundedReceiver<Value>),
+    Live(operation::Events),
 }
 
 /// A 0.3 `message/send` request as 1.0's: its message translated, `blocking: false` as

@@ -9,10 +9,11 @@
 //! the answer is one, a Task that was `REJECTED` (the message was refused for what it is: bad
 //! input, no route, an agent that rejected it) or `FAILED` (any other error) when it is an
 //! NLIP error, its status message carrying the error. `SendStreamingMessage` streams the
-//! agent's progress as it comes, when the agent reports any, as a task of the door's own, and
-//! otherwise answers with one server-sent event holding that same response. A message sent with `returnImmediately`
-//! is answered at once with a working task, which the door keeps ([`tasks`]) for `GetTask`,
-//! `ListTasks`, `CancelTask` and `SubscribeToTask`. When `a2a.push_origins` allows webhooks,
+//! agent's progress as it comes, when the agent reports any, as a task the door keeps, and
+//! otherwise answers with one server-sent event holding that same response. A message sent
+//! with `returnImmediately` is answered at once with a working task, kept too. The door keeps
+//! its tasks ([`tasks`]) for `GetTask`, `ListTasks`, `CancelTask` and `SubscribeToTask`, which
+//! streams a task live from where it stands. When `a2a.push_origins` allows webhooks,
 //! a task may have push notification configs: each change of the task is then delivered to
 //! them through a queue on the broker ([`courier`]). Bearer tokens, the per-client rate limit
 //! and the `Origin` check apply as on `/mcp`; the card is public, as discovery needs.
@@ -133,14 +134,4 @@ fn reply_as(status: StatusCode, body: &Value, content_type: &'static str) -> Res
     let mut response = reply(status, body);
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
-}
-
-/// A streamed answer whose events are all known when it is sent: one server-sent event for
-/// each of `events` (JSON-RPC responses, or in HTTP+JSON the stream responses themselves).
-fn event_stream(events: &[Value]) -> Response {
-    let body: String = events.iter().map(|event| format!("data: {event}\n\n")).collect();
-    let mut out = Response::new(Body::from(body));
-    out.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    out.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    out
 }

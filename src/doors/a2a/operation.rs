@@ -146,21 +146,14 @@ pub(super) fn list_tasks(front: &Front, client: &str, params: &Value) -> Value {
     front.a2a_tasks.list(client, context, size)
 }
 
-/// `SubscribeToTask` (`id`): the task as it stands, and, when it is still working, the task
-/// once it has ended (at the latest when the reply timeout has passed).
-pub(super) async fn subscribe(
-    front: &Front,
-    client: &str,
-    params: &Value,
-) -> Result<(Value, Option<Value>), Failure> {
-    let id = task_id(params)?;
-    let now = front.a2a_tasks.get(client, id, None)?;
-    if crate::a2a::map::TaskState::of(&now) != crate::a2a::map::TaskState::Pending {
-        return Ok((now, None));
-    }
-    let ended = front.a2a_tasks.ended(client, id, tokio::time::Instant::now() + reply_wait(front)).await?;
-    Ok((now, Some(ended)))
+/// `SubscribeToTask` (`id`): the task as it stands, at once, then each later change's events
+/// as it happens, until the task ends.
+pub(super) fn subscribe(front: &Front, client: &str, params: &Value) -> Result<Events, Failure> {
+    front.a2a_tasks.watch(client, task_id(params)?)
 }
+
+/// A stream of A2A 1.0 `StreamResponse` values, as they come.
+pub(super) type Events = tokio::sync::mpsc::UnboundedReceiver<Value>;
 
 /// `CreateTaskPushNotificationConfig` (a `TaskPushNotificationConfig`: `taskId`, `id`,
 /// `url`, `token`, `authentication`): the config as kept.
@@ -284,7 +277,7 @@ pub(super) async fn send_message(
     if !later && push.is_none() {
         return Ok(deliver(front, taken, parent, None).await);
     }
-    let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null), push)?;
+    let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null), push, None)?;
     let id = task["id"].as_str().unwrap_or_default().to_owned();
     tokio::spawn(work_on(front.clone(), id.clone(), taken, parent));
     if later {
@@ -301,13 +294,27 @@ fn reply_wait(front: &Front) -> std::time::Duration {
         + std::time::Duration::from_secs(5)
 }
 
-/// Works on kept task `id`: the agent's interim reports become the task's working status as
-/// they come, and the answer ends it. A task canceled meanwhile is given up: the agent, when
-/// it works on an A2A task of its own for it, is told to cancel that too.
+/// Works on kept task `id` (see [`follow`]).
 async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: opentelemetry::Context) {
     let context = taken.context.clone();
-    let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let (progress, reports) = tokio::sync::mpsc::unbounded_channel();
     let answer = deliver(&front, taken, parent, Some(progress));
+    follow(&front, &id, context.as_deref(), answer, None, reports).await;
+}
+
+/// Follows the work on kept task `id` to its end: the agent's interim reports (`first`, when
+/// one was read already, then `reports`) become the task's working status as they come, and
+/// the answer ends it. A task canceled meanwhile is
+/// given up: the agent, when it works on an A2A task of its own for it, is told to cancel
+/// that too.
+async fn follow(
+    front: &Front,
+    id: &str,
+    context: Option<&str>,
+    answer: impl std::future::Future<Output = Value>,
+    first: Option<Message>,
+    mut reports: tokio::sync::mpsc::UnboundedReceiver<Message>,
+) {
     tokio::pin!(answer);
     let report = |said: Message| {
         if says_only_begun(&said) {
@@ -315,10 +322,13 @@ async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: openteleme
         }
         let n = crate::util::token::unguessable();
         let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);
-        set_context(&mut message, context.as_deref());
-        front.a2a_tasks.report(&id, message);
+        set_context(&mut message, context);
+        front.a2a_tasks.report(id, message);
     };
-    let canceled = front.a2a_tasks.canceled(&id);
+    if let Some(first) = first {
+        report(first);
+    }
+    let canceled = front.a2a_tasks.canceled(id);
     tokio::pin!(canceled);
     let result = loop {
         tokio::select! {
@@ -336,7 +346,7 @@ async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: openteleme
     while let Ok(said) = reports.try_recv() {
         report(said);
     }
-    front.a2a_tasks.finish(&id, &result);
+    front.a2a_tasks.finish(id, &result);
 }
 
 /// True for the empty interim event, which says only that the work has begun.
@@ -347,15 +357,18 @@ fn says_only_begun(said: &Message) -> bool {
 
 /// One `SendStreamingMessage`: its events (1.0 `StreamResponse` values) as they come. Without
 /// interim events, the one event is the result, as for `SendMessage`. When the agent reports
-/// progress, the stream is a task's: the task, working, at the first report; a status update
-/// carrying each report; then the answer as the task's artifact and its completion, or the
-/// error as its failed (or rejected) status.
+/// progress, the door opens a kept task at the first report, under the same bounds and
+/// ownership as any, and the stream follows it ([`super::tasks::TaskBook::watch`]): the task,
+/// working; a status update carrying each report; then the answer as the task's artifact and
+/// its completion, or the error as its failed (or rejected) status. The work goes on when
+/// the stream is dropped: the client finds the task with `GetTask`, follows it again with
+/// `SubscribeToTask`, or cancels it.
 pub(super) async fn send_streaming(
     front: &Arc<Front>,
     headers: &HeaderMap,
     caller: &Caller<'_>,
     request: &Value,
-) -> Result<tokio::sync::mpsc::UnboundedReceiver<Value>, Failure> {
+) -> Result<Events, Failure> {
     let (events, stream) = tokio::sync::mpsc::unbounded_channel();
     let returned_at_once =
         request.pointer("/configuration/returnImmediately").and_then(Value::as_bool) == Some(true);
@@ -365,61 +378,38 @@ pub(super) async fn send_streaming(
         let _ = events.send(send_message(front, headers, caller, request).await?);
         return Ok(stream);
     }
-    let taken = take(front, caller, request.get("message"))?;
+    // Refused now rather than at the first report, when the stream has begun.
+    front.a2a_tasks.room_for(caller.client)?;
+    let message = request.get("message").cloned().unwrap_or(Value::Null);
+    let taken = take(front, caller, Some(&message))?;
     let parent = crate::telemetry::extract_http(headers);
-    let front = front.clone();
+    let (front, client) = (front.clone(), caller.client.to_owned());
     tokio::spawn(async move {
         let context = taken.context.clone();
         let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
         let answer = deliver(&front, taken, parent, Some(progress));
         tokio::pin!(answer);
-        let mut task: Option<Value> = None;
-        let report = |said: Message, task: &mut Option<Value>| {
-            let n = crate::util::token::unguessable();
-            let task = task.get_or_insert_with(|| {
-                let mut task =
-                    json!({"id": format!("silpgate-t{n}"), "status": {"state": "TASK_STATE_WORKING"}});
-                if let Some(context) = &context {
-                    task["contextId"] = json!(context);
-                }
-                let _ = events.send(json!({"task": task}));
-                task
-            });
-            // An empty event says the work has begun: the task above says so already.
-            if says_only_begun(&said) {
+        let first = tokio::select! {
+            biased;
+            Some(said) = reports.recv() => said,
+            result = &mut answer => {
+                let _ = events.send(result);
                 return;
             }
-            let mut message = map::message(&said, &format!("silpgate-m{n}"), map::ROLE_AGENT);
-            set_context(&mut message, context.as_deref());
-            let _ = events
-                .send(json!({"statusUpdate": {"taskId": task["id"], "contextId": task.get("contextId"),
-                "status": {"state": "TASK_STATE_WORKING", "message": message}}}));
         };
-        let result = loop {
-            tokio::select! {
-                biased;
-                Some(said) = reports.recv() => report(said, &mut task),
-                result = &mut answer => break result,
+        let id = match front.a2a_tasks.open(&client, &message, None, Some(events.clone())) {
+            Ok(task) => task["id"].as_str().unwrap_or_default().to_owned(),
+            Err(refused) => {
+                // Another request took the last room meanwhile: the work is given up.
+                let n = crate::util::token::unguessable();
+                let _ = events.send(json!({"task": {"id": format!("task-{n}"), "contextId": context,
+                    "status": {"state": "TASK_STATE_FAILED", "message": {"messageId": format!("silpgate-m{n}"),
+                    "role": map::ROLE_AGENT, "parts": [{"text": refused.message()}]}}}}));
+                return;
             }
         };
-        while let Ok(said) = reports.try_recv() {
-            report(said, &mut task);
-        }
-        let Some(task) = task else {
-            let _ = events.send(result);
-            return;
-        };
-        let (id, context) = (&task["id"], task.get("contextId"));
-        if let Some(message) = result.get("message") {
-            let parts = message.get("parts").cloned().unwrap_or_else(|| json!([]));
-            let _ = events.send(json!({"artifactUpdate": {"taskId": id, "contextId": context,
-                "artifact": {"artifactId": "answer", "parts": parts}}}));
-            let _ = events.send(json!({"statusUpdate": {"taskId": id, "contextId": context,
-                "status": {"state": "TASK_STATE_COMPLETED"}}}));
-        } else if let Some(status) = result.pointer("/task/status") {
-            let _ =
-                events.send(json!({"statusUpdate": {"taskId": id, "contextId": context, "status": status}}));
-        }
+        drop(events);
+        follow(&front, &id, context.as_deref(), answer, Some(first), reports).await;
     });
     Ok(stream)
 }

@@ -10,7 +10,7 @@
 //! order; an `A2A-Version` header, when sent, must be 1.x (0.3's HTTP binding is not served).
 
 use super::operation::{self, Failure};
-use super::{A2A_MEDIA_TYPE, event_stream, live_event_stream, reply_as};
+use super::{A2A_MEDIA_TYPE, live_event_stream, reply_as};
 use crate::a2a::VERSION;
 use crate::doors::Front;
 use crate::doors::jsonrpc::{Admitted, admit};
@@ -89,11 +89,9 @@ async fn task(
             .map(|task| reply_as(StatusCode::OK, &task, A2A_MEDIA_TYPE)),
         Some("cancel") => operation::cancel_task(&front, &client, &params)
             .map(|task| reply_as(StatusCode::OK, &task, A2A_MEDIA_TYPE)),
-        Some("subscribe") => operation::subscribe(&front, &client, &params).await.map(|(now, ended)| {
-            let events: Vec<Value> =
-                std::iter::once(now).chain(ended).map(|task| json!({"task": task})).collect();
-            event_stream(&events)
-        }),
+        Some("subscribe") => {
+            operation::subscribe(&front, &client, &params).map(|events| live_event_stream(events, |event| event))
+        }
         Some(verb) => Err(Failure::MethodNotFound(format!("tasks have no operation '{verb}'"))),
     };
     answered.unwrap_or_else(|failure| failed(&failure))

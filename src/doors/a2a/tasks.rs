@@ -1,6 +1,9 @@
 //! The tasks the A2A door keeps: one for each request sent with `returnImmediately` (0.3:
 //! `blocking: false`) or with a push notification config, answered at once with the task
-//! still working (or, blocking, once it has ended), and finished when the answer comes. A task
+//! still working (or, blocking, once it has ended), and finished when the answer comes; and
+//! one for each `SendStreamingMessage` the agent reports progress on, which its stream
+//! follows. Streams follow a task live ([`TaskBook::watch`]): the task as it stands, then each
+//! change's events in the order of the changes, until it ends. A task
 //! is seen only by the client that made it (another gets TaskNotFound, which reveals nothing),
 //! kept in the store (its own tree: [`KeptRecords`]) so that it outlives a restart, and
 //! bounded: `a2a.max_tasks` at most, each forgotten `a2a.task_ttl_secs` after it last changed.
@@ -26,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// One kept task, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +49,10 @@ struct Kept {
     /// Notifications made so far: the next one's sequence number.
     #[serde(default)]
     sent: u64,
+    /// The streams following it live (a `SendStreamingMessage`, `SubscribeToTask`): each
+    /// change's events go to them in order, and they close when it ends.
+    #[serde(skip)]
+    watchers: Vec<UnboundedSender<Value>>,
 }
 
 /// The kept tasks.
@@ -132,12 +139,14 @@ impl TaskBook {
     }
 
     /// A new task for `owner`, working on `message` (the client's 1.0 message), notifying
-    /// `push` of its changes when given.
+    /// `push` of its changes when given, and followed by `watcher` when given (from its
+    /// opening `{"task"}` event on).
     pub(super) fn open(
         &self,
         owner: &str,
         message: &Value,
         push: Option<PushConfig>,
+        watcher: Option<UnboundedSender<Value>>,
     ) -> Result<Value, Failure> {
         let id = format!("task-{}", crate::util::token::unguessable());
         // A2A's task events always name a context: the client's, or one of the task's own.
@@ -154,12 +163,18 @@ impl TaskBook {
             push: push.into_iter().map(|config| config.of_task(&id)).collect(),
             outbox: Vec::new(),
             sent: 0,
+            watchers: watcher.into_iter().collect(),
         };
         let mut tasks = self.lock();
         self.make_room(&mut tasks, owner)?;
         self.record(&id, &mut kept, vec![json!({"task": task})]);
         tasks.insert(id, kept);
         Ok(task)
+    }
+
+    /// Whether `owner` may open a task now (see [`TaskBook::make_room`]).
+    pub(super) fn room_for(&self, owner: &str) -> Result<(), Failure> {
+        self.make_room(&mut self.lock(), owner)
     }
 
     /// Forgets expired tasks, then, at the bound, the oldest finished one. `owner` may not
@@ -231,6 +246,12 @@ impl TaskBook {
         kept.outbox.extend(fresh.iter().cloned());
         self.store(id, kept);
         self.send(fresh);
+        for event in &events {
+            kept.watchers.retain(|watcher| watcher.send(event.clone()).is_ok());
+        }
+        if TaskState::of(&kept.task) != TaskState::Pending {
+            kept.watchers.clear();
+        }
     }
 
     fn send(&self, notifications: impl IntoIterator<Item = Notification>) {
@@ -380,6 +401,23 @@ impl TaskBook {
         .map(drop)
     }
 
+    /// `owner`'s task `id` followed live: the task as it stands (`{"task"}`), then the events
+    /// of each later change, in order; the stream ends with the task (at once when it has
+    /// ended already).
+    pub(super) fn watch(&self, owner: &str, id: &str) -> Result<UnboundedReceiver<Value>, Failure> {
+        let mut tasks = self.lock();
+        let kept = tasks
+            .get_mut(id)
+            .filter(|k| k.owner == owner && now_ms().saturating_sub(k.updated) <= self.ttl_ms)
+            .ok_or_else(|| not_found(id))?;
+        let (watcher, stream) = tokio::sync::mpsc::unbounded_channel();
+        let _ = watcher.send(json!({"task": kept.task}));
+        if TaskState::of(&kept.task) == TaskState::Pending {
+            kept.watchers.push(watcher);
+        }
+        Ok(stream)
+    }
+
     /// Returns once task `id` is canceled (or forgotten).
     pub(super) async fn canceled(&self, id: &str) {
         let mut changes = self.changes.subscribe();
@@ -482,7 +520,7 @@ mod tests {
     #[test]
     fn a_task_works_then_ends_with_the_answer_and_only_its_owner_sees_it() {
         let tasks = book(10);
-        let task = tasks.open("alice", &message("c1"), None).unwrap();
+        let task = tasks.open("alice", &message("c1"), None, None).unwrap();
         let id = task["id"].as_str().unwrap();
         assert_eq!(task["status"]["state"], "TASK_STATE_WORKING");
         assert_eq!(tasks.get("bob", id, None).unwrap_err().jsonrpc_code(), -32001);
@@ -523,7 +561,7 @@ mod tests {
     fn each_change_of_a_task_is_a_notification_per_config_in_order_kept_until_queued() {
         let (tasks, mut taken) = pushed_book(None);
         let hook = tasks.push_config(&json!({"id": "h", "url": "https://hooks.example.com/a"})).unwrap();
-        let task = tasks.open("alice", &message("c1"), Some(hook)).unwrap();
+        let task = tasks.open("alice", &message("c1"), Some(hook), None).unwrap();
         let id = task["id"].as_str().unwrap();
         let second = tasks.push_config(&json!({"id": "g", "url": "https://hooks.example.com/b"})).unwrap();
         tasks.set_push("alice", id, second).unwrap();
@@ -568,8 +606,8 @@ mod tests {
         let store = crate::store::SledStore::open(&dir, None).unwrap();
         let (tasks, mut taken) = pushed_book(Some(store.kept("a2a_tasks").unwrap()));
         let hook = tasks.push_config(&json!({"id": "h", "url": "https://hooks.example.com/a"})).unwrap();
-        let working = tasks.open("alice", &message("c1"), Some(hook.clone())).unwrap();
-        let queued = tasks.open("alice", &message("c2"), Some(hook)).unwrap();
+        let working = tasks.open("alice", &message("c1"), Some(hook.clone()), None).unwrap();
+        let queued = tasks.open("alice", &message("c2"), Some(hook), None).unwrap();
         let queued_id = queued["id"].as_str().unwrap();
         let on_broker: Vec<String> = std::iter::from_fn(|| taken.try_recv().ok()).map(|n| n.id).collect();
         tasks.queued(queued_id, &on_broker);
@@ -595,17 +633,64 @@ mod tests {
     #[test]
     fn a_canceled_task_stays_canceled_and_the_bound_forgets_the_oldest_finished() {
         let tasks = book(2);
-        let first = tasks.open("a", &message("c"), None).unwrap();
+        let first = tasks.open("a", &message("c"), None, None).unwrap();
         let first = first["id"].as_str().unwrap();
         assert_eq!(tasks.cancel("a", first).unwrap()["status"]["state"], "TASK_STATE_CANCELED");
         tasks.finish(first, &json!({"message": {"parts": []}}));
         assert_eq!(tasks.get("a", first, None).unwrap()["status"]["state"], "TASK_STATE_CANCELED");
-        let second = tasks.open("a", &message("c"), None).unwrap();
+        let second = tasks.open("a", &message("c"), None, None).unwrap();
         // Full: the finished (canceled) one makes room; then every kept task is working.
-        tasks.open("a", &message("c"), None).unwrap();
+        tasks.open("a", &message("c"), None, None).unwrap();
         assert!(tasks.get("a", first, None).is_err());
         assert!(tasks.get("a", second["id"].as_str().unwrap(), None).is_ok());
-        assert_eq!(tasks.open("a", &message("c"), None).unwrap_err(), Failure::TooManyTasks(2));
+        assert_eq!(tasks.open("a", &message("c"), None, None).unwrap_err(), Failure::TooManyTasks(2));
+    }
+
+    /// Two streams following a task see the task as it stood when each began, then every
+    /// later change in the same order, and end with it; one that began after the end gets
+    /// the ended task alone. Another client cannot follow it.
+    #[tokio::test]
+    async fn watchers_follow_a_task_live_in_the_order_of_its_changes_and_end_with_it() {
+        let tasks = book(10);
+        let (opened, mut first) = tokio::sync::mpsc::unbounded_channel();
+        let task = tasks.open("alice", &message("c1"), None, Some(opened)).unwrap();
+        let id = task["id"].as_str().unwrap();
+        tasks.report(id, json!({"parts": [{"text": "one"}]}));
+        let mut second = tasks.watch("alice", id).unwrap();
+        assert_eq!(tasks.watch("bob", id).unwrap_err().jsonrpc_code(), -32001);
+        tasks.report(id, json!({"parts": [{"text": "two"}]}));
+        tasks.finish(id, &json!({"message": {"parts": [{"text": "done"}]}}));
+        let drain = |stream: &mut UnboundedReceiver<Value>| {
+            let mut seen = Vec::new();
+            while let Ok(event) = stream.try_recv() {
+                let (kind, body) = event.as_object().unwrap().iter().next().unwrap();
+                let said = body
+                    .pointer("/status/message/parts/0/text")
+                    .or(body.pointer("/artifact/parts/0/text"))
+                    .or(body.pointer("/status/state"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                seen.push(format!("{kind} {said}"));
+            }
+            assert!(stream.is_closed(), "the stream ends with the task");
+            seen
+        };
+        assert_eq!(
+            drain(&mut first),
+            [
+                "task TASK_STATE_WORKING",
+                "statusUpdate one",
+                "statusUpdate two",
+                "artifactUpdate done",
+                "statusUpdate TASK_STATE_COMPLETED"
+            ]
+        );
+        assert_eq!(
+            drain(&mut second),
+            ["task one", "statusUpdate two", "artifactUpdate done", "statusUpdate TASK_STATE_COMPLETED"]
+        );
+        let mut late = tasks.watch("alice", id).unwrap();
+        assert_eq!(drain(&mut late), ["task TASK_STATE_COMPLETED"]);
     }
 
     /// One client's slow tasks fill its own share, not the book: another client still gets
@@ -618,14 +703,14 @@ mod tests {
             None,
         )
         .unwrap();
-        let first = tasks.open("greedy", &message("c"), None).unwrap();
-        tasks.open("greedy", &message("c"), None).unwrap();
-        let refused = tasks.open("greedy", &message("c"), None).unwrap_err();
+        let first = tasks.open("greedy", &message("c"), None, None).unwrap();
+        tasks.open("greedy", &message("c"), None, None).unwrap();
+        let refused = tasks.open("greedy", &message("c"), None, None).unwrap_err();
         assert_eq!(refused, Failure::TooManyTasksOfClient(2));
         assert!(refused.message().contains("a2a.max_tasks_per_client"), "{}", refused.message());
         assert_eq!(refused.http_status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
-        tasks.open("patient", &message("c"), None).expect("another client still gets a task");
+        tasks.open("patient", &message("c"), None, None).expect("another client still gets a task");
         tasks.finish(first["id"].as_str().unwrap(), &json!({"message": {"parts": []}}));
-        tasks.open("greedy", &message("c"), None).expect("a share freed");
+        tasks.open("greedy", &message("c"), None, None).expect("a share freed");
     }
 }
