@@ -516,8 +516,12 @@ async fn a_task_that_outlives_the_reply_timeout_is_answered_with_timeout() {
     assert!(started.elapsed() >= Duration::from_secs(1), "the wait lasted the reply timeout");
 }
 
+/// A failed or rejected A2A task is an NLIP error with its code and the agent's words. A task
+/// that asks a question (input, or authentication) is an answer of its own `messagetype`
+/// carrying the question, and the conversation's next message answers it in the agent's same
+/// task, which then completes. Without a conversation nothing could answer it: an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_rejected_and_input_wanting_a2a_tasks_are_nlip_errors_with_their_codes_and_words() {
+async fn failed_and_rejected_a2a_tasks_are_errors_and_a_question_is_answered_in_its_conversation() {
     let agent = PythonServer::start("a2a_agent.py");
     let daemon = gateway_for("a2a-fail", &a2a_agent(agent.port), 30_000).await;
     let (_, failed) = post(&daemon.http, "/nlip", &text_request("fail now", "fail-1")).await;
@@ -528,9 +532,62 @@ async fn failed_rejected_and_input_wanting_a2a_tasks_are_nlip_errors_with_their_
     let (_, rejected) = post(&daemon.http, "/nlip", &text_request("reject this", "fail-2")).await;
     assert_eq!(error_code(&rejected), "a2a_task_rejected", "{rejected}");
     assert!(rejected["content"].as_str().unwrap().contains("not my job"), "{rejected}");
-    let (_, asked) = post(&daemon.http, "/nlip", &text_request("ask first", "fail-3")).await;
-    assert_eq!(error_code(&asked), "a2a_input_required", "{asked}");
-    assert!(asked["content"].as_str().unwrap().contains("which warehouse?"), "{asked}");
+    for (ask, question, messagetype, conversation) in [
+        ("ask first", "which warehouse?", "input-required", "turns-1"),
+        ("login first", "sign in at the portal", "auth-required", "turns-2"),
+    ] {
+        let (status, asked) = post(&daemon.http, "/nlip", &text_request(ask, conversation)).await;
+        assert_eq!(status, 200, "{asked}");
+        assert_eq!(asked["messagetype"], messagetype, "{asked}");
+        assert_eq!(asked["content"], question, "{asked}");
+        assert_eq!(conversation_of(&asked), Some(conversation), "{asked}");
+        let (_, answered) = post(&daemon.http, "/nlip", &text_request("north", conversation)).await;
+        assert_eq!(answered["content"], "shipping from north", "the agent's same task went on: {answered}");
+        assert!(answered.get("messagetype").is_none_or(Value::is_null), "{answered}");
+        // Answered, the question is forgotten: the next message is the agent's anew.
+        let (_, again) = post(&daemon.http, "/nlip", &text_request("hello", conversation)).await;
+        assert!(again["content"].as_str().unwrap().starts_with("echo: hello"), "{again}");
+    }
+    let no_conversation = json!({"format": "text", "subformat": "english", "content": "ask alone"});
+    let (_, alone) = post(&daemon.http, "/nlip", no_conversation.to_string().as_bytes()).await;
+    assert_eq!(error_code(&alone), "a2a_input_required", "{alone}");
+    assert!(alone["content"].as_str().unwrap().contains("which warehouse?"), "{alone}");
+}
+
+/// An a2a-sdk client (1.0 and 0.3) whose message is answered by a task that asks a question
+/// (TASK_STATE_INPUT_REQUIRED, the agent's question as its status message) answers it with a
+/// message in that task: the same task completes with the agent's answer as its artifact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_client_answers_an_agents_question_in_the_same_task() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let daemon = gateway_from("a2a-turns", &a2a_agent(agent.port), "a2a", 30_000).await;
+    for interface in ["1.0", "0.3"] {
+        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+        let mut client = Command::new(&python);
+        client
+            .arg(format!("{}/tests/interop/a2a_multiturn_client.py", env!("CARGO_MANIFEST_DIR")))
+            .arg(format!("http://{}", daemon.http))
+            .arg(interface);
+        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{interface}: {}", String::from_utf8_lossy(&out.stderr));
+        let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let asked = &seen["asked"];
+        assert_eq!(asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{interface}: {seen}");
+        assert_eq!(asked["status"]["message"]["parts"][0]["text"], "which warehouse?", "{interface}: {seen}");
+        let answered = &seen["answered"];
+        assert_eq!(answered["id"], asked["id"], "{interface}: the same task: {seen}");
+        assert_eq!(answered["status"]["state"], "TASK_STATE_COMPLETED", "{interface}: {seen}");
+        assert_eq!(
+            answered["artifacts"][0]["parts"][0]["text"], "shipping from north",
+            "{interface}: {seen}"
+        );
+        assert_eq!(seen["got"]["status"]["state"], "TASK_STATE_COMPLETED", "{interface}: {seen}");
+        let history = seen["got"]["history"].as_array().unwrap();
+        let said: Vec<&str> = history.iter().filter_map(|m| m["parts"][0]["text"].as_str()).collect();
+        assert!(said.contains(&"which warehouse?") && said.contains(&"north"), "{interface}: {seen}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,6 +210,25 @@ impl TaskState {
     }
 }
 
+/// The `messagetype` of an NLIP answer that is an agent's question: its task wants input.
+/// The next message of the conversation answers it, in the agent's same task.
+pub(crate) const INPUT_REQUIRED: &str = "input-required";
+/// The `messagetype` of an NLIP answer saying the agent's task wants authentication; the next
+/// message of the conversation goes to the agent's same task, and grants nothing by itself.
+pub(crate) const AUTH_REQUIRED: &str = "auth-required";
+
+impl TaskState {
+    /// The `messagetype` of the question a task in this state asks, when it is interrupted
+    /// rather than ended (input or authentication required).
+    pub(crate) fn question(self) -> Option<&'static str> {
+        match self {
+            TaskState::InputRequired => Some(INPUT_REQUIRED),
+            TaskState::AuthRequired => Some(AUTH_REQUIRED),
+            _ => None,
+        }
+    }
+}
+
 /// The parts of a task's result: its artifacts' parts in order, else its status message's.
 pub(crate) fn task_parts(task: &Value) -> Vec<Value> {
     let from_artifacts: Vec<Value> = task

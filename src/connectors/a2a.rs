@@ -21,9 +21,16 @@
 //! (20 ms, doubling to 500 ms) until it ends or `gateway.reply_timeout_ms` passes since the
 //! delivery began (then the asker hears `timeout`); a notice (nobody waits) is delivered once
 //! the agent accepted it. A completed task's artifacts are the answer; a failed, rejected or
-//! canceled task, or one that wants input or authentication, is answered with an NLIP error
-//! whose code names the state (`a2a_task_failed`, ...) and whose text carries the agent's
-//! status message. Once the agent accepted a message, nothing about it is retried: a poll that
+//! canceled task is answered with an NLIP error whose code names the state
+//! (`a2a_task_failed`, ...) and whose text carries the agent's status message.
+//!
+//! A task that wants input or authentication asks a question: in a conversation, its status
+//! message is the answer, of `messagetype` `input-required` or `auth-required`, and the
+//! agent's task is remembered for the conversation, so that its next message goes to that
+//! task (`taskId`, with the task's `contextId`) and the agent goes on where it stopped. The
+//! question is forgotten once the agent answers the conversation otherwise. Without a
+//! conversation nothing could answer it: the asker hears an NLIP error
+//! (`a2a_input_required`, `a2a_auth_required`). Once the agent accepted a message, nothing about it is retried: a poll that
 //! cannot reach the agent is tried again until the deadline.
 //!
 //! Reaching the agent follows the HTTP agents' rules: a connection failure, a timeout, a 5xx,
@@ -41,6 +48,7 @@ use crate::nlip::reply::{Location, error_message};
 use futures_util::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{OnceCell, Semaphore};
@@ -117,7 +125,20 @@ pub(crate) struct A2aAgent {
     /// Answers are held to these, as any inbound message; a response body may be twice
     /// `max_bytes` (JSON-RPC framing, base64 parts) before its NLIP form is checked.
     limits: crate::nlip::Limits,
+    /// The agent's tasks waiting for their conversation's next message, by conversation.
+    asking: std::sync::Mutex<HashMap<String, Asking>>,
 }
+
+/// An agent's task that asked its conversation a question.
+struct Asking {
+    task: String,
+    context: String,
+    since: Instant,
+}
+
+/// Questions remembered at most per agent; past it, the oldest is forgotten (its
+/// conversation's next message then starts a fresh task at the agent).
+const MAX_ASKING: usize = 10_000;
 
 /// Where the agent takes JSON-RPC calls, and in which generation of A2A.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,7 +180,44 @@ impl A2aAgent {
                 .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
                 .collect(),
             limits,
+            asking: std::sync::Mutex::default(),
         })
+    }
+
+    fn asking(&self) -> std::sync::MutexGuard<'_, HashMap<String, Asking>> {
+        self.asking.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The A2A message of a parcel: in the agent's task that asked its conversation a
+    /// question, if one did.
+    fn outgoing(&self, parcel: &Parcel) -> Value {
+        let mut message = map::message(&parcel.envelope, &parcel.message_id, map::ROLE_USER);
+        if let Some(conversation) = parcel.envelope.conversation_token()
+            && let Some(asking) = self.asking().get(conversation)
+        {
+            message["taskId"] = json!(asking.task);
+            message["contextId"] = json!(asking.context);
+        }
+        message
+    }
+
+    /// Remembers `task`'s question for the conversation of `request`, or, for any other
+    /// outcome, forgets the question the conversation had.
+    fn note_question(&self, request: &Message, task: Option<&Value>) {
+        let Some(conversation) = request.conversation_token() else { return };
+        let mut asking = self.asking();
+        let Some(task) = task.filter(|t| TaskState::of(t).question().is_some()) else {
+            asking.remove(conversation);
+            return;
+        };
+        if asking.len() >= MAX_ASKING && !asking.contains_key(conversation) {
+            let oldest = asking.iter().min_by_key(|(_, a)| a.since).map(|(c, _)| c.clone());
+            oldest.map(|c| asking.remove(&c));
+        }
+        let text = |key: &str| task.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let context =
+            Some(text("contextId")).filter(|c| !c.is_empty()).unwrap_or_else(|| conversation.to_owned());
+        asking.insert(conversation.to_owned(), Asking { task: text("id"), context, since: Instant::now() });
     }
 
     fn unavailable(&self, code: &'static str, detail: String) -> DeliveryError {
@@ -409,7 +467,7 @@ impl A2aAgent {
             let deadline = started + self.reply_timeout;
             return self.send_streaming(parcel, &endpoint, deadline, &mut at_agent).await.map(Some);
         }
-        let message = map::message(&parcel.envelope, &parcel.message_id, map::ROLE_USER);
+        let message = self.outgoing(parcel);
         let params = json!({"message": message, "configuration": {"returnImmediately": true}});
         let result = match self.call("SendMessage", params).await? {
             Ok(result) => result,
@@ -417,7 +475,7 @@ impl A2aAgent {
         };
         let request = &parcel.envelope;
         if let Some(message) = result.get("message") {
-            return Ok(Some(self.answer_of_parts(message.get("parts"), "result.message.parts", request)));
+            return Ok(Some(self.answer_of_message(message, request)));
         }
         let Some(task) = result.get("task") else {
             let text = format!("agent {}: SendMessage answered neither a message nor a task", self.name);
@@ -446,7 +504,7 @@ impl A2aAgent {
         at_agent: &mut TaskAtAgent<'_>,
     ) -> Result<Message, DeliveryError> {
         let request = &parcel.envelope;
-        let message = map::message(request, &parcel.message_id, map::ROLE_USER);
+        let message = self.outgoing(parcel);
         let (method, params, version) = if endpoint.speaks_0_3 {
             ("message/stream", json!({"message": v0_3::message_to(&message)}), "0.3")
         } else {
@@ -560,9 +618,7 @@ impl A2aAgent {
 
     fn answer_of_final(&self, done: Final, request: &Message) -> Message {
         match done {
-            Final::Message(message) => {
-                self.answer_of_parts(message.get("parts"), "result.message.parts", request)
-            }
+            Final::Message(message) => self.answer_of_message(&message, request),
             Final::Task(task) => self.answer_of_task(&task, request),
         }
     }
@@ -601,9 +657,27 @@ impl A2aAgent {
         }
     }
 
-    /// The answer a task that ended gives.
+    /// The answer a Message of the agent's gives: the conversation's question, if it had
+    /// one, is answered.
+    fn answer_of_message(&self, message: &Value, request: &Message) -> Message {
+        self.note_question(request, None);
+        self.answer_of_parts(message.get("parts"), "result.message.parts", request)
+    }
+
+    /// The answer a task that ended (or asks a question) gives.
     fn answer_of_task(&self, task: &Value, request: &Message) -> Message {
         let state = TaskState::of(task);
+        self.note_question(request, Some(task));
+        if let (Some(kind), Some(_)) = (state.question(), request.conversation_token())
+            && let Some(parts) =
+                task.pointer("/status/message/parts").filter(|p| p.as_array().is_some_and(|p| !p.is_empty()))
+        {
+            let mut question = self.answer_of_parts(Some(parts), "result.task.status.message.parts", request);
+            if !question.is_error() {
+                question.messagetype = Some(kind.to_owned());
+            }
+            return question;
+        }
         match state.error_code() {
             None => self.answer_of_parts(
                 Some(&Value::Array(map::task_parts(task))),

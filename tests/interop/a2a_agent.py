@@ -11,7 +11,11 @@ What it does depends on the first text it receives (its SILP-aware part reads th
   ("part N"), then completes;
 - a text starting with "fail": a task that fails with a status message;
 - a text starting with "reject": a task that is rejected;
-- a text starting with "ask": a task that wants input (and so never completes here);
+- a text starting with "ask": a task that wants input ("which warehouse?"); the next message
+  in that task (its taskId) answers it, and the task completes with the artifact
+  "shipping from <that message's text>";
+- a text starting with "login": a task that wants authentication ("sign in at the portal");
+  the next message in that task completes it the same way;
 - anything else: an immediate Message. A part whose metadata says it is SILP code
   `verb(argument)` is answered with SILP code `book(argument)`; plain text is echoed back as
   "echo: <text> (context <the request's contextId>)". A message whose metadata carries a
@@ -61,7 +65,16 @@ class Agent(AgentExecutor):
         message = context.message
         texts = [p.text for p in message.parts if p.HasField("text")]
         first = texts[0] if texts else ""
-        if first.startswith(("slow", "fail", "reject", "ask", "progress")):
+        asked = context.current_task
+        if asked is not None and asked.status.state in (
+            TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED
+        ):
+            updater = TaskUpdater(event_queue, asked.id, asked.context_id)
+            await updater.start_work()
+            await updater.add_artifact([new_text_part(f"shipping from {first}")], name="result")
+            await updater.complete()
+            return
+        if first.startswith(("slow", "fail", "reject", "ask", "login", "progress")):
             task = context.current_task or new_task_from_user_message(message)
             await event_queue.enqueue_event(task)
             updater = TaskUpdater(event_queue, task.id, task.context_id)
@@ -83,6 +96,8 @@ class Agent(AgentExecutor):
                 await updater.failed(updater.new_agent_message([new_text_part("the warehouse is on fire")]))
             elif first.startswith("ask"):
                 await updater.requires_input(updater.new_agent_message([new_text_part("which warehouse?")]))
+            elif first.startswith("login"):
+                await updater.requires_auth(updater.new_agent_message([new_text_part("sign in at the portal")]))
             else:
                 await updater.reject(updater.new_agent_message([new_text_part("not my job")]))
             return

@@ -258,7 +258,9 @@ pub(super) fn take(front: &Front, caller: &Caller<'_>, message: Option<&Value>) 
 /// is a task, working, which the door keeps and the answer finishes ([`super::tasks`]). With
 /// a push notification config, the door keeps the task too, so that its changes can be
 /// pushed: the result is that task, once it has ended unless `returnImmediately` says not to
-/// wait.
+/// wait. A message naming a kept task (`taskId`) that asked for input or authentication
+/// answers it: that task works again, and goes on at the agent ([`start_kept`]). A task
+/// that asks is kept whichever way it began, so that it can be answered.
 pub(super) async fn send_message(
     front: &Arc<Front>,
     headers: &HeaderMap,
@@ -270,21 +272,71 @@ pub(super) async fn send_message(
         Some(config) => Some(front.a2a_tasks.push_config(config)?),
         None => None,
     };
-    let message = request.get("message");
-    let taken = take(front, caller, message)?;
-    let parent = crate::telemetry::extract_http(headers);
     let later = request.pointer("/configuration/returnImmediately").and_then(Value::as_bool).unwrap_or(false);
-    if !later && push.is_none() {
-        return Ok(deliver(front, taken, parent, None).await);
+    if !later && push.is_none() && continued_task(request).is_none() {
+        let message = request.get("message");
+        let taken = take(front, caller, message)?;
+        let result = deliver(front, taken, crate::telemetry::extract_http(headers), None).await;
+        return Ok(keep_if_asking(front, client, message, result));
     }
-    let task = front.a2a_tasks.open(client, message.unwrap_or(&Value::Null), push, None)?;
-    let id = task["id"].as_str().unwrap_or_default().to_owned();
-    tokio::spawn(work_on(front.clone(), id.clone(), taken, parent));
+    let id = start_kept(front, headers, caller, request, push, None)?;
     if later {
-        return Ok(json!({"task": task}));
+        return Ok(json!({"task": front.a2a_tasks.get(client, &id, None)?}));
     }
     let deadline = tokio::time::Instant::now() + reply_wait(front);
     Ok(json!({"task": front.a2a_tasks.ended(client, &id, deadline).await?}))
+}
+
+/// The kept task a request's message answers (`message.taskId`), if it names one.
+fn continued_task(request: &Value) -> Option<&str> {
+    request.pointer("/message/taskId").and_then(Value::as_str).filter(|id| !id.is_empty())
+}
+
+/// Opens a kept task for `request`, or takes up again the one its message answers, and sets
+/// the work on it going; `watcher` follows it from the task as it stands. The task's id.
+fn start_kept(
+    front: &Arc<Front>,
+    headers: &HeaderMap,
+    caller: &Caller<'_>,
+    request: &Value,
+    push: Option<super::push::PushConfig>,
+    watcher: Option<tokio::sync::mpsc::UnboundedSender<Value>>,
+) -> Result<String, Failure> {
+    let message = request.get("message").unwrap_or(&Value::Null);
+    let (taken, id) = match continued_task(request) {
+        Some(id) => {
+            // The answer belongs to the task's conversation, whether or not it says so.
+            let message = front.a2a_tasks.answering(caller.client, id, message)?;
+            let taken = take(front, caller, Some(&message))?;
+            front.a2a_tasks.resume(caller.client, id, &message, push, watcher)?;
+            (taken, id.to_owned())
+        }
+        None => {
+            let taken = take(front, caller, Some(message))?;
+            let task = front.a2a_tasks.open(caller.client, message, push, watcher)?;
+            (taken, task["id"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    let parent = crate::telemetry::extract_http(headers);
+    tokio::spawn(work_on(front.clone(), id.clone(), taken, parent));
+    Ok(id)
+}
+
+/// `result` of a request the door did not keep a task for; when it is a task asking for
+/// input or authentication, that task is kept (so that a message naming it can answer it),
+/// and the result is the kept task.
+fn keep_if_asking(front: &Front, client: &str, message: Option<&Value>, result: Value) -> Value {
+    let Some(task) = result.get("task").filter(|t| map::TaskState::of(t).question().is_some()) else {
+        return result;
+    };
+    let message = message.unwrap_or(&Value::Null);
+    let opened = front.a2a_tasks.open(client, message, None, None);
+    let Some(id) = opened.ok().and_then(|t| t["id"].as_str().map(str::to_owned)) else {
+        // No room to keep it: the question still reaches the client.
+        return result;
+    };
+    front.a2a_tasks.finish(&id, &json!({"task": task}));
+    front.a2a_tasks.get(client, &id, None).map_or(result, |kept| json!({"task": kept}))
 }
 
 /// How long a blocking request waits for its task: the reply timeout, and a little more for
@@ -378,6 +430,11 @@ pub(super) async fn send_streaming(
         let _ = events.send(send_message(front, headers, caller, request).await?);
         return Ok(stream);
     }
+    // An answer to a task's question: the stream follows that task from where it stands.
+    if continued_task(request).is_some() {
+        start_kept(front, headers, caller, request, None, Some(events))?;
+        return Ok(stream);
+    }
     // Refused now rather than at the first report, when the stream has begun.
     front.a2a_tasks.room_for(caller.client)?;
     let message = request.get("message").cloned().unwrap_or(Value::Null);
@@ -393,7 +450,7 @@ pub(super) async fn send_streaming(
             biased;
             Some(said) = reports.recv() => said,
             result = &mut answer => {
-                let _ = events.send(result);
+                let _ = events.send(keep_if_asking(&front, &client, Some(&message), result));
                 return;
             }
         };
@@ -444,6 +501,9 @@ async fn deliver(
         ToSender::Reply { reply, .. } if reply.is_error() => {
             task(state_for(crate::nlip::reply::error_code(&reply).as_deref()), &reply)
         }
+        ToSender::Reply { reply, .. } if asks(&reply).is_some() => {
+            task(asks(&reply).unwrap_or_default(), &reply)
+        }
         ToSender::Reply { reply, .. } => {
             let mut answer = map::message(&reply, &format!("silpgate-m{n}"), map::ROLE_AGENT);
             set_context(&mut answer, context);
@@ -456,6 +516,15 @@ async fn deliver(
             json!({"message": answer})
         }
         ToSender::Refused { message, code, .. } => task(state_for(Some(&code)), &message),
+    }
+}
+
+/// The state of the task an agent's question puts it in (its `messagetype` says which).
+fn asks(reply: &Message) -> Option<&'static str> {
+    match reply.messagetype.as_deref() {
+        Some(map::INPUT_REQUIRED) => Some("TASK_STATE_INPUT_REQUIRED"),
+        Some(map::AUTH_REQUIRED) => Some("TASK_STATE_AUTH_REQUIRED"),
+        _ => None,
     }
 }
 

@@ -89,9 +89,8 @@ async fn task(
             .map(|task| reply_as(StatusCode::OK, &task, A2A_MEDIA_TYPE)),
         Some("cancel") => operation::cancel_task(&front, &client, &params)
             .map(|task| reply_as(StatusCode::OK, &task, A2A_MEDIA_TYPE)),
-        Some("subscribe") => {
-            operation::subscribe(&front, &client, &params).map(|events| live_event_stream(events, |event| event))
-        }
+        Some("subscribe") => operation::subscribe(&front, &client, &params)
+            .map(|events| live_event_stream(events, |event| event)),
         Some(verb) => Err(Failure::MethodNotFound(format!("tasks have no operation '{verb}'"))),
     };
     answered.unwrap_or_else(|failure| failed(&failure))

@@ -346,10 +346,12 @@ impl TaskBook {
         json!({"tasks": page, "nextPageToken": "", "pageSize": page_size, "totalSize": total})
     }
 
-    /// Cancels `owner`'s task `id`, unless it has ended.
+    /// Cancels `owner`'s task `id`, unless it has ended (one waiting for an answer to its
+    /// question has not).
     pub(super) fn cancel(&self, owner: &str, id: &str) -> Result<Value, Failure> {
         self.change(id, Some(owner), |kept| {
-            if TaskState::of(&kept.task) != TaskState::Pending {
+            let state = TaskState::of(&kept.task);
+            if state != TaskState::Pending && state.question().is_none() {
                 return Err(Failure::TaskNotCancelable(format!(
                     "task {id} has ended; it cannot be canceled"
                 )));
@@ -397,6 +399,58 @@ impl TaskBook {
                 )));
             }
             Ok(Vec::new())
+        })
+        .map(drop)
+    }
+
+    /// `message` (a client's 1.0 message) as the answer to the question `owner`'s task `id`
+    /// asks: in the task's context. Refused when the task asks nothing, or the message names
+    /// another context.
+    pub(super) fn answering(&self, owner: &str, id: &str, message: &Value) -> Result<Value, Failure> {
+        let task = self.get(owner, id, Some(0))?;
+        let state = TaskState::of(&task);
+        if state.question().is_none() {
+            let why = match state {
+                TaskState::Pending => "is still working; wait for it, or cancel it",
+                _ => "has ended; send the message without taskId to begin another",
+            };
+            return Err(Failure::InvalidParams(format!("task {id} {why}")));
+        }
+        let context = task.get("contextId").cloned().unwrap_or(Value::Null);
+        let mut message = message.clone();
+        match message.get("contextId").filter(|c| !c.is_null() && c.as_str() != Some("")) {
+            Some(named) if *named != context => Err(Failure::InvalidParams(format!(
+                "params.message.contextId is not the context of task {id} ({context})"
+            ))),
+            _ => {
+                message["contextId"] = context;
+                Ok(message)
+            }
+        }
+    }
+
+    /// `owner`'s task `id`, which asked a question, working again on `message` (its answer),
+    /// with `push` added to its configs and `watcher` following it, when given.
+    pub(super) fn resume(
+        &self,
+        owner: &str,
+        id: &str,
+        message: &Value,
+        push: Option<PushConfig>,
+        watcher: Option<UnboundedSender<Value>>,
+    ) -> Result<(), Failure> {
+        self.change(id, Some(owner), |kept| {
+            if TaskState::of(&kept.task).question().is_none() {
+                return Err(Failure::InvalidParams(format!("task {id} asks no question")));
+            }
+            kept.task["status"] = status("TASK_STATE_WORKING", None);
+            push_history(&mut kept.task, message.clone());
+            if let Some(config) = push {
+                kept.push.retain(|c| c.id != config.id);
+                kept.push.push(config.of_task(id));
+            }
+            kept.watchers.extend(watcher);
+            Ok(vec![json!({"task": kept.task})])
         })
         .map(drop)
     }
