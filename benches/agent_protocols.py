@@ -13,7 +13,9 @@ With --streamed, a streamed task (`SendStreamingMessage` of "progress report", w
 streaming test agent works on for three steps of half a second, streaming each) is sent COUNT
 times (20 by default) straight to the agent at AGENT_URL and to silpgate's A2A door at
 DOOR_URL; prints, for each, the median time to the first event and to the last, in
-milliseconds, and the number of events.
+milliseconds, and the number of events. Then, as a client whose stream dropped would, it
+follows each such task again with SubscribeToTask, and prints the median and p99 time to
+its first event.
 """
 
 import json
@@ -116,8 +118,41 @@ def streamed(agent_url, door_url, count):
               flush=True)
 
 
+def subscribed(agent_url, door_url, count):
+    """A client whose stream dropped follows its task again: SendStreamingMessage, the first
+    event read (the task), the stream closed; then SubscribeToTask, timed to its first event."""
+    client = httpx.Client(timeout=30)
+    headers = {"A2A-Version": "1.0"}
+
+    def one(url, n):
+        body = {"jsonrpc": "2.0", "id": n, "method": "SendStreamingMessage", "params": {
+            "message": {"messageId": f"r{n}-{url[-6:]}", "role": "ROLE_USER", "contextId": f"resume-{n}",
+                        "parts": [{"text": "progress report"}]}}}
+        with client.stream("POST", url, json=body, headers=headers) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    task = json.loads(line[5:])["result"]["task"]["id"]
+                    break
+        body = {"jsonrpc": "2.0", "id": n, "method": "SubscribeToTask", "params": {"id": task}}
+        started = time.perf_counter()
+        with client.stream("POST", url, json=body, headers=headers) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    first = json.loads(line[5:])
+                    assert first["result"]["task"]["id"] == task, first
+                    return (time.perf_counter() - started) * 1000
+
+    for name, url in [("SubscribeToTask direct", agent_url), ("SubscribeToTask via silpgate's A2A door", door_url)]:
+        one(url, 0)
+        runs = sorted(one(url, n) for n in range(1, count + 1))
+        p99 = runs[min(len(runs) - 1, round(len(runs) * 0.99))]
+        print(f"{name}: first event {statistics.median(runs):.1f} ms median, {p99:.1f} ms p99 (of {count})",
+              flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--streamed":
         streamed(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
+        subscribed(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 20)
     else:
         main()

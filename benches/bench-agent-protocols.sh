@@ -4,7 +4,8 @@
 # its HTTP door routing text to that agent), same client, same run. Then a streamed task: the
 # streaming A2A agent works three steps of half a second, and the time to the first streamed
 # event and to the last is timed straight to it and through silpgate's A2A door (a route
-# from source a2a to it). Needs the test venv (tests/run.sh makes it in target/pyenv;
+# from source a2a to it), and the time from SubscribeToTask to its first event for a task whose
+# stream was dropped. Needs the test venv (tests/run.sh makes it in target/pyenv;
 # SILPGATE_PYTHON overrides). COUNT=1000 by default; STREAMS=20 streamed tasks each way.
 # SILPGATE_BENCH_BIN=/path/to/an/earlier/silpgate runs that build instead (before/after).
 set -euo pipefail

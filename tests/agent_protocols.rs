@@ -651,6 +651,65 @@ async fn an_mcp_tool_sees_the_encoding_the_payload_and_the_fixed_arguments() {
     assert_eq!(answer["content"]["saw_payload"], "plain words", "{answer}");
 }
 
+/// Calls to A2A agents and MCP tools are spans of the OpenTelemetry GenAI conventions
+/// (semantic-conventions-genai v0.1.0, docs/operations.md), exported over OTLP to a real
+/// receiver: a message to an A2A agent is a client span `invoke_agent {agent}` with
+/// `gen_ai.*`, `a2a.*`, the conversation and the agent's task; a call of an MCP tool is a
+/// client span `tools/call {tool}` with `mcp.*`, `gen_ai.*` and the protocol version met.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_and_mcp_calls_are_spans_of_the_genai_conventions() {
+    let a2a = PythonServer::start("a2a_agent.py");
+    let mcp = PythonServer::start("mcp_tool.py");
+    for (kind, agent) in [("a2a", a2a_agent(a2a.port)), ("mcp", mcp_agent(mcp.port, "inspect"))] {
+        let dir = broker::temp_dir(&format!("genai-{kind}"));
+        let spans_file = dir.join("spans.jsonl");
+        let (_sink, port) = support::otlp::start_sink(&spans_file);
+        let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n";
+        let telemetry = format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\nservice_name = \"silpgate-test\"\n"
+        );
+        let names = Names::new(&format!("genai-{kind}"));
+        let config =
+            gateway::config(&names, &dir.join("store"), false, 30_000, &format!("{agent}{route}{telemetry}"));
+        let daemon = gateway::start(&config, &dir, false).await;
+        let conversation = format!("genai-{kind}-1");
+        let (status, answer) = post(&daemon.http, "/nlip", &text_request("slow words", &conversation)).await;
+        assert_eq!(status, 200, "{kind}: {answer}");
+        let (stopped, _) = daemon.terminate(Duration::from_secs(40));
+        assert!(stopped.success(), "{kind}: stopping flushes the exporter");
+        let (_, spans) = support::otlp::received(&spans_file);
+        let named = |name: &str| spans.iter().find(|s| s["name"] == name).cloned();
+        let call = match kind {
+            "a2a" => named("invoke_agent agent"),
+            _ => named("tools/call inspect"),
+        };
+        let seen: Vec<&Value> = spans.iter().map(|s| &s["name"]).collect();
+        let call = call.unwrap_or_else(|| panic!("{kind}: no call span among {seen:?}"));
+        let attributes = &call["attributes"];
+        assert_eq!(call["kind"], 3, "{kind}: a client span: {call}");
+        assert_eq!(attributes["gen_ai.conversation.id"], conversation.as_str(), "{kind}: {call}");
+        assert_eq!(attributes["network.protocol.name"], "http", "{kind}: {call}");
+        assert_eq!(attributes["server.address"], "127.0.0.1", "{kind}: {call}");
+        assert!(attributes.get("error.type").is_none_or(Value::is_null), "{kind}: {call}");
+        if kind == "a2a" {
+            assert_eq!(attributes["gen_ai.operation.name"], "invoke_agent", "{call}");
+            assert_eq!(attributes["gen_ai.agent.name"], "agent", "{call}");
+            assert_eq!(attributes["a2a.method"], "SendMessage", "{call}");
+            assert_eq!(attributes["a2a.protocol.version"], "1.0", "{call}");
+            let task = attributes["a2a.task.id"].as_str().unwrap_or_else(|| panic!("the task: {call}"));
+            // The slow task is polled: each poll is a span of its own, about the same task.
+            let poll = named("GetTask").unwrap_or_else(|| panic!("a GetTask span among {seen:?}"));
+            assert_eq!(poll["attributes"]["a2a.task.id"], task, "{poll}");
+            assert_eq!(poll["trace_id"], call["trace_id"], "one trace: {poll}");
+        } else {
+            assert_eq!(attributes["gen_ai.operation.name"], "execute_tool", "{call}");
+            assert_eq!(attributes["gen_ai.tool.name"], "inspect", "{call}");
+            assert_eq!(attributes["mcp.method.name"], "tools/call", "{call}");
+            assert_eq!(attributes["mcp.protocol.version"], "2026-07-28", "{call}");
+        }
+    }
+}
+
 /// silpgate meets an MCP server at 2026-07-28 when it discovers, by the handshake when it is
 /// of the earlier era, and either way keeps no standing event stream: the tool counts the
 /// `GET` streams opened, and the daemon's log, over calls a few timeouts apart with the agent

@@ -8,50 +8,8 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use serde_json::Value;
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::broker::{self, Daemon, Names};
-
-/// The OTLP receiver, killed when dropped.
-struct Sink(std::process::Child);
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the OTLP receiver on a port it picks itself (a port picked here and released could be
-/// taken by someone else before the receiver binds it).
-fn start_sink(out: &std::path::Path) -> (Sink, u16) {
-    let python = std::env::var_os("SILPGATE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python"));
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/otlp_sink.py");
-    let mut child =
-        Command::new(&python).arg(script).arg("0").arg(out).stdout(Stdio::piped()).spawn().unwrap_or_else(
-            |e| panic!("cannot run {} ({e}); tests/run.sh installs opentelemetry-proto", python.display()),
-        );
-    let stdout = child.stdout.take().unwrap();
-    // Killed on drop from here on, whatever the wait below finds.
-    let sink = Sink(child);
-    // A pipe read has no time bound of its own: the first line is read on a thread.
-    let (said, first) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = said.send(line);
-    });
-    let first = first
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("the OTLP receiver did not say its port within 60 s"));
-    let port = first.trim().strip_prefix("listening ").and_then(|p| p.parse().ok());
-    let port = port.unwrap_or_else(|| panic!("the OTLP receiver starts and says its port: {first:?}"));
-    (sink, port)
-}
 
 /// POSTs a JSON envelope with a `traceparent` header; the status code.
 fn post(addr: &str, body: &[u8], traceparent: &str) -> u16 {
@@ -66,7 +24,7 @@ fn hex(n: usize, seed: u64) -> String {
 async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
     let dir = broker::temp_dir("telemetry");
     let spans_file = dir.join("spans.jsonl");
-    let (_sink, port) = start_sink(&spans_file);
+    let (_sink, port) = support::otlp::start_sink(&spans_file);
     let names = Names::new("trace");
     let config = format!(
         "{}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\notlp_metrics_endpoint = \"http://127.0.0.1:{port}/v1/metrics\"\nmetrics_interval_secs = 1\nservice_name = \"silpgate-test\"\n",
@@ -132,11 +90,7 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
     // Stopping flushes the exporter.
     let (status, _) = daemon.terminate(Duration::from_secs(40));
     assert!(status.success());
-    let (points, spans): (Vec<Value>, Vec<Value>) = std::fs::read_to_string(&spans_file)
-        .expect("spans arrived at the receiver")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .partition(|v| v.get("metric").is_some());
+    let (points, spans) = support::otlp::received(&spans_file);
     // Metrics were pushed over OTLP too, with their labels as attributes.
     let amqp_in = points
         .iter()

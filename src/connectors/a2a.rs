@@ -349,7 +349,11 @@ impl A2aAgent {
         params: Value,
         version: &str,
     ) -> Result<Result<Value, Fault>, DeliveryError> {
-        let span = self.span(method, endpoint);
+        let conversation = params.pointer("/message/contextId").and_then(Value::as_str);
+        let span = self.span(method, endpoint, conversation);
+        if let Some(task) = params.get("id").and_then(Value::as_str) {
+            span.record("a2a.task.id", task);
+        }
         let result = async {
             let response = self
                 .post(endpoint, method, params, version, "application/json, application/a2a+json", &span)
@@ -358,21 +362,47 @@ impl A2aAgent {
         }
         .instrument(span.clone())
         .await;
-        if let Err(e) = &result {
-            span.record("error.type", e.code());
+        match &result {
+            Ok(Ok(answer)) => {
+                if let Some(task) =
+                    answer.pointer("/task/id").or_else(|| answer.get("id")).and_then(Value::as_str)
+                {
+                    span.record("a2a.task.id", task);
+                }
+            }
+            Ok(Err(fault)) => {
+                span.record("error.type", fault.code.to_string());
+            }
+            Err(e) => {
+                span.record("error.type", e.code());
+            }
         }
         result
     }
 
-    fn span(&self, method: &str, endpoint: &reqwest::Url) -> tracing::Span {
+    /// The span of one JSON-RPC call to the agent. A message sent (`SendMessage`,
+    /// `SendStreamingMessage`, 0.3's `message/*`) is the OpenTelemetry GenAI conventions'
+    /// `invoke_agent {agent}` span (docs/operations.md says which version); every call carries
+    /// `a2a.method` and `a2a.protocol.version`, and the task it is about once known
+    /// (`a2a.task.id`).
+    fn span(&self, method: &str, endpoint: &reqwest::Url, conversation: Option<&str>) -> tracing::Span {
+        let invokes = method.contains("Message") || method.starts_with("message/");
+        let name = if invokes { format!("invoke_agent {}", self.name) } else { method.to_owned() };
+        let version = if method.contains('/') { "0.3" } else { VERSION };
         tracing::info_span!(
             "agent deliver",
-            otel.name = method,
+            otel.name = %name,
             otel.kind = "client",
-            rpc.system = "jsonrpc",
-            rpc.method = method,
+            gen_ai.operation.name = invokes.then_some("invoke_agent"),
+            gen_ai.agent.name = %self.name,
+            gen_ai.conversation.id = conversation,
+            a2a.method = method,
+            a2a.protocol.version = version,
+            a2a.task.id = tracing::field::Empty,
+            network.transport = "tcp",
+            network.protocol.name = "http",
             server.address = endpoint.host_str().unwrap_or_default(),
-            silpgate.agent = %self.name,
+            server.port = endpoint.port_or_known_default(),
             error.type = tracing::field::Empty,
         )
     }
@@ -512,7 +542,7 @@ impl A2aAgent {
         };
         let read =
             |result: Value| if endpoint.speaks_0_3 { v0_3::stream_event_from(&result) } else { result };
-        let span = self.span(method, &endpoint.url);
+        let span = self.span(method, &endpoint.url, request.conversation_token());
         let answered = async {
             let response = self.post(&endpoint.url, method, params, version, "text/event-stream", &span).await?;
             let is_stream = response
@@ -559,6 +589,9 @@ impl A2aAgent {
                         }
                         if let Some(task) = &progress.task {
                             at_agent.track(task);
+                            if let Some(id) = task.get("id").and_then(Value::as_str) {
+                                span.record("a2a.task.id", id);
+                            }
                         }
                         self.report(parcel, &event);
                     }

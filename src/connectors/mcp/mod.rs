@@ -122,6 +122,30 @@ impl McpAgent {
         }
     }
 
+    /// The span of one `tools/call`, as the OpenTelemetry GenAI conventions for MCP clients
+    /// name it (docs/operations.md says which version): `tools/call {tool}`, with the method,
+    /// the tool, the protocol version the server met us at and the conversation.
+    fn span(&self, peer: &Peer<RoleClient>, envelope: &Message) -> tracing::Span {
+        let url = reqwest::Url::parse(&self.url).ok();
+        let version = peer.peer_info().map(|info| info.protocol_version.to_string());
+        tracing::info_span!(
+            "agent deliver",
+            otel.name = %format!("tools/call {}", self.tool),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            mcp.protocol.version = version.as_deref(),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %self.tool,
+            gen_ai.conversation.id = envelope.conversation_token(),
+            network.transport = "tcp",
+            network.protocol.name = "http",
+            server.address = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default(),
+            server.port = url.as_ref().and_then(reqwest::Url::port_or_known_default),
+            silpgate.agent = %self.name,
+            error.type = tracing::field::Empty,
+        )
+    }
+
     /// The tools the server lists (`silpgate agents check`).
     pub(crate) async fn tools(&self) -> Result<Vec<Value>, DeliveryError> {
         let peer = self.peer().await?;
@@ -151,27 +175,22 @@ impl McpAgent {
             params.meta = Some(meta.into());
         }
         let peer = self.peer().await?;
-        let span = tracing::info_span!(
-            "agent deliver",
-            otel.name = "tools/call",
-            otel.kind = "client",
-            rpc.system = "jsonrpc",
-            rpc.method = "tools/call",
-            silpgate.agent = %self.name,
-            silpgate.tool = %self.tool,
-        );
-        let called =
-            tokio::time::timeout(self.timeout, tracing::Instrument::instrument(peer.call_tool(params), span))
-                .await
-                .map_err(|_| {
-                    self.unavailable(
-                        Code::Timeout.as_str(),
-                        "tools/call did not finish within timeout_ms".into(),
-                    )
-                });
+        let span = self.span(&peer, &parcel.envelope);
+        let called = tokio::time::timeout(
+            self.timeout,
+            tracing::Instrument::instrument(peer.call_tool(params), span.clone()),
+        )
+        .await
+        .map_err(|_| {
+            self.unavailable(Code::Timeout.as_str(), "tools/call did not finish within timeout_ms".into())
+        });
+        if called.is_err() {
+            span.record("error.type", Code::Timeout.as_str());
+        }
         let result = match called? {
             Ok(result) => result,
             Err(ServiceError::McpError(error)) if error.code.0 != INTERNAL_ERROR => {
+                span.record("error.type", error.code.0.to_string());
                 let detail =
                     format!("tools/call {}: JSON-RPC error {}: {}", self.tool, error.code.0, error.message);
                 let mut answer = error_message(
@@ -188,11 +207,15 @@ impl McpAgent {
                 });
             }
             Err(e) => {
+                span.record("error.type", Code::AgentUnavailable.as_str());
                 self.drop_session().await;
                 return Err(self
                     .unavailable(Code::AgentUnavailable.as_str(), format!("tools/call {}: {e}", self.tool)));
             }
         };
+        if result.is_error == Some(true) {
+            span.record("error.type", "tool_error");
+        }
         let result = serde_json::to_value(&result).unwrap_or(Value::Null);
         let answer = answer_of(&result, &self.name, &self.tool);
         let mut answer = super::held_to_limits(answer, &self.limits, &self.name);
