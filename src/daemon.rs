@@ -181,8 +181,16 @@ pub async fn start(config: Config, overrides: Overrides) -> Result<Daemon, RunEr
         ),
         _ => None,
     };
+    let card_signer = match (&config.a2a.card_signing_key_file, &config.a2a.card_signing_kid) {
+        (Some(path), Some(kid)) => Some(
+            crate::a2a::signature::CardSigner::read(path, kid)
+                .map_err(|e| RunError::Key(format!("a2a.card_signing_key_file: {e}")))?,
+        ),
+        _ => None,
+    };
     let front = Arc::new(Front {
         a2a_tasks,
+        card_signer,
         reloader,
         broker: amqp.as_ref().map(Amqp::health),
         cluster,

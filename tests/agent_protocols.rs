@@ -710,6 +710,70 @@ async fn a2a_and_mcp_calls_are_spans_of_the_genai_conventions() {
     }
 }
 
+/// A P-256 key pair written to `dir`: the private key (PEM) and its public half as a JWK set
+/// naming it `kid`.
+fn card_key(dir: &std::path::Path, kid: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    use base64::Engine;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let pem = dir.join(format!("{kid}.pem"));
+    std::fs::write(&pem, pair.serialize_pem()).unwrap();
+    let point = pair.public_key_raw();
+    let set = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": kid, "use": "sig", "alg": "ES256",
+        "x": b64(&point[1..33]), "y": b64(&point[33..65])}]});
+    let jwks = dir.join(format!("{kid}.jwks.json"));
+    std::fs::write(&jwks, set.to_string()).unwrap();
+    (pem, jwks)
+}
+
+/// Signed agent cards, both ways, with the a2a-sdk's own signer and verifier: an agent whose
+/// card the SDK signed is reached when its `card_keys_file` holds the key, and refused
+/// (`a2a_card_invalid`, nothing sent) when it holds another; silpgate's own card, signed with
+/// `a2a.card_signing_key_file`, verifies in the SDK with the public key, and not with another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_agent_cards_verify_against_configured_keys_both_ways() {
+    let dir = broker::temp_dir("a2a-signed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (agent_key, agent_keys) = card_key(&dir, "agent-key");
+    let (own_key, own_keys) = card_key(&dir, "silpgate-key");
+    let agent = PythonServer::start_with("a2a_agent.py", 0, &[agent_key.to_str().unwrap(), "agent-key"]);
+    for (keys, reached) in [(&agent_keys, true), (&own_keys, false)] {
+        let configured = format!("{}card_keys_file = \"{}\"\n", a2a_agent(agent.port), keys.display());
+        let daemon = gateway_for(&format!("a2a-signed-{reached}"), &configured, 30_000).await;
+        let (_, answer) = post(&daemon.http, "/nlip", &text_request("hello", "signed-1")).await;
+        if reached {
+            assert!(answer["content"].as_str().unwrap_or_default().starts_with("echo: hello"), "{answer}");
+        } else {
+            assert_eq!(error_code(&answer), "a2a_card_invalid", "{answer}");
+            let said = answer["content"].as_str().unwrap_or_default();
+            assert!(said.contains("no configured key has kid \"agent-key\""), "{answer}");
+        }
+    }
+
+    let names = Names::new("a2a-signing");
+    let signing = format!(
+        "[a2a]\ncard_signing_key_file = \"{}\"\ncard_signing_kid = \"silpgate-key\"\n",
+        own_key.display()
+    );
+    let config = gateway::config(&names, &dir.join("store"), false, 30_000, &signing);
+    let daemon = gateway::start(&config, &dir, false).await;
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    for (keys, verified) in [(&own_keys, true), (&agent_keys, false)] {
+        let mut check = Command::new(&python);
+        check
+            .arg(format!("{}/tests/interop/a2a_card_check.py", env!("CARGO_MANIFEST_DIR")))
+            .arg(format!("http://{}", daemon.http))
+            .arg(keys);
+        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(check, gateway::LONG))
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let seen: Value = serde_json::from_slice(&out.stdout).expect("the check prints JSON");
+        assert_eq!(seen["signatures"], 1, "{seen}");
+        assert_eq!(seen["verified"], verified, "{seen}");
+    }
+}
+
 /// silpgate meets an MCP server at 2026-07-28 when it discovers, by the handshake when it is
 /// of the earlier era, and either way keeps no standing event stream: the tool counts the
 /// `GET` streams opened, and the daemon's log, over calls a few timeouts apart with the agent

@@ -4,6 +4,7 @@
 //! A2A 0.3 to those that do, translating its shapes at the edge ([`v0_3`]).
 
 pub(crate) mod map;
+pub(crate) mod signature;
 pub(crate) mod v0_3;
 
 /// The protocol version silpgate speaks, sent in the `A2A-Version` header.

@@ -39,6 +39,11 @@ pub struct A2aConfig {
     /// PEM certificate authorities `https://` webhooks are verified against, besides the
     /// system's: for webhooks behind a private CA. Verification is never off. Default: none.
     pub push_ca_file: Option<std::path::PathBuf>,
+    /// A PEM private key (P-256, Ed25519 or RSA) silpgate signs its own agent card with, and
+    /// the key id its signatures name (`card_signing_kid`, required with it). Default: the
+    /// card is not signed.
+    pub card_signing_key_file: Option<std::path::PathBuf>,
+    pub card_signing_kid: Option<String>,
 }
 
 impl Default for A2aConfig {
@@ -55,6 +60,8 @@ impl Default for A2aConfig {
             push_timeout_ms: 10_000,
             max_push_configs: 8,
             push_ca_file: None,
+            card_signing_key_file: None,
+            card_signing_kid: None,
         }
     }
 }
@@ -84,6 +91,12 @@ impl A2aConfig {
         }
         if self.push_queue.is_empty() {
             return Err(ConfigError::Invalid("a2a.push_queue is empty".into()));
+        }
+        if self.card_signing_key_file.is_some() && self.card_signing_kid.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(ConfigError::Invalid(
+                "a2a.card_signing_key_file needs a2a.card_signing_kid, the key id its signatures name".into(),
+            ));
         }
         Ok(())
     }

@@ -191,6 +191,10 @@ pub struct A2aReach {
     /// `https://`, is refused (`a2a_card_invalid`): the card must not send silpgate, and the
     /// agent's token, anywhere.
     pub card_origins: Vec<String>,
+    /// A JWK set the agent's card must be signed with (A2A's signed agent cards). Set, a card
+    /// without a signature that verifies against one of these keys is refused
+    /// (`a2a_card_invalid`); the card's own pointers to keys are never followed.
+    pub card_keys_file: Option<std::path::PathBuf>,
 }
 
 /// An MCP server; `url` is its endpoint.
@@ -298,6 +302,7 @@ struct WsKeys {
 struct A2aKeys {
     #[serde(default)]
     card_origins: Vec<String>,
+    card_keys_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -310,10 +315,11 @@ struct McpKeys {
 
 /// The keys only one kind of agent reads, and that kind, for a refusal that says where a key
 /// belongs rather than only that it is unknown here. The kinds are spelt as [`own`] is told.
-const OWNED_KEYS: [(&str, &str); 7] = [
+const OWNED_KEYS: [(&str, &str); 8] = [
     ("tool", "protocol = 'mcp' agents"),
     ("arguments", "protocol = 'mcp' agents"),
     ("card_origins", "protocol = 'a2a' agents"),
+    ("card_keys_file", "protocol = 'a2a' agents"),
     ("encoding", "ws:// and wss:// agents"),
     ("routing_key", "AMQP agents (no url)"),
     ("queue", "AMQP agents (no url)"),
@@ -355,7 +361,11 @@ impl<'de> Deserialize<'de> for AgentConfig {
             ("a2a", Some(_)) => {
                 let (outbound, keys) =
                     outbound_and::<A2aKeys>(table, "protocol = 'a2a' agents").map_err(&refuse)?;
-                Reach::A2a(A2aReach { outbound, card_origins: keys.card_origins })
+                Reach::A2a(A2aReach {
+                    outbound,
+                    card_origins: keys.card_origins,
+                    card_keys_file: keys.card_keys_file,
+                })
             }
             ("mcp", Some(_)) => {
                 let (outbound, keys) =

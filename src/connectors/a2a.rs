@@ -9,6 +9,10 @@
 //! same calls in 0.3's names and shapes (`message/send` with `blocking: false`, `tasks/get`;
 //! [`crate::a2a::v0_3`]) with `A2A-Version: 0.3`, and its answers are read back as 1.0's.
 //!
+//! With `card_keys_file`, the card must be signed (A2A's signed agent cards): one of its
+//! signatures must verify against those keys ([`crate::a2a::signature`]), or the card is
+//! refused (`a2a_card_invalid`) and nothing is sent.
+//!
 //! When the card offers streaming (`capabilities.streaming`) and someone waits for the answer,
 //! the parcel goes as a `SendStreamingMessage` instead, and silpgate reads the agent's events
 //! as they come (each held to the answer limit): a Message ends the exchange; a Task, its
@@ -40,6 +44,7 @@
 use super::events::{EventError, Events};
 use super::{AnswerTo, Connector, Delivered, DeliveryError, Parcel, SetupError};
 use crate::a2a::map::{self, TaskState};
+use crate::a2a::signature::CardKeys;
 use crate::a2a::{VERSION, v0_3};
 use crate::code::Code;
 use crate::config::A2aReach;
@@ -127,6 +132,8 @@ pub(crate) struct A2aAgent {
     limits: crate::nlip::Limits,
     /// The agent's tasks waiting for their conversation's next message, by conversation.
     asking: std::sync::Mutex<HashMap<String, Asking>>,
+    /// The keys its card must be signed with (`card_keys_file`), when set.
+    card_keys: Option<CardKeys>,
 }
 
 /// An agent's task that asked its conversation a question.
@@ -166,6 +173,9 @@ impl A2aAgent {
         let agent = &reach.outbound;
         reqwest::Url::parse(&agent.url)
             .map_err(|e| SetupError::Client { agent: name.to_owned(), detail: format!("url: {e}") })?;
+        let card_keys = reach.card_keys_file.as_deref().map(CardKeys::read).transpose().map_err(|e| {
+            SetupError::Client { agent: name.to_owned(), detail: format!("card_keys_file: {e}") }
+        })?;
         Ok(A2aAgent {
             name: name.to_owned(),
             base: agent.url.trim_end_matches('/').to_owned(),
@@ -181,6 +191,7 @@ impl A2aAgent {
                 .collect(),
             limits,
             asking: std::sync::Mutex::default(),
+            card_keys,
         })
     }
 
@@ -251,9 +262,15 @@ impl A2aAgent {
             ));
         }
         let body = super::http::read_bounded(response, self.limits.max_bytes, &self.name).await?;
-        serde_json::from_slice(&body).map_err(|e| {
+        let card: Value = serde_json::from_slice(&body).map_err(|e| {
             self.unavailable(Code::A2aCardInvalid.as_str(), format!("the agent card is not JSON: {e}"))
-        })
+        })?;
+        if let Some(keys) = &self.card_keys {
+            keys.verify(&card).map_err(|e| {
+                self.unavailable(Code::A2aCardInvalid.as_str(), format!("agent card at {tried}: {e}"))
+            })?;
+        }
+        Ok(card)
     }
 
     /// The JSON-RPC endpoint of an agent card: its first A2A 1.x JSON-RPC interface, else its

@@ -11,8 +11,9 @@
 
 use crate::config::AuthConfig;
 use crate::principal::Principal;
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use crate::util::jwk::{Key, key_of};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, Validation};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -54,13 +55,6 @@ pub enum KeySetError {
     File { path: PathBuf, why: String },
     #[error("[auth] jwks_url: {0}")]
     Url(String),
-}
-
-/// One key of the set, with the algorithm it verifies.
-struct Key {
-    id: Option<String>,
-    algorithm: Algorithm,
-    decoding: DecodingKey,
 }
 
 /// Where the keys come from.
@@ -215,29 +209,6 @@ impl Jwts {
             }
         }
     }
-}
-
-/// The key a JWK holds, with the one algorithm it verifies; none for a key silpgate does
-/// not use (HMAC secrets, other curves, keys for encryption only).
-fn key_of(jwk: &Jwk) -> Option<Key> {
-    if jwk.common.public_key_use.as_ref().is_some_and(|u| *u != jsonwebtoken::jwk::PublicKeyUse::Signature) {
-        return None;
-    }
-    let by_type = match &jwk.algorithm {
-        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
-        AlgorithmParameters::RSA(_) => Algorithm::RS256,
-        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => Algorithm::EdDSA,
-        _ => return None,
-    };
-    let algorithm = match jwk.common.key_algorithm {
-        None => by_type,
-        Some(KeyAlgorithm::ES256) if by_type == Algorithm::ES256 => by_type,
-        Some(KeyAlgorithm::RS256) if by_type == Algorithm::RS256 => by_type,
-        Some(KeyAlgorithm::EdDSA) if by_type == Algorithm::EdDSA => by_type,
-        Some(_) => return None,
-    };
-    let decoding = DecodingKey::from_jwk(jwk).ok()?;
-    Some(Key { id: jwk.common.key_id.clone(), algorithm, decoding })
 }
 
 fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> JwtError {

@@ -60,6 +60,8 @@ pub(crate) struct Front {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The tasks the A2A door keeps.
     pub a2a_tasks: Arc<a2a::tasks::TaskBook>,
+    /// Signs the door's agent card (`a2a.card_signing_key_file`), when set.
+    pub card_signer: Option<crate::a2a::signature::CardSigner>,
     /// Reads the configuration file again (SIGHUP, `POST /admin/reload`).
     pub reloader: Arc<dyn admin::Reload>,
 }

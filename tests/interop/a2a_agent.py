@@ -1,6 +1,8 @@
 """An A2A 1.0 agent built with the a2a-sdk, for the A2A bridge tests.
 
-Usage: python a2a_agent.py PORT (0: any free port; it prints `listening PORT`)
+Usage: python a2a_agent.py PORT [SIGNING_KEY KID] (PORT 0: any free port; it prints
+`listening PORT`). With SIGNING_KEY (a PEM P-256 private key) and KID, its card is signed with
+the SDK's card signer (ES256, that kid).
 
 What it does depends on the first text it receives (its SILP-aware part reads the
 `silp-code` part silpgate sends, and answers in SILP code):
@@ -139,12 +141,20 @@ def card(port: int, streaming: bool = False) -> AgentCard:
     )
 
 
-def app(port: int, streaming: bool = False) -> Starlette:
+def app(port: int, streaming: bool = False, signing: tuple[str, str] | None = None) -> Starlette:
     agent_card = card(port, streaming)
+    if signing is not None:
+        from a2a.utils.signing import create_agent_card_signer
+
+        key_path, kid = signing
+        with open(key_path) as key:
+            signer = create_agent_card_signer(key.read(), {"kid": kid, "alg": "ES256", "typ": "JOSE"})
+        agent_card = signer(agent_card)
     handler = DefaultRequestHandlerV2(agent_executor=Agent(), task_store=InMemoryTaskStore(), agent_card=agent_card)
     routes = create_agent_card_routes(agent_card) + create_jsonrpc_routes(handler, rpc_url="/")
     return Starlette(routes=routes)
 
 
 if __name__ == "__main__":
-    listening.serve(app, int(sys.argv[1]))
+    signed_with = (sys.argv[2], sys.argv[3]) if len(sys.argv) > 3 else None
+    listening.serve(lambda port: app(port, signing=signed_with), int(sys.argv[1]))

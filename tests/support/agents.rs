@@ -205,10 +205,15 @@ impl PythonServer {
     /// says which port it bound (`listening PORT`): a port taken by another process makes it
     /// exit, rather than the test talking to whoever holds it.
     pub fn start_on(script: &str, port: u16) -> PythonServer {
+        PythonServer::start_with(script, port, &[])
+    }
+
+    /// Starts `script PORT ARGS...` (PORT 0: any), as [`PythonServer::start_on`].
+    pub fn start_with(script: &str, port: u16, args: &[&str]) -> PythonServer {
         let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
         let path = format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"));
         let mut command = Command::new(&python);
-        command.arg(&path).arg(port.to_string());
+        command.arg(&path).arg(port.to_string()).args(args);
         let (child, port) = spawn_listening(command, script)
             .unwrap_or_else(|e| panic!("{e} (tests/run.sh installs a2a-sdk and mcp)"));
         PythonServer { child, port }

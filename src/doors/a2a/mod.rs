@@ -16,7 +16,8 @@
 //! streams a task live from where it stands. When `a2a.push_origins` allows webhooks,
 //! a task may have push notification configs: each change of the task is then delivered to
 //! them through a queue on the broker ([`courier`]). Bearer tokens, the per-client rate limit
-//! and the `Origin` check apply as on `/mcp`; the card is public, as discovery needs.
+//! and the `Origin` check apply as on `/mcp`; the card is public, as discovery needs, and
+//! signed with `a2a.card_signing_key_file` when it is set ([`crate::a2a::signature`]).
 
 pub(crate) mod courier;
 mod jsonrpc;
@@ -108,6 +109,12 @@ async fn card(State(front): State<Arc<Front>>) -> Response {
         }});
         card["securityRequirements"] = json!([{"schemes": {"bearer": {"list": []}}}]);
         card["security"] = json!([{"bearer": []}]);
+    }
+    if let Some(signer) = &front.card_signer
+        && let Err(e) = signer.sign(&mut card)
+    {
+        // Served unsigned rather than not at all: a client that requires a signature refuses it.
+        tracing::warn!(error = %e, "The agent card could not be signed.");
     }
     reply(StatusCode::OK, &card)
 }
