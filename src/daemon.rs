@@ -247,6 +247,7 @@ impl Daemon {
             shutdown.await;
             http_stop.stop();
         });
+        let a2a_tasks = front.a2a_tasks.clone();
         let expiry = tokio::spawn(front.intake.clone().expire_forever());
         let hangups = tokio::spawn(crate::reload::on_hangup(front.reloader.clone(), front.clone()));
         let core = front.core();
@@ -275,6 +276,10 @@ impl Daemon {
         // Streams stop reading when told and finish what they read.
         let streams = futures_util::future::join_all(streams);
         let (served, amqp_result, _) = tokio::join!(http, amqp_result, streams);
+        // The A2A door's tasks still working cannot be finished after the stop: they fail now,
+        // and the agents are told to cancel what they work on for them.
+        a2a_tasks.interrupt(Duration::from_secs(2)).await;
+        crate::connectors::a2a::cancels_sent(Duration::from_secs(3)).await;
         if let Some(courier) = courier {
             let _ = courier.await;
         }

@@ -478,6 +478,46 @@ async fn a_task_canceled_at_the_door_is_canceled_at_the_agent() {
     assert_eq!(task["result"]["status"]["state"], "TASK_STATE_CANCELED", "{task}");
 }
 
+/// A kept task still working when silpgate is told to stop (SIGTERM) is failed, saying so,
+/// and the agent is told to cancel its own task before silpgate exits, rather than working on
+/// for nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_cut_short_by_a_stop_is_canceled_at_the_agent() {
+    let agent = PythonServer::start("a2a_agent_streaming.py");
+    let names = Names::new("a2a-stop");
+    let dir = broker::temp_dir("a2a-stop");
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n";
+    let config = gateway::config(
+        &names,
+        &dir.join("store"),
+        false,
+        30_000,
+        &format!("{}{route}", a2a_agent(agent.port)),
+    );
+    let daemon = gateway::start(&config, &dir, false).await;
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m-stop", "role": "ROLE_USER", "contextId": "stop-1", "parts": [{"text": "progress report"}]},
+        "configuration": {"returnImmediately": true}}});
+    let (_, sent) = post_with(&daemon.http, "/a2a", send.to_string().as_bytes(), "").await;
+    let id = sent["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("a task: {sent}")).to_owned();
+    let deadline = Instant::now() + gateway::LONG;
+    while !agent_seen(agent.port).await.to_string().contains("SendStreamingMessage") {
+        assert!(Instant::now() < deadline, "the agent was never reached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (stopped, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(stopped.success());
+    // Told before the exit: no wait here.
+    let seen = agent_seen(agent.port).await;
+    assert!(seen.to_string().contains("CancelTask"), "the agent was told to cancel: {seen}");
+    let daemon = gateway::start(&config, &dir, false).await;
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}});
+    let (_, task) = post_with(&daemon.http, "/a2a", get.to_string().as_bytes(), "").await;
+    assert_eq!(task["result"]["status"]["state"], "TASK_STATE_FAILED", "{task}");
+    let said = task["result"]["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("send the message again"), "{task}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_agent_gets_text_with_the_conversation_as_its_context() {
     let agent = PythonServer::start("a2a_agent.py");

@@ -103,7 +103,9 @@ impl Drop for TaskAtAgent<'_> {
             .header("A2A-Version", version)
             .body(body.to_string());
         let agent = self.agent.name.clone();
+        let sending = CancelSent::count();
         tokio::spawn(async move {
+            let _sending = sending;
             match request.send().await {
                 Ok(response) => {
                     tracing::info!(agent = %agent, task = %id, status = %response.status(), "The asker gave the work up; the agent's task is canceled.")
@@ -113,6 +115,35 @@ impl Drop for TaskAtAgent<'_> {
                 }
             }
         });
+    }
+}
+
+/// `CancelTask` requests on their way to agents, which a stopping daemon waits for
+/// ([`cancels_sent`]).
+static CANCELS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One `CancelTask` on its way, counted until dropped.
+struct CancelSent;
+
+impl CancelSent {
+    fn count() -> CancelSent {
+        CANCELS.fetch_add(1, Ordering::AcqRel);
+        CancelSent
+    }
+}
+
+impl Drop for CancelSent {
+    fn drop(&mut self) {
+        CANCELS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Waits, at most `limit`, until every `CancelTask` sent to an agent has been answered (or
+/// has failed): a task given up as silpgate stops is canceled at its agent before it exits.
+pub(crate) async fn cancels_sent(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while CANCELS.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

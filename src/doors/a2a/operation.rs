@@ -348,6 +348,8 @@ fn reply_wait(front: &Front) -> std::time::Duration {
 
 /// Works on kept task `id` (see [`follow`]).
 async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: opentelemetry::Context) {
+    // Counted until the delivery is dropped, after it: a stop waits for the agent to be told.
+    let _working = front.a2a_tasks.working();
     let context = taken.context.clone();
     let (progress, reports) = tokio::sync::mpsc::unbounded_channel();
     let answer = deliver(&front, taken, parent, Some(progress));
@@ -356,9 +358,9 @@ async fn work_on(front: Arc<Front>, id: String, taken: Taken, parent: openteleme
 
 /// Follows the work on kept task `id` to its end: the agent's interim reports (`first`, when
 /// one was read already, then `reports`) become the task's working status as they come, and
-/// the answer ends it. A task canceled meanwhile is
-/// given up: the agent, when it works on an A2A task of its own for it, is told to cancel
-/// that too.
+/// the answer ends it. A task canceled meanwhile (or
+/// failed by a stop) is given up: the agent, when it works on an A2A task of its own for it,
+/// is told to cancel that too.
 async fn follow(
     front: &Front,
     id: &str,
@@ -380,14 +382,14 @@ async fn follow(
     if let Some(first) = first {
         report(first);
     }
-    let canceled = front.a2a_tasks.canceled(id);
-    tokio::pin!(canceled);
+    let given_up = front.a2a_tasks.given_up(id);
+    tokio::pin!(given_up);
     let result = loop {
         tokio::select! {
             biased;
             Some(said) = reports.recv() => report(said),
             result = &mut answer => break result,
-            () = &mut canceled => {
+            () = &mut given_up => {
                 // Closing the events first is what says the work was given up (and not just
                 // dropped) to the delivery dropped next.
                 drop(reports);
@@ -442,6 +444,7 @@ pub(super) async fn send_streaming(
     let parent = crate::telemetry::extract_http(headers);
     let (front, client) = (front.clone(), caller.client.to_owned());
     tokio::spawn(async move {
+        let _working = front.a2a_tasks.working();
         let context = taken.context.clone();
         let (progress, mut reports) = tokio::sync::mpsc::unbounded_channel();
         let answer = deliver(&front, taken, parent, Some(progress));

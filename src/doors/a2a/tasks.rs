@@ -8,8 +8,10 @@
 //! kept in the store (its own tree: [`KeptRecords`]) so that it outlives a restart, and
 //! bounded: `a2a.max_tasks` at most, each forgotten `a2a.task_ttl_secs` after it last changed.
 //!
-//! A task still working when silpgate stopped cannot finish any more (the request that would
-//! finish it is gone): it is found `FAILED` after the restart, saying so.
+//! A task still working when silpgate stops cannot finish any more (the request that would
+//! finish it is gone): it is failed as silpgate stops ([`TaskBook::interrupt`]), which gives
+//! the work on it up and so cancels the agent's own task, and one a crash left working is
+//! failed at the next start; either way it says so.
 //!
 //! Each change of a task with push notification configs makes a notification per config
 //! ([`super::push`]), written into the task's record with the change, in the same write: the
@@ -69,6 +71,17 @@ pub(crate) struct TaskBook {
     courier: Option<UnboundedSender<Notification>>,
     push_origins: Vec<String>,
     max_push: usize,
+    /// The works on tasks under way ([`TaskBook::working`]), which a stop waits for.
+    works: tokio::sync::watch::Sender<usize>,
+}
+
+/// One work on a task under way, counted until dropped.
+pub(super) struct Working<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Drop for Working<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 const INTERRUPTED: &str = "silpgate stopped before the agent answered; send the message again";
@@ -92,6 +105,7 @@ impl TaskBook {
             courier,
             push_origins: config.push_origins.clone(),
             max_push: config.max_push_configs.max(1),
+            works: tokio::sync::watch::Sender::new(0),
         };
         let stored = book.records.as_ref().map(KeptRecords::all).transpose()?.unwrap_or_default();
         let now = now_ms();
@@ -472,17 +486,52 @@ impl TaskBook {
         Ok(stream)
     }
 
-    /// Returns once task `id` is canceled (or forgotten).
-    pub(super) async fn canceled(&self, id: &str) {
+    /// Counts a work on a task as under way, until the guard is dropped.
+    pub(super) fn working(&self) -> Working<'_> {
+        self.works.send_modify(|n| *n += 1);
+        Working(&self.works)
+    }
+
+    /// Returns once task `id` has ended while its work was under way (canceled, or failed by
+    /// a stop), or was forgotten: the work is then given up.
+    pub(super) async fn given_up(&self, id: &str) {
         let mut changes = self.changes.subscribe();
         loop {
-            let state = self.lock().get(id).map(|k| k.task["status"]["state"].clone());
-            if state.is_none_or(|s| s == "TASK_STATE_CANCELED") {
+            let working = self.lock().get(id).is_some_and(|k| TaskState::of(&k.task) == TaskState::Pending);
+            if !working {
                 return;
             }
             if changes.changed().await.is_err() {
                 return std::future::pending().await;
             }
+        }
+    }
+
+    /// Fails every task still working, as silpgate stops (their works give up, and cancel
+    /// what their agents work on), then waits at most `limit` for those works to end.
+    pub(crate) async fn interrupt(&self, limit: std::time::Duration) {
+        let working: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, k)| TaskState::of(&k.task) == TaskState::Pending)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &working {
+            let _ = self.change(id, None, |kept| {
+                if TaskState::of(&kept.task) != TaskState::Pending {
+                    return Err(not_found(id));
+                }
+                let failed = status("TASK_STATE_FAILED", Some(INTERRUPTED));
+                kept.task["status"] = failed.clone();
+                Ok(vec![status_event(id, &kept.task, failed)])
+            });
+        }
+        let mut works = self.works.subscribe();
+        if tokio::time::timeout(limit, works.wait_for(|n| *n == 0)).await.is_err() {
+            tracing::warn!(
+                tasks = working.len(),
+                "Works on A2A tasks did not end in time as silpgate stopped."
+            );
         }
     }
 
