@@ -128,6 +128,15 @@ enum Ended {
     Fatal(String),
 }
 
+impl From<Ending> for Ended {
+    fn from(why: Ending) -> Self {
+        match why {
+            Ending::Broken(why) => Ended::Lost(why),
+            Ending::StoreDamaged(why) => Ended::Fatal(why),
+        }
+    }
+}
+
 impl Amqp {
     /// `link` is the pair [`BrokerLink::new`] made; the agents' connectors hold its receiver.
     pub(crate) fn new(
@@ -377,6 +386,23 @@ impl Amqp {
         let (marks, marks_writer) = marks::Marks::start(self.store.clone());
         let acks = Arc::new(acks::AckBook::new());
         let (endings, mut ending) = Endings::new();
+        // The connection's own failure ends the intake, whatever else waits on it (a worker
+        // blocked on this connection would otherwise hold the intake at a full queue).
+        let _connection_watch = AbortOnDrop(tokio::spawn({
+            let (endings, connection_status) = (endings.clone(), connection.status().clone());
+            let mut events = connection.events_listener();
+            async move {
+                while let Some(event) = events.next().await {
+                    // A channel's error comes here too; only the connection's ends the intake.
+                    if let lapin::Event::Error(e) = event
+                        && (connection_status.errored() || connection_status.closed())
+                    {
+                        endings.broken(format!("the connection failed: {e}"));
+                        return;
+                    }
+                }
+            }
+        }));
         let forwarded_replies = match self.forwarded_replies_consumer(&publish).await {
             Ok(consumer) => consumer,
             Err(e) => return Ended::Lost(e.to_string()),
@@ -518,10 +544,7 @@ impl Amqp {
         let ended = 'intake: loop {
             tokio::select! {
                 biased;
-                Some(why) = ending.recv() => break match why {
-                    Ending::Broken(why) => Ended::Lost(why),
-                    Ending::StoreDamaged(why) => Ended::Fatal(why),
-                },
+                Some(why) = ending.recv() => break why.into(),
                 Some(refusing) = renewals.recv() => {
                     if pipeline.publisher.channel().id() != refusing {
                         continue;
@@ -553,7 +576,11 @@ impl Amqp {
                     match side.tick(connection, &mut deliveries).await {
                         Ok(ready) => {
                             for (partition, parked) in ready {
-                                if !dispatch_all(&senders, parked, Some(partition)).await {
+                                let handed = tokio::select! {
+                                    handed = dispatch_all(&senders, parked, Some(partition)) => handed,
+                                    Some(why) = ending.recv() => break 'intake why.into(),
+                                };
+                                if !handed {
                                     break 'intake Ended::Lost("a worker stopped".into());
                                 }
                             }
@@ -578,7 +605,11 @@ impl Amqp {
                     let side = cluster_side.as_mut().expect("takeovers are a cluster's");
                     match side.taken_over(partition).await {
                         Ok(ready) => {
-                            if !dispatch_all(&senders, ready, Some(partition)).await {
+                            let handed = tokio::select! {
+                                handed = dispatch_all(&senders, ready, Some(partition)) => handed,
+                                Some(why) = ending.recv() => break why.into(),
+                            };
+                            if !handed {
                                 break Ended::Lost("a worker stopped".into());
                             }
                         }
@@ -608,7 +639,12 @@ impl Amqp {
                             }
                             _ => vec![parked],
                         };
-                        if !dispatch_all(&senders, ready, partition).await {
+                        // A full worker queue waits here; the connection's end does not.
+                        let handed = tokio::select! {
+                            handed = dispatch_all(&senders, ready, partition) => handed,
+                            Some(why) = ending.recv() => break why.into(),
+                        };
+                        if !handed {
                             break Ended::Lost("a worker stopped".into());
                         }
                     }
