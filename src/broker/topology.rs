@@ -84,6 +84,15 @@ fn quorum(name: &str, amqp: &AmqpConfig) -> Queue {
     Queue { name: name.to_owned(), arguments }
 }
 
+/// The A2A door's push queue: a quorum queue with a single active consumer (one lane order
+/// for the whole cluster), dead-lettering to silpgate's dead-letter exchange.
+fn push_queue(name: &str, amqp: &AmqpConfig) -> Queue {
+    let mut queue = quorum(name, amqp);
+    queue.arguments.insert("x-single-active-consumer", Argument::Bool(true));
+    queue.arguments.insert("x-dead-letter-exchange", text(&amqp.dead_letter_exchange));
+    queue
+}
+
 impl Topology {
     pub fn from_config(
         amqp: &AmqpConfig,
@@ -163,6 +172,22 @@ impl Topology {
         Topology { exchanges, queues, bindings }
     }
 
+    /// With the A2A door's push queue (`a2a.push_queue`, when push notifications are offered):
+    /// [`push_queue`]. Its notifications dead-letter to silpgate's dead-letter exchange.
+    #[must_use]
+    pub fn with_push_queue(mut self, name: &str, amqp: &AmqpConfig) -> Topology {
+        self.queues.push(push_queue(name, amqp));
+        self
+    }
+
+    /// Only what the A2A door's push courier declares for itself, on its own connection: the
+    /// dead-letter exchange (in case it comes before the AMQP door) and the push queue.
+    pub(crate) fn push_courier(name: &str, amqp: &AmqpConfig) -> Topology {
+        let dead_letters =
+            Exchange { name: amqp.dead_letter_exchange.clone(), kind: "fanout", arguments: Arguments::new() };
+        Topology { exchanges: vec![dead_letters], queues: vec![push_queue(name, amqp)], bindings: Vec::new() }
+    }
+
     /// The names of the quorum queues, for a warning about their majority.
     pub(crate) fn quorum_queues(&self) -> Vec<String> {
         self.queues
@@ -232,4 +257,34 @@ fn table(arguments: &Arguments) -> FieldTable {
         table.insert((*name).into(), value.amqp());
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The push queue is declared by the courier and listed in the definitions with the
+    /// same arguments, so that a broker user set up from definitions.json needs no configure
+    /// rights for push notifications.
+    #[test]
+    fn the_push_queue_is_in_the_definitions_as_the_courier_declares_it() {
+        let amqp = AmqpConfig { quorum_initial_group_size: Some(3), ..AmqpConfig::default() };
+        let listed = Topology::from_config(&amqp, None, &[]).with_push_queue("silpgate.a2a.push", &amqp);
+        let courier = Topology::push_courier("silpgate.a2a.push", &amqp);
+        let queue = listed.queues.iter().find(|q| q.name == "silpgate.a2a.push").expect("listed");
+        assert_eq!(Some(queue), courier.queues.first());
+        let definitions = listed.definitions();
+        let defined = definitions["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == "silpgate.a2a.push")
+            .expect("in the definitions");
+        assert_eq!(
+            defined["arguments"],
+            json!({"x-queue-type": "quorum", "x-single-active-consumer": true,
+                   "x-dead-letter-exchange": amqp.dead_letter_exchange, "x-quorum-initial-group-size": 3})
+        );
+        assert!(listed.quorum_queues().contains(&"silpgate.a2a.push".to_owned()));
+    }
 }

@@ -177,11 +177,14 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Config(ConfigCommand::Definitions { file }) => match crate::config::Config::load(&file) {
             Ok(config) => match &config.amqp {
                 Some(amqp) => {
-                    let topology = crate::broker::topology::Topology::from_config(
+                    let mut topology = crate::broker::topology::Topology::from_config(
                         amqp,
                         config.cluster.as_ref(),
                         &config.agents,
                     );
+                    if config.a2a.pushes() {
+                        topology = topology.with_push_queue(&config.a2a.push_queue, amqp);
+                    }
                     println!("{:#}", topology.definitions());
                     ExitCode::SUCCESS
                 }

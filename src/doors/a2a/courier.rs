@@ -21,6 +21,7 @@ use super::push::Notification;
 use super::tasks::TaskBook;
 use crate::broker::addresses::Addresses;
 use crate::broker::publish::{Publication, Publisher};
+use crate::broker::topology::Topology;
 use crate::config::{A2aConfig, AmqpConfig};
 use crate::util::backoff::Backoff;
 use crate::util::shutdown::Shutdown;
@@ -28,10 +29,9 @@ use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, ConfirmSelectOptions,
-    ExchangeDeclareOptions, QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -163,16 +163,8 @@ impl Courier {
     async fn serve(&mut self, connection: &Connection) -> Ended {
         let setup = async {
             let declare = connection.create_channel().await?;
-            // The dead-letter exchange as the AMQP door declares it, in case this comes first.
-            let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
-            let dead_letters = self.amqp.dead_letter_exchange.as_str();
-            declare
-                .exchange_declare(dead_letters.into(), ExchangeKind::Fanout, durable, FieldTable::default())
-                .await?;
-            let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-            declare
-                .queue_declare(self.outgoing.queue.as_str().into(), options, queue_arguments(&self.amqp))
-                .await?;
+            // As the topology (and definitions.json) describes them.
+            Topology::push_courier(&self.outgoing.queue, &self.amqp).declare(&declare).await?;
             let _ = declare.close(200, "declared".into()).await;
             let publish = connection.create_channel().await?;
             publish.confirm_select(ConfirmSelectOptions::default()).await?;
@@ -199,25 +191,6 @@ impl Courier {
             ended = deliver(self.delivery.clone(), consumer) => ended,
         }
     }
-}
-
-/// The push queue's arguments: a quorum queue, dead-lettering to silpgate's dead-letter
-/// exchange, with a single active consumer (one lane order for the whole cluster).
-fn queue_arguments(amqp: &AmqpConfig) -> FieldTable {
-    let mut arguments = FieldTable::default();
-    arguments.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    arguments.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
-    arguments.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString(amqp.dead_letter_exchange.as_str().into()),
-    );
-    if let Some(size) = amqp.quorum_initial_group_size {
-        arguments.insert(
-            "x-quorum-initial-group-size".into(),
-            AMQPValue::LongInt(size.try_into().unwrap_or(i32::MAX)),
-        );
-    }
-    arguments
 }
 
 /// A connection to one of `addresses`, tried in turn.
