@@ -147,6 +147,19 @@ url = "http://127.0.0.1:{port}"
     )
 }
 
+/// Runs tests/interop/`script` with `args` in the test venv's Python, bounded: the JSON it
+/// prints, or a failure with what it said.
+async fn python_client(script: &str, args: Vec<String>) -> Value {
+    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
+    let mut client = Command::new(&python);
+    client.arg(format!("{}/tests/interop/{script}", env!("CARGO_MANIFEST_DIR"))).args(&args);
+    let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{script} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{script} prints JSON: {e}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_a2a_agent_reads_silp_code_and_its_answer_comes_back_as_ir_in_the_conversation() {
     let agent = PythonServer::start("a2a_agent.py");
@@ -218,17 +231,9 @@ async fn an_a2a_client_streaming_through_the_door_gets_the_agents_progress_as_it
     let agent = PythonServer::start("a2a_agent_streaming.py");
     let daemon = gateway_from("a2a-progress", &a2a_agent(agent.port), "a2a", 30_000).await;
     for interface in ["1.0", "0.3"] {
-        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
-        let mut client = Command::new(&python);
-        client
-            .arg(format!("{}/tests/interop/a2a_stream_client.py", env!("CARGO_MANIFEST_DIR")))
-            .arg(format!("http://{}", daemon.http))
-            .args(["progress report", interface]);
-        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
-            .await
-            .unwrap();
-        assert!(out.status.success(), "{interface}: {}", String::from_utf8_lossy(&out.stderr));
-        let events: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let args = vec![format!("http://{}", daemon.http), "progress report".into(), interface.into()];
+        let printed = python_client("a2a_stream_client.py", args).await;
+        let events: Vec<Value> = printed.as_array().cloned().expect("the client prints a list");
         let seen = || serde_json::to_string(&events).unwrap();
         assert_eq!(events[0]["task"]["status"]["state"], "TASK_STATE_WORKING", "{interface}: {}", seen());
         let task = events[0]["task"]["id"].as_str().unwrap();
@@ -272,17 +277,9 @@ async fn a_streamed_task_outlives_its_stream_and_is_followed_again_or_canceled()
     let agent = PythonServer::start("a2a_agent_streaming.py");
     let daemon = gateway_from("a2a-resume", &a2a_agent(agent.port), "a2a", 30_000).await;
     for interface in ["1.0", "0.3"] {
-        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
-        let mut client = Command::new(&python);
-        client
-            .arg(format!("{}/tests/interop/a2a_resume_client.py", env!("CARGO_MANIFEST_DIR")))
-            .arg(format!("http://{}", daemon.http))
-            .arg(interface);
-        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
-            .await
-            .unwrap();
-        assert!(out.status.success(), "{interface}: {}", String::from_utf8_lossy(&out.stderr));
-        let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let seen =
+            python_client("a2a_resume_client.py", vec![format!("http://{}", daemon.http), interface.into()])
+                .await;
         let task = seen["task"].as_str().unwrap();
         assert_eq!(seen["working"]["status"]["state"], "TASK_STATE_WORKING", "{interface}: {seen}");
         if interface == "1.0" {
@@ -602,17 +599,11 @@ async fn an_a2a_client_answers_an_agents_question_in_the_same_task() {
     let agent = PythonServer::start("a2a_agent.py");
     let daemon = gateway_from("a2a-turns", &a2a_agent(agent.port), "a2a", 30_000).await;
     for interface in ["1.0", "0.3"] {
-        let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
-        let mut client = Command::new(&python);
-        client
-            .arg(format!("{}/tests/interop/a2a_multiturn_client.py", env!("CARGO_MANIFEST_DIR")))
-            .arg(format!("http://{}", daemon.http))
-            .arg(interface);
-        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(client, gateway::LONG))
-            .await
-            .unwrap();
-        assert!(out.status.success(), "{interface}: {}", String::from_utf8_lossy(&out.stderr));
-        let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+        let seen = python_client(
+            "a2a_multiturn_client.py",
+            vec![format!("http://{}", daemon.http), interface.into()],
+        )
+        .await;
         let asked = &seen["asked"];
         assert_eq!(asked["status"]["state"], "TASK_STATE_INPUT_REQUIRED", "{interface}: {seen}");
         assert_eq!(asked["status"]["message"]["parts"][0]["text"], "which warehouse?", "{interface}: {seen}");
@@ -797,18 +788,9 @@ async fn signed_agent_cards_verify_against_configured_keys_both_ways() {
     );
     let config = gateway::config(&names, &dir.join("store"), false, 30_000, &signing);
     let daemon = gateway::start(&config, &dir, false).await;
-    let python = std::env::var("SILPGATE_PYTHON").unwrap_or_else(|_| "target/pyenv/bin/python".into());
     for (keys, verified) in [(&own_keys, true), (&agent_keys, false)] {
-        let mut check = Command::new(&python);
-        check
-            .arg(format!("{}/tests/interop/a2a_card_check.py", env!("CARGO_MANIFEST_DIR")))
-            .arg(format!("http://{}", daemon.http))
-            .arg(keys);
-        let out = tokio::task::spawn_blocking(move || support::process::run_bounded(check, gateway::LONG))
-            .await
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let seen: Value = serde_json::from_slice(&out.stdout).expect("the check prints JSON");
+        let args = vec![format!("http://{}", daemon.http), keys.display().to_string()];
+        let seen = python_client("a2a_card_check.py", args).await;
         assert_eq!(seen["signatures"], 1, "{seen}");
         assert_eq!(seen["verified"], verified, "{seen}");
     }

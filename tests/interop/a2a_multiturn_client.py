@@ -16,13 +16,12 @@ import asyncio
 import json
 import sys
 
-import httpx
 from google.protobuf.json_format import MessageToDict
 
-from a2a.client import ClientConfig, create_client
-from a2a.client.card_resolver import A2ACardResolver
 from a2a.helpers.proto_helpers import new_text_part
-from a2a.types.a2a_pb2 import AgentCard, GetTaskRequest, Message, Role, SendMessageRequest
+from a2a.types.a2a_pb2 import GetTaskRequest, Message, Role, SendMessageRequest
+
+import a2a_narrowed
 
 
 async def send(client, text: str, context: str, task: str = "") -> dict:
@@ -36,16 +35,7 @@ async def send(client, text: str, context: str, task: str = "") -> dict:
 
 
 async def main(base: str, interface: str) -> None:
-    async with httpx.AsyncClient() as http:
-        card = await A2ACardResolver(http, base).get_agent_card()
-    narrowed = AgentCard()
-    narrowed.CopyFrom(card)
-    del narrowed.supported_interfaces[:]
-    narrowed.supported_interfaces.extend(
-        i for i in card.supported_interfaces
-        if i.protocol_binding == "JSONRPC" and i.protocol_version.startswith(interface)
-    )
-    client = await create_client(narrowed, ClientConfig(streaming=False))
+    client = await a2a_narrowed.client(base, interface, streaming=False)
     context = f"turns-{interface}"
     asked = await send(client, "ask for a warehouse", context)
     answered = await send(client, "north", context, asked["id"])

@@ -21,14 +21,10 @@ import json
 import sys
 import time
 
-import httpx
 from google.protobuf.json_format import MessageToDict
 
-from a2a.client import ClientConfig, create_client
-from a2a.client.card_resolver import A2ACardResolver
 from a2a.helpers.proto_helpers import new_text_part
 from a2a.types.a2a_pb2 import (
-    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
@@ -37,6 +33,8 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     SubscribeToTaskRequest,
 )
+
+import a2a_narrowed
 
 
 async def stream_then_drop(client, context: str) -> str:
@@ -56,16 +54,7 @@ async def stream_then_drop(client, context: str) -> str:
 
 
 async def main(base: str, interface: str) -> None:
-    async with httpx.AsyncClient() as http:
-        card = await A2ACardResolver(http, base).get_agent_card()
-    narrowed = AgentCard()
-    narrowed.CopyFrom(card)
-    del narrowed.supported_interfaces[:]
-    narrowed.supported_interfaces.extend(
-        i for i in card.supported_interfaces
-        if i.protocol_binding == "JSONRPC" and i.protocol_version.startswith(interface)
-    )
-    client = await create_client(narrowed, ClientConfig(streaming=True))
+    client = await a2a_narrowed.client(base, interface, streaming=True)
     out = {}
     task = await stream_then_drop(client, f"resume-{interface}")
     out["task"] = task

@@ -13,25 +13,16 @@ import json
 import sys
 import time
 
-import httpx
 from google.protobuf.json_format import MessageToDict
 
-from a2a.client import ClientConfig, create_client
-from a2a.client.card_resolver import A2ACardResolver
 from a2a.helpers.proto_helpers import new_text_part
-from a2a.types.a2a_pb2 import AgentCard, Message, Role, SendMessageRequest
+from a2a.types.a2a_pb2 import Message, Role, SendMessageRequest
+
+import a2a_narrowed
 
 
 async def main(base: str, text: str, interface: str) -> None:
-    async with httpx.AsyncClient() as http:
-        card = await A2ACardResolver(http, base).get_agent_card()
-    narrowed = AgentCard()
-    narrowed.CopyFrom(card)
-    del narrowed.supported_interfaces[:]
-    narrowed.supported_interfaces.extend(
-        i for i in card.supported_interfaces if i.protocol_binding == "JSONRPC" and i.protocol_version.startswith(interface)
-    )
-    client = await create_client(narrowed, ClientConfig(streaming=True))
+    client = await a2a_narrowed.client(base, interface, streaming=True)
     request = SendMessageRequest(
         message=Message(role=Role.ROLE_USER, message_id="stream-1", context_id="stream-ctx", parts=[new_text_part(text)])
     )
