@@ -147,6 +147,14 @@ url = "http://127.0.0.1:{port}"
     )
 }
 
+/// The configuration of a silpgate without a broker whose A2A door routes to `agent`, for a
+/// test that starts it more than once (its store in the directory returned).
+fn a2a_door_config(test: &str, agent: &str) -> (String, std::path::PathBuf) {
+    let (names, dir) = (Names::new(test), broker::temp_dir(test));
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
+    (gateway::config(&names, &dir.join("store"), false, 30_000, &format!("{agent}{route}")), dir)
+}
+
 /// Runs tests/interop/`script` with `args` in the test venv's Python, bounded: the JSON it
 /// prints, or a failure with what it said.
 async fn python_client(script: &str, args: Vec<String>) -> Value {
@@ -481,16 +489,7 @@ async fn a_task_canceled_at_the_door_is_canceled_at_the_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_cut_short_by_a_stop_is_canceled_at_the_agent() {
     let agent = PythonServer::start("a2a_agent_streaming.py");
-    let names = Names::new("a2a-stop");
-    let dir = broker::temp_dir("a2a-stop");
-    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n";
-    let config = gateway::config(
-        &names,
-        &dir.join("store"),
-        false,
-        30_000,
-        &format!("{}{route}", a2a_agent(agent.port)),
-    );
+    let (config, dir) = a2a_door_config("a2a-stop", &a2a_agent(agent.port));
     let daemon = gateway::start(&config, &dir, false).await;
     let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
         "messageId": "m-stop", "role": "ROLE_USER", "contextId": "stop-1", "parts": [{"text": "progress report"}]},
@@ -1203,17 +1202,9 @@ async fn the_a2a_0_3_linter_passes_the_door_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_a2a_door_keeps_tasks_for_their_client_and_across_a_restart() {
     let agent = PythonServer::start("a2a_agent.py");
-    let names = Names::new("a2a-tasks");
-    let dir = broker::temp_dir("a2a-tasks");
-    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
-    let config = gateway::config(
-        &names,
-        &dir.join("store"),
-        false,
-        30_000,
-        &format!("{}{route}", a2a_agent(agent.port)),
-    )
-    .replace("plain = true\n", "plain = true\ntokens = [\"alice-token\", \"bob-token\"]\n");
+    let (config, dir) = a2a_door_config("a2a-tasks", &a2a_agent(agent.port));
+    let config =
+        config.replace("plain = true\n", "plain = true\ntokens = [\"alice-token\", \"bob-token\"]\n");
     let daemon = gateway::start(&config, &dir, false).await;
     let (alice, bob) = ("Authorization: Bearer alice-token\r\n", "Authorization: Bearer bob-token\r\n");
     let rpc = |method: &str, params: Value| {
