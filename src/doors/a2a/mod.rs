@@ -20,6 +20,7 @@
 //! signed with `a2a.card_signing_key_file` when it is set ([`crate::a2a::signature`]).
 
 pub(crate) mod courier;
+mod failure;
 mod jsonrpc;
 mod operation;
 mod push;

@@ -4,7 +4,7 @@
 //! notifications a change of the task makes, one per config, which wait in the task's record
 //! until the broker has them ([`super::courier`] takes them from there).
 
-use super::operation::Failure;
+use super::failure::Failure;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

@@ -22,7 +22,7 @@
 //! Task ids are unguessable (128 random bits): an id is not a permission, but guessing one
 //! should not even tell that a task exists.
 
-use super::operation::Failure;
+use super::failure::Failure;
 use super::push::{Notification, PushConfig};
 use crate::a2a::map::TaskState;
 use crate::store::KeptRecords;
