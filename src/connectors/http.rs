@@ -199,8 +199,6 @@ fn build(
     whole_request: Option<Duration>,
 ) -> Result<reqwest::Client, SetupError> {
     let client_error = |detail: String| SetupError::Client { agent: name.to_owned(), detail };
-    // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut headers = HeaderMap::new();
     if let Some(variable) = &agent.token_env {
         let token = std::env::var(variable)
@@ -212,31 +210,33 @@ fn build(
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
     }
-    let mut builder = reqwest::Client::builder()
-        // An agent that redirects would take the envelope, and the token, elsewhere.
-        .redirect(reqwest::redirect::Policy::none())
+    let connect = Duration::from_millis(agent.timeout_ms.clamp(1, 5_000));
+    let mut builder = outbound(connect, agent.ca_file.as_deref().map(|file| ("ca_file", file)))
+        .map_err(client_error)?
         .default_headers(headers)
-        .connect_timeout(Duration::from_millis(agent.timeout_ms.clamp(1, 5_000)))
         .pool_max_idle_per_host(agent.max_in_flight.max(1));
     if let Some(timeout) = whole_request {
         builder = builder.timeout(timeout);
     }
-    if let Some(ca_file) = &agent.ca_file {
-        builder = trusting(builder, "ca_file", ca_file).map_err(client_error)?;
-    }
     builder.build().map_err(|e| client_error(format!("HTTP client: {e}")))
 }
 
-/// `builder` trusting the PEM certificate authorities in `ca_file` (the file the setting
-/// `setting` names) besides the system's.
+/// The start of every HTTP client silpgate makes (agents, webhooks, key sets): TLS with ring,
+/// verified against the system's roots and, when given, the PEM certificate authorities in a
+/// file (with the name of the setting that names it); redirects never followed, since they
+/// would take the request, and its credentials, elsewhere; connecting bounded by `connect`.
 ///
 /// # Errors
-/// The file cannot be read or is not PEM, said with the setting and the path.
-pub(crate) fn trusting(
-    builder: reqwest::ClientBuilder,
-    setting: &str,
-    ca_file: &std::path::Path,
+/// The CA file cannot be read or is not PEM, said with the setting and the path.
+pub(crate) fn outbound(
+    connect: Duration,
+    ca: Option<(&str, &std::path::Path)>,
 ) -> Result<reqwest::ClientBuilder, String> {
+    // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).connect_timeout(connect);
+    let Some((setting, ca_file)) = ca else { return Ok(builder) };
     let pem =
         std::fs::read(ca_file).map_err(|e| format!("cannot read {setting} {}: {e}", ca_file.display()))?;
     let roots = reqwest::Certificate::from_pem_bundle(&pem)

@@ -231,20 +231,12 @@ fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> JwtError {
 /// The client `jwks_url` is fetched with: TLS verified (the system's roots, and
 /// `jwks_ca_file`), no redirects, bounded in time.
 fn key_set_client(config: &AuthConfig) -> Result<reqwest::Client, KeySetError> {
-    // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+    let ca = config.jwks_ca_file.as_deref().map(|file| ("jwks_ca_file", file));
+    let builder = crate::connectors::http::outbound(Duration::from_secs(5), ca).map_err(KeySetError::Url)?;
+    builder
         .timeout(Duration::from_secs(10))
-        .connect_timeout(Duration::from_secs(5));
-    if let Some(ca_file) = &config.jwks_ca_file {
-        let pem = std::fs::read(ca_file)
-            .map_err(|e| KeySetError::Url(format!("jwks_ca_file {}: {e}", ca_file.display())))?;
-        let roots = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| KeySetError::Url(format!("jwks_ca_file {} is not PEM: {e}", ca_file.display())))?;
-        builder = builder.tls_certs_merge(roots);
-    }
-    builder.build().map_err(|e| KeySetError::Url(format!("HTTP client: {e}")))
+        .build()
+        .map_err(|e| KeySetError::Url(format!("HTTP client: {e}")))
 }
 
 /// The key set at `url`: a 200 of at most [`MAX_KEY_SET_BYTES`].

@@ -98,17 +98,14 @@ impl Courier {
         book: Arc<TaskBook>,
         written: mpsc::UnboundedReceiver<Notification>,
     ) -> Result<Courier, String> {
-        // reqwest takes the process's rustls provider; ring is the one silpgate builds with.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder()
-            // A webhook that redirects would take the notification, and its token, elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
+        // A webhook that redirects would take the notification, and its token, elsewhere: none
+        // is followed.
+        let connect = Duration::from_millis(config.push_timeout_ms.clamp(1, 5_000));
+        let ca = config.push_ca_file.as_deref().map(|file| ("a2a.push_ca_file", file));
+        let client = crate::connectors::http::outbound(connect, ca)?
             .timeout(Duration::from_millis(config.push_timeout_ms.max(1)))
-            .connect_timeout(Duration::from_millis(config.push_timeout_ms.clamp(1, 5_000)));
-        if let Some(ca_file) = &config.push_ca_file {
-            builder = crate::connectors::http::trusting(builder, "a2a.push_ca_file", ca_file)?;
-        }
-        let client = builder.build().map_err(|e| format!("the webhooks' HTTP client: {e}"))?;
+            .build()
+            .map_err(|e| format!("the webhooks' HTTP client: {e}"))?;
         let outgoing = Outgoing {
             book,
             written,
