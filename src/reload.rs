@@ -4,8 +4,9 @@
 //!
 //! A reload applies the agents (`[[agents]]`), the routes (`[[routes]]`), `[auth]` (static
 //! tokens, JWT and JWKS settings, allow rules, broker roles, MCP tool rules), the HTTP tokens
-//! (`http.tokens`, `http.tokens_env`) and the log filter (`telemetry.log_filter`, unless
-//! `SILPGATE_LOG` sets it). Everything else is read at start only: a file
+//! (`http.tokens`, `http.tokens_env`), the per-client limits (`http.client_rate`,
+//! `http.client_burst`, `http.max_conversations_per_client`) and the log filter
+//! (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it). Everything else is read at start only: a file
 //! that changes any other setting is refused, naming each, and nothing of it is applied.
 //!
 //! The file must pass what `silpgate config check` checks, the tokens and JWKS must load, and
@@ -33,7 +34,14 @@ use tokio::sync::{mpsc, oneshot};
 /// Top-level sections a reload applies as a whole.
 const RELOADED_SECTIONS: [&str; 3] = ["agents", "routes", "auth"];
 /// Settings of other sections a reload applies.
-const RELOADED_KEYS: [&str; 3] = ["http.tokens", "http.tokens_env", "telemetry.log_filter"];
+const RELOADED_KEYS: [&str; 6] = [
+    "http.tokens",
+    "http.tokens_env",
+    "http.client_rate",
+    "http.client_burst",
+    "http.max_conversations_per_client",
+    "telemetry.log_filter",
+];
 
 /// Why a reload was refused; the configuration in use stays as it was.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +180,8 @@ impl Reloader {
         let gateway = Gateway::new(config.clone(), self.store.clone());
         front.intake.replace(Core { gateway, agents });
         *front.auth.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(tokens);
+        front.clients.set(config.http.client_rate, config.http.client_burst);
+        front.conversations.set_max(config.http.max_conversations_per_client);
         if let Some(filter) = log_filter
             && !crate::telemetry::set_log_filter(filter)
         {

@@ -230,3 +230,50 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     let _ = channel.queue_delete(sink2.as_str().into(), Default::default()).await;
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// The per-client limits reload (on a silpgate without a broker): a client past
+/// `http.client_rate` is refused (429, `rate_limited`) until a reload lifts the rate, and is
+/// served from the next request on; a `http.max_conversations_per_client` the reload lowers
+/// refuses the next new conversation (`too_many_conversations`) and serves the live one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_sets_the_per_client_limits_from_the_next_request_on() {
+    let names = Names::new("reload-limits");
+    let dir = broker::temp_dir("reload-limits");
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = dir.join("store");
+    let limits = |rate: &str, conversations: usize| {
+        support::gateway::config(&names, &store, false, 30_000, "").replace(
+            "client_rate = 0.0\n",
+            &format!(
+                "client_rate = {rate}\nclient_burst = 1.0\nmax_conversations_per_client = {conversations}\n"
+            ),
+        )
+    };
+    let daemon = support::gateway::start(&limits("0.001", 0), &dir, false).await;
+    let send = |conversation: &str| {
+        let body = serde_json::json!({"format": "text", "subformat": "english", "content": "hello",
+            "submessages": [{"format": "token", "subformat": "conversation", "content": conversation}]});
+        let http = daemon.http.clone();
+        async move {
+            let (status, answer) = support::gateway::post(&http, "/nlip", body.to_string().as_bytes()).await;
+            let code = answer["submessages"][0]["content"]["code"].as_str().unwrap_or_default().to_owned();
+            (status, code)
+        }
+    };
+    assert_ne!(send("c1").await.0, 429, "the burst's one request");
+    assert_eq!(send("c1").await, (429, "rate_limited".to_owned()), "past the rate");
+
+    std::fs::write(dir.join("silpgate.toml"), limits("0.0", 1)).unwrap();
+    let pid = daemon.child.id().to_string();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let applied = "silpgate_config_reloads_total{result=\"applied\"} 1";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !daemon.get("/metrics").1.contains(applied) {
+        assert!(std::time::Instant::now() < deadline, "the reload was not applied:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..3 {
+        assert_ne!(send("c1").await.0, 429, "no rate limit after the reload");
+    }
+    assert_eq!(send("c2").await, (429, "too_many_conversations".to_owned()), "one conversation at most");
+}

@@ -43,12 +43,17 @@ impl Bucket {
     }
 }
 
-/// One bucket per client, forgotten when idle.
+/// One bucket per client, forgotten when idle. A reload sets new limits ([`PerClient::set`]).
 #[derive(Debug)]
 pub(crate) struct PerClient {
+    buckets: Mutex<Buckets>,
+}
+
+#[derive(Debug)]
+struct Buckets {
     rate: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    by_client: HashMap<String, Bucket>,
 }
 
 /// Clients are forgotten once this many are tracked and theirs is full again.
@@ -56,28 +61,35 @@ const MAX_TRACKED: usize = 100_000;
 
 impl PerClient {
     pub(crate) fn new(rate: f64, burst: f64) -> Self {
-        PerClient { rate, burst, buckets: Mutex::new(HashMap::new()) }
+        PerClient { buckets: Mutex::new(Buckets { rate, burst, by_client: HashMap::new() }) }
+    }
+
+    /// New limits, from the next message on. Every client starts again with a full bucket of
+    /// the new size: carrying a level over from a bucket of another size would be a guess.
+    pub(crate) fn set(&self, rate: f64, burst: f64) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if (buckets.rate, buckets.burst) != (rate, burst) {
+            *buckets = Buckets { rate, burst, by_client: HashMap::new() };
+        }
     }
 
     /// Admits one message from `client`, or says how many seconds to wait.
     pub(crate) fn admit(&self, client: &str) -> Result<(), u64> {
-        if self.rate <= 0.0 {
-            return Ok(());
-        }
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if buckets.len() >= MAX_TRACKED {
-            let (rate, burst) = (self.rate, self.burst);
-            buckets.retain(|_, b| {
+        let Buckets { rate, burst, by_client } = &mut *buckets;
+        if *rate <= 0.0 {
+            return Ok(());
+        }
+        if by_client.len() >= MAX_TRACKED {
+            let (rate, burst) = (*rate, *burst);
+            by_client.retain(|_, b| {
                 let mut probe = b.clone();
                 probe.take(now);
                 probe.tokens + 1.0 < burst.min(rate * 3600.0)
             });
         }
-        if !buckets.contains_key(client) {
-            buckets.insert(client.to_owned(), Bucket::new(self.rate, self.burst));
-        }
-        let bucket = buckets.get_mut(client).expect("inserted above");
+        let bucket = by_client.entry(client.to_owned()).or_insert_with(|| Bucket::new(*rate, *burst));
         if bucket.take(now) { Ok(()) } else { Err(bucket.retry_after().max(1)) }
     }
 }
@@ -87,7 +99,8 @@ impl PerClient {
 /// handled or stored. It keeps one client from taking every session a gateway can hold.
 #[derive(Debug)]
 pub(crate) struct Conversations {
-    max: usize,
+    /// A reload sets it ([`Conversations::set_max`]).
+    max: std::sync::atomic::AtomicUsize,
     idle: std::time::Duration,
     by_client: Mutex<HashMap<String, HashMap<String, Instant>>>,
 }
@@ -95,13 +108,19 @@ pub(crate) struct Conversations {
 impl Conversations {
     /// `max` 0: no limit.
     pub(crate) fn new(max: usize, idle: std::time::Duration) -> Self {
-        Conversations { max, idle, by_client: Mutex::new(HashMap::new()) }
+        Conversations { max: max.into(), idle, by_client: Mutex::new(HashMap::new()) }
+    }
+
+    /// A new limit, from the next message on; the conversations already live stay counted.
+    pub(crate) fn set_max(&self, max: usize) {
+        self.max.store(max, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Admits a message of `conversation` (its token, if it has one) from `client`; `Err` with
     /// the limit when it would open a conversation past it.
     pub(crate) fn admit(&self, client: &str, conversation: Option<&str>, now: Instant) -> Result<(), usize> {
-        let Some(token) = conversation.filter(|_| self.max > 0) else { return Ok(()) };
+        let max = self.max.load(std::sync::atomic::Ordering::Relaxed);
+        let Some(token) = conversation.filter(|_| max > 0) else { return Ok(()) };
         let mut by_client = self.by_client.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if by_client.len() >= MAX_TRACKED {
             let idle = self.idle;
@@ -112,12 +131,12 @@ impl Conversations {
             *seen = now;
             return Ok(());
         }
-        if live.len() >= self.max {
+        if live.len() >= max {
             let idle = self.idle;
             live.retain(|_, seen| now.saturating_duration_since(*seen) < idle);
         }
-        if live.len() >= self.max {
-            return Err(self.max);
+        if live.len() >= max {
+            return Err(max);
         }
         live.insert(token.to_owned(), now);
         Ok(())
@@ -173,5 +192,28 @@ mod tests {
         assert!(limits.admit("a").is_err());
         assert_eq!(limits.admit("b"), Ok(()));
         assert_eq!(PerClient::new(0.0, 0.0).admit("anyone"), Ok(()));
+    }
+
+    #[test]
+    fn new_limits_apply_from_the_next_message_on() {
+        let limits = PerClient::new(0.001, 1.0);
+        assert_eq!(limits.admit("a"), Ok(()));
+        assert!(limits.admit("a").is_err(), "the burst is spent");
+        limits.set(0.0, 0.0);
+        assert_eq!(limits.admit("a"), Ok(()), "no limit after the change");
+        limits.set(0.001, 2.0);
+        assert_eq!(
+            (limits.admit("a"), limits.admit("a")),
+            (Ok(()), Ok(())),
+            "a fresh bucket of the new size"
+        );
+        assert!(limits.admit("a").is_err());
+        let conversations = Conversations::new(0, std::time::Duration::from_secs(60));
+        let now = Instant::now();
+        assert_eq!(conversations.admit("a", Some("c1"), now), Ok(()));
+        conversations.set_max(1);
+        assert_eq!(conversations.admit("a", Some("c2"), now), Ok(()), "c1 was not counted while unlimited");
+        assert_eq!(conversations.admit("a", Some("c3"), now), Err(1));
+        assert_eq!(conversations.admit("a", Some("c2"), now), Ok(()), "the live one goes on");
     }
 }
