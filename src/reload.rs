@@ -5,8 +5,9 @@
 //! A reload applies the agents (`[[agents]]`), the routes (`[[routes]]`), `[auth]` (static
 //! tokens, JWT and JWKS settings, allow rules, broker roles, MCP tool rules), the HTTP tokens
 //! (`http.tokens`, `http.tokens_env`), the per-client limits (`http.client_rate`,
-//! `http.client_burst`, `http.max_conversations_per_client`) and the log filter
-//! (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it). Everything else is read at start only: a file
+//! `http.client_burst`, `http.max_conversations_per_client`), the A2A door's task bounds
+//! (`a2a.max_tasks`, `max_tasks_per_client`, `task_ttl_secs`, `max_push_configs`) and the log
+//! filter (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it). Everything else is read at start only: a file
 //! that changes any other setting is refused, naming each, and nothing of it is applied.
 //!
 //! The file must pass what `silpgate config check` checks, the tokens and JWKS must load, and
@@ -34,12 +35,16 @@ use tokio::sync::{mpsc, oneshot};
 /// Top-level sections a reload applies as a whole.
 const RELOADED_SECTIONS: [&str; 3] = ["agents", "routes", "auth"];
 /// Settings of other sections a reload applies.
-const RELOADED_KEYS: [&str; 6] = [
+const RELOADED_KEYS: [&str; 10] = [
     "http.tokens",
     "http.tokens_env",
     "http.client_rate",
     "http.client_burst",
     "http.max_conversations_per_client",
+    "a2a.max_tasks",
+    "a2a.max_tasks_per_client",
+    "a2a.task_ttl_secs",
+    "a2a.max_push_configs",
     "telemetry.log_filter",
 ];
 
@@ -182,6 +187,7 @@ impl Reloader {
         *front.auth.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(tokens);
         front.clients.set(config.http.client_rate, config.http.client_burst);
         front.conversations.set_max(config.http.max_conversations_per_client);
+        front.a2a_tasks.set_bounds(&config.a2a);
         if let Some(filter) = log_filter
             && !crate::telemetry::set_log_filter(filter)
         {

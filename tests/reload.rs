@@ -231,7 +231,8 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     let _ = connection.close(200, "done".into()).await;
 }
 
-/// The per-client limits reload (on a silpgate without a broker): a client past
+/// The per-client limits reload (on a silpgate without a broker), with the A2A door's task
+/// bounds beside them: a client past
 /// `http.client_rate` is refused (429, `rate_limited`) until a reload lifts the rate, and is
 /// served from the next request on; a `http.max_conversations_per_client` the reload lowers
 /// refuses the next new conversation (`too_many_conversations`) and serves the live one.
@@ -263,7 +264,9 @@ async fn a_reload_sets_the_per_client_limits_from_the_next_request_on() {
     assert_ne!(send("c1").await.0, 429, "the burst's one request");
     assert_eq!(send("c1").await, (429, "rate_limited".to_owned()), "past the rate");
 
-    std::fs::write(dir.join("silpgate.toml"), limits("0.0", 1)).unwrap();
+    // The A2A door's task bounds change in the same file: applied too, not refused.
+    std::fs::write(dir.join("silpgate.toml"), limits("0.0", 1) + "[a2a]\nmax_tasks_per_client = 5\n")
+        .unwrap();
     let pid = daemon.child.id().to_string();
     assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     let applied = "silpgate_config_reloads_total{result=\"applied\"} 1";

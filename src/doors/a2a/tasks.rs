@@ -61,18 +61,36 @@ struct Kept {
 pub(crate) struct TaskBook {
     kept: Mutex<HashMap<String, Kept>>,
     records: Option<KeptRecords>,
-    max: usize,
-    max_per_client: usize,
-    ttl_ms: u64,
+    /// A reload may change them ([`TaskBook::set_bounds`]).
+    bounds: std::sync::RwLock<Bounds>,
     /// Bumped on every change, so that a `SubscribeToTask` wakes to look again.
     changes: tokio::sync::watch::Sender<u64>,
     /// Where notifications go once written: the courier. None: push notifications are not
     /// offered.
     courier: Option<UnboundedSender<Notification>>,
     push_origins: Vec<String>,
-    max_push: usize,
     /// The works on tasks under way ([`TaskBook::working`]), which a stop waits for.
     works: tokio::sync::watch::Sender<usize>,
+}
+
+/// How many tasks the book keeps, and for how long.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    max: usize,
+    max_per_client: usize,
+    ttl_ms: u64,
+    max_push: usize,
+}
+
+impl Bounds {
+    fn of(config: &crate::config::A2aConfig) -> Bounds {
+        Bounds {
+            max: config.max_tasks.max(1),
+            max_per_client: config.max_tasks_per_client.max(1),
+            ttl_ms: config.task_ttl_secs.saturating_mul(1000),
+            max_push: config.max_push_configs.max(1),
+        }
+    }
 }
 
 /// One work on a task under way, counted until dropped.
@@ -98,13 +116,10 @@ impl TaskBook {
         let book = TaskBook {
             kept: Mutex::default(),
             records,
-            max: config.max_tasks.max(1),
-            max_per_client: config.max_tasks_per_client.max(1),
-            ttl_ms: config.task_ttl_secs.saturating_mul(1000),
+            bounds: std::sync::RwLock::new(Bounds::of(config)),
             changes: tokio::sync::watch::Sender::new(0),
             courier,
             push_origins: config.push_origins.clone(),
-            max_push: config.max_push_configs.max(1),
             works: tokio::sync::watch::Sender::new(0),
         };
         let stored = book.records.as_ref().map(KeptRecords::all).transpose()?.unwrap_or_default();
@@ -116,7 +131,7 @@ impl TaskBook {
                 book.forget(&id);
                 continue;
             };
-            if now.saturating_sub(kept.updated) > book.ttl_ms {
+            if now.saturating_sub(kept.updated) > book.bounds().ttl_ms {
                 book.forget(&id);
                 continue;
             }
@@ -133,6 +148,17 @@ impl TaskBook {
         }
         drop(tasks);
         Ok(book)
+    }
+
+    fn bounds(&self) -> Bounds {
+        *self.bounds.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// New bounds (`a2a.max_tasks`, `max_tasks_per_client`, `task_ttl_secs`,
+    /// `max_push_configs`), from the next request on: a reload. Tasks kept past a lowered
+    /// bound are forgotten as room is next made, the oldest finished first.
+    pub(crate) fn set_bounds(&self, config: &crate::config::A2aConfig) {
+        *self.bounds.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Bounds::of(config);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
@@ -195,9 +221,10 @@ impl TaskBook {
     /// have more than its share still working.
     fn make_room(&self, tasks: &mut HashMap<String, Kept>, owner: &str) -> Result<(), Failure> {
         let now = now_ms();
+        let bounds = self.bounds();
         let expired: Vec<String> = tasks
             .iter()
-            .filter(|(_, k)| now.saturating_sub(k.updated) > self.ttl_ms)
+            .filter(|(_, k)| now.saturating_sub(k.updated) > bounds.ttl_ms)
             .map(|(id, _)| id.clone())
             .collect();
         for id in expired {
@@ -205,10 +232,10 @@ impl TaskBook {
             self.forget(&id);
         }
         let working = |k: &&Kept| TaskState::of(&k.task) == TaskState::Pending;
-        if tasks.values().filter(working).filter(|k| k.owner == owner).count() >= self.max_per_client {
-            return Err(Failure::TooManyTasksOfClient(self.max_per_client));
+        if tasks.values().filter(working).filter(|k| k.owner == owner).count() >= bounds.max_per_client {
+            return Err(Failure::TooManyTasksOfClient(bounds.max_per_client));
         }
-        if tasks.len() < self.max {
+        if tasks.len() < bounds.max {
             return Ok(());
         }
         let oldest_finished = tasks
@@ -216,7 +243,7 @@ impl TaskBook {
             .filter(|(_, k)| TaskState::of(&k.task) != TaskState::Pending)
             .min_by_key(|(_, k)| k.updated)
             .map(|(id, _)| id.clone());
-        let id = oldest_finished.ok_or(Failure::TooManyTasks(self.max))?;
+        let id = oldest_finished.ok_or(Failure::TooManyTasks(bounds.max))?;
         tasks.remove(&id);
         self.forget(&id);
         Ok(())
@@ -334,7 +361,7 @@ impl TaskBook {
         let tasks = self.lock();
         let kept = tasks
             .get(id)
-            .filter(|k| k.owner == owner && now_ms().saturating_sub(k.updated) <= self.ttl_ms)
+            .filter(|k| k.owner == owner && now_ms().saturating_sub(k.updated) <= self.bounds().ttl_ms)
             .ok_or_else(|| not_found(id))?;
         let mut task = kept.task.clone();
         if let (Some(keep), Some(history)) =
@@ -380,7 +407,7 @@ impl TaskBook {
     /// `id`: the config as A2A shows it.
     pub(super) fn set_push(&self, owner: &str, id: &str, config: PushConfig) -> Result<Value, Failure> {
         let shown = config.to_a2a(id);
-        let max = self.max_push;
+        let max = self.bounds().max_push;
         self.change(id, Some(owner), |kept| {
             kept.push.retain(|c| c.id != config.id);
             if kept.push.len() >= max {
@@ -476,7 +503,7 @@ impl TaskBook {
         let mut tasks = self.lock();
         let kept = tasks
             .get_mut(id)
-            .filter(|k| k.owner == owner && now_ms().saturating_sub(k.updated) <= self.ttl_ms)
+            .filter(|k| k.owner == owner && now_ms().saturating_sub(k.updated) <= self.bounds().ttl_ms)
             .ok_or_else(|| not_found(id))?;
         let (watcher, stream) = tokio::sync::mpsc::unbounded_channel();
         let _ = watcher.send(json!({"task": kept.task}));
@@ -794,6 +821,17 @@ mod tests {
         );
         let mut late = tasks.watch("alice", id).unwrap();
         assert_eq!(drain(&mut late), ["task TASK_STATE_COMPLETED"]);
+    }
+
+    /// A reload's new bounds apply from the next task on.
+    #[test]
+    fn new_bounds_apply_from_the_next_task_on() {
+        let tasks = book(10);
+        tasks.open("a", &message("c"), None, None).unwrap();
+        tasks.set_bounds(&A2aConfig { max_tasks: 10, max_tasks_per_client: 1, ..A2aConfig::default() });
+        assert_eq!(tasks.open("a", &message("c"), None, None).unwrap_err(), Failure::TooManyTasksOfClient(1));
+        tasks.set_bounds(&A2aConfig { max_tasks: 10, max_tasks_per_client: 2, ..A2aConfig::default() });
+        tasks.open("a", &message("c"), None, None).expect("room again");
     }
 
     /// One client's slow tasks fill its own share, not the book: another client still gets
