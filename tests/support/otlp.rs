@@ -14,7 +14,15 @@ pub struct Sink(std::process::Child);
 impl Drop for Sink {
     fn drop(&mut self) {
         let _ = self.0.kill();
-        let _ = self.0.wait();
+        // Reaped within a bound: a receiver that outlived SIGKILL must not hang the test run.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while matches!(self.0.try_wait(), Ok(None)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the OTLP receiver did not exit within 10 s of SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -139,10 +139,8 @@ impl TaskBook {
             book.send(waiting.iter().cloned());
             kept.outbox = waiting;
             if TaskState::of(&kept.task) == TaskState::Pending {
-                let failed = status("TASK_STATE_FAILED", Some(INTERRUPTED));
-                kept.task["status"] = failed.clone();
-                let event = status_event(&id, &kept.task, failed);
-                book.record(&id, &mut kept, vec![event]);
+                let events = interrupted(&id, &mut kept);
+                book.record(&id, &mut kept, events);
             }
             tasks.insert(id, kept);
         }
@@ -548,9 +546,7 @@ impl TaskBook {
                 if TaskState::of(&kept.task) != TaskState::Pending {
                     return Err(not_found(id));
                 }
-                let failed = status("TASK_STATE_FAILED", Some(INTERRUPTED));
-                kept.task["status"] = failed.clone();
-                Ok(vec![status_event(id, &kept.task, failed)])
+                Ok(interrupted(id, kept))
             });
         }
         let mut works = self.works.subscribe();
@@ -601,6 +597,13 @@ impl TaskBook {
             tracing::warn!(task = %id, error = %e, "a forgotten A2A task could not be removed from the store");
         }
     }
+}
+
+/// Fails working task `id`, which a stop cut short; the events of that change.
+fn interrupted(id: &str, kept: &mut Kept) -> Vec<Value> {
+    let failed = status("TASK_STATE_FAILED", Some(INTERRUPTED));
+    kept.task["status"] = failed.clone();
+    vec![status_event(id, &kept.task, failed)]
 }
 
 /// A `TaskStatusUpdateEvent` of task `id` (`task` gives its context).
