@@ -5,9 +5,9 @@
 
 mod support;
 
+use lapin::BasicProperties;
 use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
 use silpgate::broker::properties::{self, SOURCE_HEADER, USER_ID_HEADER};
 use std::time::Duration;
 use support::broker::{self, Daemon, Names};
@@ -18,10 +18,7 @@ fn text(headers: &FieldTable, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_forward_of_another_users_message_is_accepted_and_keeps_the_channel_open() {
-    let connection =
-        Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", ConnectionProperties::default())
-            .await
-            .expect("RabbitMQ runs on 127.0.0.1:5672");
+    let connection = broker::connect().await;
     let channel = connection.create_channel().await.unwrap();
     channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
     let options =

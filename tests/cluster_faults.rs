@@ -588,7 +588,9 @@ async fn a_stream_on_two_instances_is_read_by_one_and_moves_when_it_dies() {
 
 /// `/readyz` is 503 until the instance knows the members and consumes its share (it listens
 /// for the members for 2 s first), then 200; the status then names every partition's owner,
-/// idle ones included.
+/// idle ones included. It is 503 again while the broker connection is lost, and an
+/// instance that leaves answers no probe from the SIGTERM on. With two members, each names every owner as both rank
+/// them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_means_the_members_are_known_and_the_status_shows_every_owner() {
     let _serial = SERIAL.lock().await;
@@ -597,9 +599,13 @@ async fn ready_means_the_members_are_known_and_the_status_shows_every_owner() {
         let names = cluster.names.clone();
         let dir = cluster.dir.join("a");
         std::fs::create_dir_all(&dir).unwrap();
-        let config =
-            names.config(&cluster.store("a"), "", true) + &names.cluster_section(PARTITIONS, "a", 100);
-        let a = Daemon::start(&config, &dir);
+        // Reconnects 2 s apart, so that a probe sees the broker lost.
+        let member_config = |name: &str| {
+            (names.config(&cluster.store(name), "", true) + &names.cluster_section(PARTITIONS, name, 100))
+                .replace("reconnect_initial_ms = 100", "reconnect_initial_ms = 2000")
+                .replace("reconnect_max_ms = 1000", "reconnect_max_ms = 2000")
+        };
+        let a = Daemon::start(&member_config("a"), &dir);
         let started = Instant::now();
         let mut not_ready = 0;
         while a.readyz() != 200 {
@@ -613,21 +619,82 @@ async fn ready_means_the_members_are_known_and_the_status_shows_every_owner() {
         let status: serde_json::Value = serde_json::from_str(&status).unwrap();
         assert_eq!(status["members"], serde_json::json!(["a"]), "ready once the members are known: {reason}");
         assert_eq!(status["subscribed"].as_array().map(Vec::len), Some(usize::from(PARTITIONS)), "{status}");
-        let owners: Vec<&str> = status["partitions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["owner"].as_str().unwrap_or("-"))
-            .collect();
         let expected: Vec<&str> = (0..PARTITIONS).map(|p| rendezvous::owner(p, &["a"]).unwrap()).collect();
-        assert_eq!(owners, expected, "every partition's owner, idle ones too: {status}");
+        assert_eq!(owners(&status), expected, "every partition's owner, idle ones too: {status}");
         assert_eq!(
             status["owned"],
             serde_json::json!([]),
             "nothing has been delivered, so nothing is served yet"
         );
+
+        // A lost broker connection: 503 saying so until a is connected again (its reconnect
+        // waits 2 s here, so the probe sees it), then 200.
+        broker::rabbitmqctl(&["close_all_connections", "silpgate test: the broker connection is lost"]);
+        let reasons = readyz_until(&a, |code, _| code == 200, "a ready again after reconnecting");
+        assert!(
+            reasons.iter().any(|(code, why)| *code == 503 && why.contains("broker")),
+            "503 naming the broker while its connection was lost: {reasons:?}"
+        );
+
+        // A second member: each says every partition's owner as both rank them.
+        let b_dir = cluster.dir.join("b");
+        std::fs::create_dir_all(&b_dir).unwrap();
+        let b = Daemon::start(&member_config("b"), &b_dir);
+        for member in [&a, &b] {
+            readyz_until(member, |code, _| code == 200, "both ready");
+        }
+        let expected: Vec<&str> =
+            (0..PARTITIONS).map(|p| rendezvous::owner(p, &["a", "b"]).unwrap()).collect();
+        assert!(
+            expected.contains(&"a") && expected.contains(&"b"),
+            "both members own partitions: {expected:?}"
+        );
+        for member in [&a, &b] {
+            let (_, status) = member.get("/cluster");
+            let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+            assert_eq!(owners(&status), expected, "{status}");
+        }
+
+        // b leaves: once it has taken the SIGTERM its listener takes no new connection, so its
+        // probe fails and never says ready again.
+        b.sigterm();
+        let leaving = readyz_until(&b, |code, _| code == 0, "b no longer answering");
+        assert!(
+            leaving.iter().skip_while(|(code, _)| *code == 200).all(|(code, _)| *code != 200),
+            "never ready again once b stopped being ready: {leaving:?}"
+        );
+        let mut b = b;
+        assert!(b.wait_exit(Duration::from_secs(40)).success());
         let (status, _) = a.terminate(Duration::from_secs(40));
         assert!(status.success());
     })
     .await;
+}
+
+/// The partitions' owners a `/cluster` status names, in partition order.
+fn owners(status: &serde_json::Value) -> Vec<&str> {
+    status["partitions"].as_array().unwrap().iter().map(|p| p["owner"].as_str().unwrap_or("-")).collect()
+}
+
+/// Polls `daemon`'s `/readyz` until `done` says so (a status of 0: nothing listens), up to
+/// 40 s; every answer that differs from the one before, with its reason.
+fn readyz_until(daemon: &Daemon, done: impl Fn(u16, &str) -> bool, what: &str) -> Vec<(u16, String)> {
+    let started = Instant::now();
+    let mut seen: Vec<(u16, String)> = Vec::new();
+    loop {
+        let (code, why) = daemon.get("/readyz");
+        let finished = done(code, &why);
+        if seen.last().is_none_or(|(last, last_why)| (*last, last_why.as_str()) != (code, why.as_str())) {
+            seen.push((code, why));
+        }
+        if finished {
+            return seen;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "{what}: not within 40 s: {seen:?}\n{}",
+            daemon.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

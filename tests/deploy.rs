@@ -28,7 +28,7 @@ fn the_rabbitmq_definitions_hold_the_topology_a_cluster_node_declares() {
     let config = Config::load(&root("config/cluster-node.toml")).unwrap();
     let topology =
         Topology::from_config(config.amqp.as_ref().expect("[amqp]"), config.cluster.as_ref(), &config.agents);
-    let declared = topology.definitions();
+    let declared = topology.definitions("/");
     let text = std::fs::read_to_string(root("deploy/rabbitmq/definitions.json")).unwrap();
     let defs: Value = serde_json::from_str(&text).expect("definitions.json is JSON");
     for kind in ["exchanges", "queues", "bindings"] {
@@ -185,4 +185,40 @@ fn the_deployment_files_parse_and_agree_with_the_cluster_node_configuration() {
     let dockerfile = std::fs::read_to_string(root("deploy/Dockerfile")).unwrap();
     assert!(dockerfile.contains(&format!("EXPOSE {port}")));
     assert!(dockerfile.matches("FROM ").count() >= 2, "a multi-stage build");
+}
+
+/// `silpgate config definitions`, as an operator runs it: every queue silpgate declares is
+/// listed (the A2A push queue too, when push is on), in the virtual host its broker URI names;
+/// a file without `[amqp]` is refused saying so.
+#[test]
+fn config_definitions_lists_what_silpgate_declares_in_its_virtual_host() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("definitions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("silpgate.toml");
+    let definitions = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+            .args(["config", "definitions"])
+            .arg(&file)
+            .output()
+            .expect("silpgate runs")
+    };
+    let out = definitions(
+        "[amqp]\nurl = \"amqp://guest:guest@broker:5672/prod\"\n[a2a]\npush_origins = [\"https://hooks.example.com\"]\n",
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let defs: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let queues: BTreeSet<&str> =
+        defs["queues"].as_array().unwrap().iter().filter_map(|q| q["name"].as_str()).collect();
+    for queue in ["silpgate.in", "silpgate.dead", "silpgate.a2a.push"] {
+        assert!(queues.contains(queue), "{queue} in {queues:?}");
+    }
+    for kind in ["exchanges", "queues", "bindings"] {
+        let entries = defs[kind].as_array().unwrap();
+        assert!(!entries.is_empty() && entries.iter().all(|e| e["vhost"] == "prod"), "{kind}: {entries:?}");
+    }
+    let out = definitions("[http]\nplain = true\n");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no [amqp] section"));
 }

@@ -25,15 +25,28 @@ const TURNS: usize = 12;
 const DOORS: [&str; 4] = ["http", "ws", "amqp", "a2a"];
 const AGENTS: [&str; 5] = ["amqp", "http", "ws", "a2a", "mcp"];
 
-/// A WebSocket agent on JSON frames answering every request with the echo agent's answer.
-async fn ws_agent() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+/// The renewal notices an agent finds in its requests, by the turn each names.
+type Renewals = Arc<std::sync::Mutex<Vec<u64>>>;
+
+/// The echo agent's behaviour, writing down the renewal notices each request carries.
+fn echo_noting_renewals(renewals: &Renewals) -> agents::Behaviour {
+    let (echo, renewals) = (agents::echo_code(), renewals.clone());
+    Arc::new(move |request| {
+        let request_json: Value = serde_json::from_str(&nlip::to_json(request)).unwrap();
+        renewals.lock().unwrap().extend(gateway::renewal_turns(&request_json));
+        echo(request)
+    })
+}
+
+/// A WebSocket agent on JSON frames answering every request with `behaviour`'s answer.
+async fn ws_agent(behaviour: agents::Behaviour) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
+            let echo = behaviour.clone();
             tokio::spawn(async move {
                 let Ok(mut socket) = tokio_tungstenite::accept_async(tcp).await else { return };
-                let echo = agents::echo_code();
                 while let Some(Ok(frame)) = socket.next().await {
                     // Pings are answered by tungstenite as it reads; only text frames are requests.
                     let Frame::Text(text) = frame else { continue };
@@ -113,18 +126,11 @@ async fn twelve_requests_through_every_door_to_every_kind_of_agent_get_twelve_an
     let store = dir.join("store");
     let a2a = PythonServer::start("a2a_agent.py");
     let mcp = PythonServer::start("mcp_tool.py");
-    let echo = agents::echo_code();
-    // The renewal notices the HTTP agent finds in its requests, by the turn each names.
-    let renewals = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = renewals.clone();
-    let http = HttpAgent::start(Arc::new(move |_, request| {
-        let request_json: serde_json::Value =
-            serde_json::from_str(&silpgate::nlip::to_json(request)).unwrap();
-        seen.lock().unwrap().extend(gateway::renewal_turns(&request_json));
-        (200, echo(request))
-    }))
-    .await;
-    let (ws, _ws_task) = ws_agent().await;
+    // The agents that are sent NLIP itself write down the renewal notices they find.
+    let renewals: [(&str, Renewals); 3] = ["amqp", "http", "ws"].map(|agent| (agent, Renewals::default()));
+    let http_echo = echo_noting_renewals(&renewals[1].1);
+    let http = HttpAgent::start(Arc::new(move |_, request| (200, http_echo(request)))).await;
+    let (ws, _ws_task) = ws_agent(echo_noting_renewals(&renewals[2].1)).await;
     let rest = agents_and_routes(&names, http.addr.port(), ws, a2a.port, mcp.port);
     // Sessions renew every 10 turns, so that notices fall among the answers.
     let config =
@@ -132,7 +138,8 @@ async fn twelve_requests_through_every_door_to_every_kind_of_agent_get_twelve_an
     let daemon = gateway::start(&config, &dir, true).await;
     let (_connection, channel) = broker::channel().await;
     declare(&channel, &names.replies()).await;
-    let _amqp_agent = agents::amqp_agent(channel.clone(), &names.sink(), agents::echo_code()).await;
+    let _amqp_agent =
+        agents::amqp_agent(channel.clone(), &names.sink(), echo_noting_renewals(&renewals[0].1)).await;
     let (mut socket, _) =
         tokio_tungstenite::connect_async(format!("ws://{}/nlip/ws/text", daemon.http)).await.unwrap();
 
@@ -202,11 +209,13 @@ async fn twelve_requests_through_every_door_to_every_kind_of_agent_get_twelve_an
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(orphaned, 0.0, "no answer went unclaimed");
-    // Each door's conversation with the HTTP agent renewed after turns 10 and 20; turns 11 and
-    // 21 are requests, so the agent got both notices, once each, inside them.
-    let mut renewed = renewals.lock().unwrap().clone();
-    renewed.sort_unstable();
-    assert_eq!(renewed, [11, 11, 11, 11, 21, 21, 21, 21], "the renewal notices the HTTP agent got");
+    // Each door's conversation with each of these agents renewed after turns 10 and 20; turns
+    // 11 and 21 are requests, so the agent got both notices, once each, inside them.
+    for (agent, renewals) in &renewals {
+        let mut renewed = renewals.lock().unwrap().clone();
+        renewed.sort_unstable();
+        assert_eq!(renewed, [11, 11, 11, 11, 21, 21, 21, 21], "the renewal notices the {agent} agent got");
+    }
     let (status, _) = tokio::task::spawn_blocking(move || daemon.terminate(LONG)).await.unwrap();
     assert!(status.success());
     let turns = broker::session_turns(&store);

@@ -8,6 +8,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use support::agents::HttpAgent;
 use support::broker::{self, Names};
@@ -90,15 +91,20 @@ print(json.dumps({"der": base64.b64encode(der).decode(), "n": b64(n.to_bytes((n.
 /// The identity provider's key set, served at `/jwks.json`; the test changes it at will.
 type KeySet = Arc<Mutex<Vec<Value>>>;
 
-async fn identity_provider(keys: KeySet) -> std::net::SocketAddr {
-    let serve = |axum::extract::State(keys): axum::extract::State<KeySet>| async move {
+/// The identity provider: where it serves `keys`, and how many times they were fetched.
+async fn identity_provider(keys: KeySet) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let serve = |axum::extract::State((keys, fetches)): axum::extract::State<(KeySet, Arc<AtomicUsize>)>| async move {
+        fetches.fetch_add(1, Ordering::SeqCst);
         json!({"keys": *keys.lock().unwrap()}).to_string()
     };
-    let app = axum::Router::new().route("/jwks.json", axum::routing::get(serve)).with_state(keys);
+    let app = axum::Router::new()
+        .route("/jwks.json", axum::routing::get(serve))
+        .with_state((keys, fetches.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    (addr, fetches)
 }
 
 /// A POST with `authorization` (empty: none): the status and the body as JSON.
@@ -142,12 +148,13 @@ fn nlip(text: &str, conversation: &str) -> String {
     .to_string()
 }
 
-/// silpgate taking JWTs from the identity provider at `idp` and the static token of
-/// principal `robot` (role `finance`), routing every message to an echoing HTTP agent that
-/// only `allow` may reach.
+/// silpgate taking JWTs from the identity provider at `idp` (fetched again for an unknown key
+/// at most once per `refresh_secs`) and the static token of principal `robot` (role
+/// `finance`), routing every message to an echoing HTTP agent that only `allow` may reach.
 async fn gateway_with(
     test: &str,
     idp: std::net::SocketAddr,
+    refresh_secs: u64,
     allow: &str,
     agent: &HttpAgent,
 ) -> (broker::Daemon, std::path::PathBuf) {
@@ -158,7 +165,7 @@ async fn gateway_with(
 jwks_url = "http://{idp}/jwks.json"
 issuer = "{ISSUER}"
 audience = "{AUDIENCE}"
-jwks_refresh_secs = 0
+jwks_refresh_secs = {refresh_secs}
 leeway_secs = 0
 [[auth.tokens]]
 subject = "robot"
@@ -194,9 +201,9 @@ fn echo_agent() -> support::agents::HttpBehaviour {
 async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why() {
     let (es, ed, rs) = (Signer::es256("es-1"), Signer::eddsa("ed-1"), Signer::rs256("rs-1"));
     let keys: KeySet = Arc::new(Mutex::new(vec![es.jwk.clone(), ed.jwk.clone(), rs.jwk.clone()]));
-    let idp = identity_provider(keys.clone()).await;
+    let (idp, _) = identity_provider(keys.clone()).await;
     let agent = HttpAgent::start(echo_agent()).await;
-    let (daemon, _) = gateway_with("jwt-doors", idp, r#"["*"]"#, &agent).await;
+    let (daemon, _) = gateway_with("jwt-doors", idp, 0, r#"["*"]"#, &agent).await;
     let addr = daemon.http.clone();
     let send = |token: String| {
         let addr = addr.clone();
@@ -238,6 +245,14 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
             "{case}: {head}"
         );
     }
+    // No token at all: the plain challenge, naming no error (RFC 6750 §3.1).
+    let (status, head, answer) = post_with_head(&addr, "/nlip", &nlip("hello", "jwt-conv"), "").await;
+    assert_eq!(status, 401, "no token: {answer}");
+    assert!(
+        head.lines().any(|l| l.trim().eq_ignore_ascii_case("www-authenticate: bearer")),
+        "no token: {head}"
+    );
+    assert!(answer.to_string().contains("a bearer token is required"), "no token: {answer}");
     // alg: none, and HS256 with the public key as its secret.
     let unsigned = format!(
         "{}.{}.",
@@ -337,13 +352,52 @@ async fn jwts_name_principals_on_every_door_and_bad_ones_are_refused_saying_why(
     }
 }
 
+/// A token naming a key the set does not hold makes silpgate fetch the set again, but at most
+/// once per `jwks_refresh_secs`: a flood of made-up `kid`s costs the identity provider one
+/// fetch, and a key published since is found by the first token after the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_keys_fetch_the_key_set_again_at_most_once_per_refresh_window() {
+    const REFRESH_SECS: u64 = 5;
+    let es = Signer::es256("es-1");
+    let keys: KeySet = Arc::new(Mutex::new(vec![es.jwk.clone()]));
+    let (idp, fetches) = identity_provider(keys.clone()).await;
+    let agent = HttpAgent::start(echo_agent()).await;
+    let (daemon, _) = gateway_with("jwt-refresh", idp, REFRESH_SECS, r#"["*"]"#, &agent).await;
+    let addr = daemon.http.clone();
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "the key set is fetched once at start");
+    let rotated = Signer::es256("es-2");
+    keys.lock().unwrap().push(rotated.jwk.clone());
+    // Past the start's window, the first unknown kid fetches the set (and finds es-2)...
+    tokio::time::sleep(std::time::Duration::from_secs(REFRESH_SECS) + std::time::Duration::from_millis(500))
+        .await;
+    let (status, answer) =
+        post_as(&addr, "/nlip", &nlip("hello", "refresh"), &rotated.token("alice", &[], |_, _| {})).await;
+    assert_eq!(status, 200, "a key published since start is found after the window: {answer}");
+    let first_refetch = std::time::Instant::now();
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "one fetch for the new kid");
+    // ...and a flood of made-up ones within the window fetches nothing more.
+    for i in 0..20 {
+        let stranger = Signer::es256(&format!("made-up-{i}"));
+        let (status, answer) =
+            post_as(&addr, "/nlip", &nlip("hello", "refresh"), &stranger.token("alice", &[], |_, _| {}))
+                .await;
+        assert_eq!(status, 401, "{answer}");
+    }
+    let windows = first_refetch.elapsed().as_secs() / REFRESH_SECS;
+    let fetched = fetches.load(Ordering::SeqCst);
+    assert!(
+        fetched <= 2 + usize::try_from(windows).unwrap(),
+        "{fetched} fetches for 20 unknown kids within {windows} windows past the first refetch"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_its_owners() {
     let es = Signer::es256("es-1");
-    let idp = identity_provider(Arc::new(Mutex::new(vec![es.jwk.clone()]))).await;
+    let (idp, _) = identity_provider(Arc::new(Mutex::new(vec![es.jwk.clone()]))).await;
     let agent = HttpAgent::start(echo_agent()).await;
     let (daemon, store) =
-        gateway_with("jwt-allow", idp, r#"["role:finance", "sub:jwt:carol"]"#, &agent).await;
+        gateway_with("jwt-allow", idp, 0, r#"["role:finance", "sub:jwt:carol"]"#, &agent).await;
     let addr = daemon.http.clone();
     // The public card does not name the route to an agent only some principals may reach.
     let (status, card) = daemon.get("/.well-known/agent-card.json");
@@ -412,6 +466,50 @@ async fn only_the_principals_an_agent_allows_reach_it_and_a_conversation_stays_i
         agent.received.load(std::sync::atomic::Ordering::SeqCst),
         before + 3,
         "only the owner's reached it"
+    );
+    // /a2a and the WebSocket name the same principals, so the agent's allow list decides
+    // there too: carol is served, bob is refused without reaching the agent.
+    let a2a = |conversation: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "messageId": format!("m-{conversation}"), "role": "ROLE_USER", "contextId": conversation,
+            "parts": [{"text": "hi"}]}}})
+        .to_string()
+    };
+    let (status, answer) =
+        post_as(&addr, "/a2a", &a2a("carol-a2a"), &es.token("carol", &[], |_, _| {})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.get("error").is_none() && !answer.to_string().contains("forbidden"),
+        "carol on /a2a: {answer}"
+    );
+    let (_, refused) = post_as(&addr, "/a2a", &a2a("bob-a2a"), &es.token("bob", &["ops"], |_, _| {})).await;
+    assert!(refused.to_string().contains("forbidden"), "bob on /a2a: {refused}");
+    let over_a_socket = |token: String, conversation: &'static str| {
+        let addr = addr.clone();
+        async move {
+            use futures_util::{SinkExt, StreamExt};
+            use tokio_tungstenite::tungstenite::{Message as Frame, client::IntoClientRequest};
+            let mut request = format!("ws://{addr}/nlip/ws/text").into_client_request().unwrap();
+            request.headers_mut().insert("Authorization", format!("Bearer {token}").parse().unwrap());
+            let (mut socket, _) =
+                tokio_tungstenite::connect_async(request).await.expect("a good token opens a socket");
+            socket.send(Frame::Text(nlip("over a socket", conversation).into())).await.unwrap();
+            let answer = tokio::time::timeout(gateway::LONG, socket.next())
+                .await
+                .expect("an answer")
+                .unwrap()
+                .unwrap();
+            answer.into_text().expect("a text frame").to_string()
+        }
+    };
+    let served = over_a_socket(es.token("carol", &[], |_, _| {}), "carol-socket").await;
+    assert!(!served.contains("forbidden") && !served.contains("\"error\""), "carol over a socket: {served}");
+    let refused = over_a_socket(es.token("bob", &["ops"], |_, _| {}), "bob-socket").await;
+    assert!(refused.contains("forbidden"), "bob over a socket: {refused}");
+    assert_eq!(
+        agent.received.load(std::sync::atomic::Ordering::SeqCst),
+        before + 5,
+        "carol's message reached the agent through each door, bob's through none"
     );
 
     // The compile.lock names who froze each record; one principal's records are exported
@@ -502,7 +600,7 @@ label = "closed"
     };
     broker::publish_all(&channel, &names.inbound_exchange(), vec![message(1, "open"), message(2, "closed")])
         .await;
-    let replies = broker::collect(&channel, &names.replies(), gateway::LONG, |got| got.len() >= 3).await;
+    let replies = broker::collect(&channel, &names.replies(), gateway::LONG, |got| got.len() >= 2).await;
     let reply_to = |id: &str| -> Value {
         let reply = replies.iter().find(|r| r.correlation_id.as_deref() == Some(id)).expect("a reply");
         serde_json::from_slice(&reply.body).unwrap()
@@ -510,9 +608,19 @@ label = "closed"
     assert_ne!(reply_to("principal-1")["messagetype"], "error", "{}", reply_to("principal-1"));
     let refused = reply_to("principal-2");
     assert!(refused.to_string().contains("forbidden"), "{refused}");
-    let dead = broker::collect(&channel, &names.dead(), gateway::LONG, |got| !got.is_empty()).await;
-    assert_eq!(dead.len(), 1, "the refused message is dead-lettered");
+    // A third refused message marks the end: whatever else the first two left behind (a copy,
+    // a second dead letter) reaches the queues before its own.
+    broker::publish_all(&channel, &names.inbound_exchange(), vec![message(3, "closed")]).await;
+    let is_end = |r: &broker::Received| r.message_id == "principal-3";
+    let dead = broker::collect_until_end(&channel, &names.dead(), gateway::LONG, is_end).await;
+    let dead_ids: Vec<&str> = dead.iter().map(|d| d.message_id.as_str()).collect();
+    assert_eq!(dead_ids, ["principal-2", "principal-3"], "only the refused messages are dead-lettered, once");
     assert_eq!(dead[0].headers.get("x-silpgate-error-code").map(String::as_str), Some("forbidden"));
+    let later = broker::collect_until_end(&channel, &names.replies(), gateway::LONG, |r| {
+        r.correlation_id.as_deref() == Some("principal-3")
+    })
+    .await;
+    assert_eq!(later.len(), 1, "nothing more was answered before the marker's refusal: {:?}", later);
     let reached = |agent: &HttpAgent| agent.received.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!((reached(&open), reached(&closed)), (1, 0));
     // The test's producer and silpgate share `guest`: silpgate says what that lets a producer do.
@@ -549,7 +657,7 @@ async fn a_partition_delivery_is_its_publishers_whatever_user_header_it_forges()
     let (forger, password) = ("silpgate-test-forger", "forger-secret");
     delete_broker_user(forger);
     broker::rabbitmqctl(&["add_user", forger, password]);
-    broker::rabbitmqctl(&["set_permissions", "-p", "/", forger, "^$", ".*", "^$"]);
+    broker::rabbitmqctl(&["set_permissions", forger, "^$", ".*", "^$"]);
     let (open, public) = (HttpAgent::start(echo_agent()).await, HttpAgent::start(echo_agent()).await);
     let rest = format!(
         r#"[auth.broker_roles]
@@ -590,7 +698,7 @@ mode = "validate"
     };
     // The forger, straight to the partition exchange, as "guest".
     let forger_connection = lapin::Connection::connect(
-        &format!("amqp://{forger}:{password}@127.0.0.1:5672/%2f"),
+        &format!("amqp://{forger}:{password}@127.0.0.1:5672/{}", broker::vhost()),
         lapin::ConnectionProperties::default(),
     )
     .await
@@ -627,8 +735,23 @@ mode = "validate"
     assert_eq!(refused["messagetype"], "error", "{refused}");
     assert!(refused.to_string().contains("forbidden"), "{refused}");
     assert_ne!(reply_to("forged-2")["messagetype"], "error", "{}", reply_to("forged-2"));
+    // One more honest message marks the end: every message was answered once, none twice.
+    broker::publish_all(
+        &channel,
+        &names.inbound_exchange(),
+        vec![(names.inbound(), broker::envelope(4, 4, None), properties("honest-2", "guest"))],
+    )
+    .await;
+    let later = broker::collect_until_end(&channel, &names.replies(), gateway::LONG, |r| {
+        r.correlation_id.as_deref() == Some("honest-2")
+    })
+    .await;
+    let mut answered: Vec<_> =
+        replies.iter().chain(&later).filter_map(|r| r.correlation_id.clone()).collect();
+    answered.sort();
+    assert_eq!(answered, ["forged-1", "forged-2", "honest-1", "honest-2"], "one answer each");
     let reached = |agent: &HttpAgent| agent.received.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!((reached(&open), reached(&public)), (1, 1), "only guest's message reached the finance agent");
+    assert_eq!((reached(&open), reached(&public)), (2, 1), "only guest's messages reached the finance agent");
     daemon.terminate(std::time::Duration::from_secs(30));
     // What each message froze and handled is written in its sender's name.
     let store = silpgate::store::SledStore::open_to_read(&dir.join("store")).unwrap();

@@ -109,7 +109,10 @@ cargo fmt --all -- --check
 cargo clippy --locked --all-targets --test broker_cluster -- -D warnings
 # The example agent runs as a program in the README quick-start test.
 cargo build --locked --examples
-cargo test --locked --all-targets
+# Every test binary, two side by side (tests/side-by-side.py says which and why); diagnostics of
+# the build go to the terminal, the list of what was built to the runner.
+cargo test --locked --all-targets --no-run --message-format=json-render-diagnostics \
+  | python3 tests/side-by-side.py
 cargo test --locked --doc
 # The README's quick start, its commands as written, in a fresh copy (tests/quickstart.sh).
 bash tests/quickstart.sh

@@ -127,3 +127,78 @@ fn open_doors_are_warned_about_and_tokens_are_never_logged() {
     assert!(!log.contains(TOKEN), "a token was logged: {log}");
     assert!(log.contains("listening on"), "the log was read: {log}");
 }
+
+/// At the most verbose log filter (`trace`, every crate's events), no line holds a static
+/// token, a JWT or a JWT's signature, whatever the door and whether the token is good,
+/// expired or forged.
+#[test]
+fn no_token_or_jwt_is_logged_even_at_trace() {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    let dir = temp_dir("trace");
+    let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "kid": "k1", "x": B64.encode(pair.public_key_raw())});
+    std::fs::write(dir.join("keys.json"), serde_json::json!({"keys": [jwk]}).to_string()).unwrap();
+    let config = dir.join("silpgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[telemetry]\nlog_filter = \"trace\"\n[http]\nplain = true\nlisten = \"127.0.0.1:0\"\n\
+             [store]\npath = \"{}\"\n[auth]\njwks_file = \"{}\"\naudience = \"silpgate-test\"\n\
+             [[auth.tokens]]\nsubject = \"robot\"\ntoken_env = \"SILPGATE_TEST_SECRET_TOKEN\"\n",
+            dir.join("store").display(),
+            dir.join("keys.json").display()
+        ),
+    )
+    .unwrap();
+    let key = jsonwebtoken::EncodingKey::from_ed_der(&pair.serialize_der());
+    let jwt = |expires_in: i64| {
+        let now = i64::try_from(jsonwebtoken::get_current_timestamp()).unwrap();
+        let header = jsonwebtoken::Header {
+            kid: Some("k1".into()),
+            ..jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA)
+        };
+        let claims = serde_json::json!({"sub": "alice", "aud": "silpgate-test", "exp": now + expires_in});
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    };
+    let (good, expired) = (jwt(300), jwt(-600));
+    let forged = format!("{}AAAA", &good[..good.len() - 4]);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_silpgate"));
+    command.args(["run", "--config"]).arg(&config).env("SILPGATE_TEST_SECRET_TOKEN", TOKEN);
+    let daemon = Daemon::spawn_as_configured(command);
+    let nlip = br#"{"format":"text","subformat":"english","content":"hello"}"#;
+    let a2a = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"hi"}]}}}"#;
+    let mcp = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for (token, accepted) in
+        [(TOKEN, true), (good.as_str(), true), (expired.as_str(), false), (forged.as_str(), false)]
+    {
+        let header = vec![format!("Authorization: Bearer {token}")];
+        for (path, body) in [("/nlip", &nlip[..]), ("/a2a", &a2a[..]), ("/mcp", &mcp[..])] {
+            let status = support::raw_http::post(&daemon.http, path, &header, body);
+            assert_eq!(status != 401, accepted, "{path} with {token}: {status}");
+        }
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = format!("ws://{}/nlip/ws/text", daemon.http).into_client_request().unwrap();
+        request.headers_mut().insert("Authorization", format!("Bearer {token}").parse().unwrap());
+        let upgraded = tokio_tungstenite::tungstenite::connect(request);
+        assert_eq!(upgraded.is_ok(), accepted, "a WebSocket with {token}: {:?}", upgraded.err());
+    }
+    let log = daemon.log.clone();
+    let (status, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(status.success());
+    let log = log.lock().unwrap().join("\n");
+    assert!(
+        log.matches("A request's credentials were refused").count() >= 8,
+        "each refusal is logged at debug: {}",
+        &log[..log.len().min(2000)]
+    );
+    for (what, secret) in [
+        ("the static token", TOKEN),
+        ("a JWT", good.as_str()),
+        ("a JWT's signature", good.rsplit('.').next().unwrap()),
+        ("an expired JWT's signature", expired.rsplit('.').next().unwrap()),
+        ("a forged JWT", forged.as_str()),
+    ] {
+        assert!(!log.contains(secret), "{what} was logged");
+    }
+}

@@ -230,21 +230,22 @@ impl Topology {
         Ok(())
     }
 
-    /// The exchanges, queues and bindings in RabbitMQ's definitions format (vhost `/`).
-    pub fn definitions(&self) -> Value {
+    /// The exchanges, queues and bindings in RabbitMQ's definitions format, in `vhost` (the
+    /// one silpgate's broker URI names).
+    pub fn definitions(&self, vhost: &str) -> Value {
         let arguments =
             |args: &Arguments| Value::Object(args.iter().map(|(k, v)| ((*k).to_owned(), v.json())).collect());
         json!({
             "exchanges": self.exchanges.iter().map(|x| json!({
-                "name": x.name, "vhost": "/", "type": x.kind, "durable": true,
+                "name": x.name, "vhost": vhost, "type": x.kind, "durable": true,
                 "auto_delete": false, "internal": false, "arguments": arguments(&x.arguments),
             })).collect::<Vec<_>>(),
             "queues": self.queues.iter().map(|q| json!({
-                "name": q.name, "vhost": "/", "durable": true, "auto_delete": false,
+                "name": q.name, "vhost": vhost, "durable": true, "auto_delete": false,
                 "arguments": arguments(&q.arguments),
             })).collect::<Vec<_>>(),
             "bindings": self.bindings.iter().map(|(queue, exchange, key)| json!({
-                "source": exchange, "vhost": "/", "destination": queue, "destination_type": "queue",
+                "source": exchange, "vhost": vhost, "destination": queue, "destination_type": "queue",
                 "routing_key": key, "arguments": {},
             })).collect::<Vec<_>>(),
         })
@@ -273,7 +274,7 @@ mod tests {
         let courier = Topology::push_courier("silpgate.a2a.push", &amqp);
         let queue = listed.queues.iter().find(|q| q.name == "silpgate.a2a.push").expect("listed");
         assert_eq!(Some(queue), courier.queues.first());
-        let definitions = listed.definitions();
+        let definitions = listed.definitions("/");
         let defined = definitions["queues"]
             .as_array()
             .unwrap()

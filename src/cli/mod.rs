@@ -69,7 +69,8 @@ enum ConfigCommand {
     /// Parse and check FILE: exit 0 when valid, else exit 1 with the error, its line and column.
     Check { file: std::path::PathBuf },
     /// Print the RabbitMQ definitions (exchanges, queues, bindings) FILE makes silpgate
-    /// declare, for operators who pre-declare (`load_definitions`).
+    /// declare, in the virtual host its broker URI names, for operators who pre-declare
+    /// (`load_definitions`).
     Definitions { file: std::path::PathBuf },
     /// Have a running instance read its configuration file again (`POST /admin/reload`):
     /// agents, routes, [auth], the HTTP tokens and the log filter change without a restart; a
@@ -185,8 +186,18 @@ pub fn run(cli: Cli) -> ExitCode {
                     if config.a2a.pushes() {
                         topology = topology.with_push_queue(&config.a2a.push_queue, amqp);
                     }
-                    println!("{:#}", topology.definitions());
-                    ExitCode::SUCCESS
+                    let (uris, key) = amqp.addresses();
+                    let first = uris.first().map_or("", String::as_str);
+                    match crate::broker::addresses::parse(first, &key) {
+                        Ok(address) => {
+                            println!("{:#}", topology.definitions(&address.uri.vhost));
+                            ExitCode::SUCCESS
+                        }
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            ExitCode::from(EXIT_INVALID)
+                        }
+                    }
                 }
                 None => {
                     eprintln!("error: {} has no [amqp] section: silpgate declares nothing", file.display());

@@ -351,8 +351,8 @@ impl Cluster {
     /// for has been handed on to it (no other member serves it), it serves none that another
     /// member ranks first for, and none is being taken over or handed on here. A rollout that
     /// waits for `/readyz` 200 before stopping the next instance so never stops one in the
-    /// middle of hand-overs. `/readyz` is 503 until then, and while the instance leaves or has
-    /// lost its broker connection.
+    /// middle of hand-overs. `/readyz` is 503 until then, and while the instance has lost its
+    /// broker connection (once it leaves, its listener takes no new connection at all).
     ///
     /// # Errors
     /// What it still lacks.

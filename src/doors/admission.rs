@@ -108,6 +108,9 @@ pub(crate) async fn authenticate(
 ) -> Result<Identity, Denied> {
     let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     front.auth().check(authorization).await.map_err(|refusal| {
+        // For an operator finding out why a client is turned away; the reason never holds
+        // the credential itself.
+        tracing::debug!(peer = %peer, refusal = ?refusal, "A request's credentials were refused.");
         match front
             .clients
             .admit(&super::client_key(&Identity::Anonymous, front.client_address(headers, peer)))

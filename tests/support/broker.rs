@@ -1,6 +1,7 @@
 //! Test support for the AMQP side: a real RabbitMQ on 127.0.0.1:5672 (the tests fail, loudly,
-//! when it is not there), randomly named topology per test, silpgate run as a child process,
-//! and helpers that publish with confirms and read queues back.
+//! when it is not there), a virtual host for each test binary, randomly named topology per
+//! test, silpgate run as a child process, and helpers that publish with confirms and read
+//! queues back.
 
 #![allow(dead_code, reason = "each test binary uses its own part of the support module")]
 
@@ -16,11 +17,39 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// This test binary's own virtual host on the local broker, made on first use, so that test
+/// binaries run side by side: what one closes (`close_all_connections`), sets (policies) or
+/// counts (`list_queues`) is its own. Named after the binary: `silpgate-test-amqp`.
+pub fn vhost() -> &'static str {
+    static VHOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VHOST.get_or_init(|| {
+        let binary = std::env::current_exe().expect("the test binary has a path");
+        let stem = binary.file_stem().and_then(|s| s.to_str()).unwrap_or("tests");
+        // Cargo names a test binary `<target>-<hash>`.
+        let target = stem.rsplit_once('-').map_or(stem, |(target, _)| target);
+        let vhost = format!("silpgate-test-{target}");
+        let made =
+            Command::new("rabbitmqctl").args(["add_vhost", &vhost]).output().expect("rabbitmqctl runs");
+        let said = String::from_utf8_lossy(&made.stderr);
+        assert!(
+            made.status.success() || said.contains("already exists"),
+            "RabbitMQ is required at 127.0.0.1:5672; start it with `rabbitmq-server -detached`. \
+             `rabbitmqctl add_vhost {vhost}` said: {said}"
+        );
+        run_rabbitmqctl(&["set_permissions", "-p", &vhost, "guest", ".*", ".*", ".*"]);
+        vhost
+    })
+}
+
+/// The URL of the local broker, in this binary's virtual host, as guest.
+pub fn url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| format!("amqp://guest:guest@127.0.0.1:5672/{}", vhost()))
+}
 
 /// Connects to the broker, or fails the test saying how to start one.
 pub async fn connect() -> Connection {
-    Connection::connect(BROKER, ConnectionProperties::default()).await.unwrap_or_else(|e| {
+    Connection::connect(url(), ConnectionProperties::default()).await.unwrap_or_else(|e| {
         panic!("RabbitMQ is required at 127.0.0.1:5672 (guest/guest); start it with `rabbitmq-server -detached`: {e}")
     })
 }
@@ -157,7 +186,7 @@ path = "{store}"
 listen = "127.0.0.1:0"
 plain = true
 [amqp]
-url = "{BROKER}"
+url = "{url}"
 inbound = ["{inbound}"]
 inbound_exchange = "{inbound_x}"
 agents_exchange = "{agents}"
@@ -189,6 +218,7 @@ destination = "sink"
 mode = "transcode"
 "#,
             store = store.display(),
+            url = url(),
             inbound = self.inbound(),
             inbound_x = self.inbound_exchange(),
             agents = self.agents_exchange(),
@@ -224,7 +254,7 @@ impl Drop for CleanUp {
                     return;
                 };
                 runtime.block_on(async {
-                    let connect = Connection::connect(BROKER, ConnectionProperties::default());
+                    let connect = Connection::connect(url(), ConnectionProperties::default());
                     let Ok(Ok(connection)) = tokio::time::timeout(Duration::from_secs(5), connect).await
                     else {
                         return;
@@ -327,8 +357,34 @@ pub async fn collect(
     got
 }
 
-/// `rabbitmqctl` with arguments; its standard output.
+/// Everything that reaches `queue` up to and including the first message `is_end` picks: a
+/// positive end instead of a quiet window, so that what comes before it, an extra message
+/// included, is all seen. Fails the test when the end does not come within `timeout`.
+pub async fn collect_until_end(
+    channel: &Channel,
+    queue: &str,
+    timeout: Duration,
+    is_end: impl Fn(&Received) -> bool,
+) -> Vec<Received> {
+    let got = collect(channel, queue, timeout, |got| got.last().is_some_and(&is_end)).await;
+    assert!(
+        got.last().is_some_and(&is_end),
+        "the end marker did not reach {queue} within {timeout:?}; before it: {:?}",
+        got.iter().map(|r| &r.message_id).collect::<Vec<_>>()
+    );
+    got
+}
+
+/// `rabbitmqctl` with arguments, in this binary's virtual host (`-p`); its standard output.
+/// Every command the tests use on the local broker takes one.
 pub fn rabbitmqctl(args: &[&str]) -> String {
+    let (command, rest) = args.split_first().expect("a rabbitmqctl command");
+    let mut scoped = vec![*command, "-p", vhost()];
+    scoped.extend(rest);
+    run_rabbitmqctl(&scoped)
+}
+
+fn run_rabbitmqctl(args: &[&str]) -> String {
     let out = Command::new("rabbitmqctl").args(args).output().expect("rabbitmqctl runs");
     assert!(out.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -517,11 +573,16 @@ impl Daemon {
         self.child.wait().unwrap();
     }
 
+    /// Sends SIGTERM and returns: the daemon begins to leave.
+    pub fn sigterm(&self) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    }
+
     /// Sends SIGTERM and waits for the exit, up to `timeout`; the exit status and how long it took.
     pub fn terminate(mut self, timeout: Duration) -> (std::process::ExitStatus, Duration) {
         let started = Instant::now();
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        self.sigterm();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return (status, started.elapsed());

@@ -4,7 +4,7 @@
 
 #![allow(dead_code, reason = "each test binary uses its own part of the support module")]
 
-use super::broker::{BROKER, Daemon, Names};
+use super::broker::{self, Daemon, Names};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ pub fn config(names: &Names, store: &Path, amqp: bool, reply_timeout_ms: u64, re
     let amqp = if amqp {
         format!(
             r#"[amqp]
-url = "{BROKER}"
+url = "{url}"
 inbound = ["{inbound}"]
 inbound_exchange = "{inbound_x}"
 agents_exchange = "{agents}"
@@ -36,6 +36,7 @@ reconnect_initial_ms = 100
 reconnect_max_ms = 1000
 reply_prefixes = ["sgtest."]
 "#,
+            url = broker::url(),
             inbound = names.inbound(),
             inbound_x = names.inbound_exchange(),
             agents = names.agents_exchange(),

@@ -77,7 +77,9 @@ pub(super) async fn post_a2a(
         "CancelTask" => {
             operation::cancel_task(&front, &client, &params).map(|t| Answer::One(respond(task_out(t))))
         }
-        "ListTasks" if !old => Ok(Answer::One(respond(operation::list_tasks(&front, &client, &params)))),
+        "ListTasks" if !old => {
+            operation::list_tasks(&front, &client, &params).map(|list| Answer::One(respond(list)))
+        }
         "SubscribeToTask" => operation::subscribe(&front, &client, &params).map(Answer::Live),
         "CreateTaskPushNotificationConfig" => {
             let params = if old { v0_3::push_config_from(&params) } else { params };

@@ -32,11 +32,12 @@ pub(super) fn cancel_task(front: &Front, client: &str, params: &Value) -> Result
     front.a2a_tasks.cancel(client, task_id(params)?)
 }
 
-/// `ListTasks` (`contextId`, `pageSize`: 50 by default, at most 100).
-pub(super) fn list_tasks(front: &Front, client: &str, params: &Value) -> Value {
+/// `ListTasks` (`contextId`, `pageSize`: 50 by default, at most 100, `pageToken`).
+pub(super) fn list_tasks(front: &Front, client: &str, params: &Value) -> Result<Value, Failure> {
     let context = params.get("contextId").and_then(Value::as_str);
     let size = params.get("pageSize").and_then(Value::as_u64).map_or(50, |n| n.clamp(1, 100) as usize);
-    front.a2a_tasks.list(client, context, size)
+    let token = params.get("pageToken").and_then(Value::as_str).unwrap_or_default();
+    front.a2a_tasks.list(client, context, size, token)
 }
 
 /// `SubscribeToTask` (`id`): the task as it stands, at once, then each later change's events

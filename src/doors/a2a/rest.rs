@@ -3,7 +3,7 @@
 //! body and answer a `SendMessageResponse` (the stream: `StreamResponse` events, as over
 //! JSON-RPC);
 //! `GET /a2a/tasks/{id}` (`?historyLength=`), `POST /a2a/tasks/{id}:cancel`,
-//! `GET`/`POST /a2a/tasks/{id}:subscribe` and `GET /a2a/tasks` (`?contextId=&pageSize=`) reach
+//! `GET`/`POST /a2a/tasks/{id}:subscribe` and `GET /a2a/tasks` (`?contextId=&pageSize=&pageToken=`) reach
 //! the kept tasks; `POST`/`GET /a2a/tasks/{id}/pushNotificationConfigs` and
 //! `GET`/`DELETE /a2a/tasks/{id}/pushNotificationConfigs/{config}` their push notification
 //! configs. A failure is its HTTP status with a `google.rpc.Status`-shaped body. The checks of the JSON-RPC binding apply in the same
@@ -115,7 +115,13 @@ async fn list(
     if let Some(size) = query.get("pageSize").and_then(|n| n.parse::<u64>().ok()) {
         params["pageSize"] = json!(size);
     }
-    reply_as(StatusCode::OK, &operation::list_tasks(&front, &client, &params), A2A_MEDIA_TYPE)
+    if let Some(token) = query.get("pageToken") {
+        params["pageToken"] = json!(token);
+    }
+    match operation::list_tasks(&front, &client, &params) {
+        Ok(list) => reply_as(StatusCode::OK, &list, A2A_MEDIA_TYPE),
+        Err(failure) => failed(&failure),
+    }
 }
 
 /// `/a2a/tasks/{id}/pushNotificationConfigs`: `POST` a config, `GET` them all; and

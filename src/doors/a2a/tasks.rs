@@ -371,18 +371,44 @@ impl TaskBook {
         Ok(task)
     }
 
-    /// `owner`'s tasks, the latest first, of one context when `context` is given.
-    pub(super) fn list(&self, owner: &str, context: Option<&str>, page_size: usize) -> Value {
+    /// A page of `owner`'s tasks, the latest changed first, of one context when `context` is
+    /// given: `page_size` of them from where `page_token` (a page's `nextPageToken`) left off.
+    /// The token names the last task of its page, so a page follows the one before it however
+    /// tasks come and go meanwhile; `nextPageToken` is empty on the last page.
+    ///
+    /// # Errors
+    /// A token no page gave.
+    pub(super) fn list(
+        &self,
+        owner: &str,
+        context: Option<&str>,
+        page_size: usize,
+        page_token: &str,
+    ) -> Result<Value, Failure> {
+        let after = match page_token {
+            "" => None,
+            token => Some(PageMark::read(token).ok_or_else(|| {
+                Failure::InvalidParams(format!("pageToken {token:?} is not a nextPageToken of ListTasks"))
+            })?),
+        };
         let tasks = self.lock();
-        let mut mine: Vec<&Kept> = tasks
-            .values()
-            .filter(|k| k.owner == owner)
-            .filter(|k| context.is_none_or(|c| k.task.get("contextId").and_then(Value::as_str) == Some(c)))
+        let ttl = self.bounds().ttl_ms;
+        let mut mine: Vec<(&String, &Kept)> = tasks
+            .iter()
+            .filter(|(_, k)| k.owner == owner && now_ms().saturating_sub(k.updated) <= ttl)
+            .filter(|(_, k)| {
+                context.is_none_or(|c| k.task.get("contextId").and_then(Value::as_str) == Some(c))
+            })
             .collect();
-        mine.sort_by_key(|k| std::cmp::Reverse(k.updated));
+        let order = |(id, kept): &(&String, &Kept)| PageMark { updated: kept.updated, id: (*id).clone() };
+        mine.sort_by_key(|entry| std::cmp::Reverse(order(entry)));
         let total = mine.len();
-        let page: Vec<Value> = mine.into_iter().take(page_size.max(1)).map(|k| k.task.clone()).collect();
-        json!({"tasks": page, "nextPageToken": "", "pageSize": page_size, "totalSize": total})
+        let rest: Vec<_> =
+            mine.into_iter().filter(|entry| after.as_ref().is_none_or(|mark| order(entry) < *mark)).collect();
+        let size = page_size.max(1);
+        let next = if rest.len() > size { order(&rest[size - 1]).write() } else { String::new() };
+        let page: Vec<Value> = rest.into_iter().take(size).map(|(_, k)| k.task.clone()).collect();
+        Ok(json!({"tasks": page, "nextPageToken": next, "pageSize": size, "totalSize": total}))
     }
 
     /// Cancels `owner`'s task `id`, unless it has ended (one waiting for an answer to its
@@ -636,6 +662,25 @@ fn timestamp() -> String {
     crate::util::time::iso8601(now_ms())
 }
 
+/// Where a page of `ListTasks` ends: its last task, in the list's order (latest change
+/// first, then by id). Written into `nextPageToken` as `<updated>.<id>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct PageMark {
+    updated: u64,
+    id: String,
+}
+
+impl PageMark {
+    fn write(&self) -> String {
+        format!("{}.{}", self.updated, self.id)
+    }
+
+    fn read(token: &str) -> Option<PageMark> {
+        let (updated, id) = token.split_once('.')?;
+        Some(PageMark { updated: updated.parse().ok()?, id: id.to_owned() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,9 +709,52 @@ mod tests {
         assert_eq!(done["history"].as_array().unwrap().len(), 2);
         assert_eq!(tasks.get("alice", id, Some(1)).unwrap()["history"].as_array().unwrap().len(), 1);
         assert_eq!(tasks.cancel("alice", id).unwrap_err().jsonrpc_code(), -32002);
-        assert_eq!(tasks.list("alice", Some("c1"), 50)["totalSize"], 1);
-        assert_eq!(tasks.list("alice", Some("c2"), 50)["totalSize"], 0);
-        assert_eq!(tasks.list("bob", None, 50)["totalSize"], 0);
+        assert_eq!(tasks.list("alice", Some("c1"), 50, "").unwrap()["totalSize"], 1);
+        assert_eq!(tasks.list("alice", Some("c2"), 50, "").unwrap()["totalSize"], 0);
+        assert_eq!(tasks.list("bob", None, 50, "").unwrap()["totalSize"], 0);
+    }
+
+    #[test]
+    fn pages_of_tasks_follow_one_another_to_the_last_whatever_changes_meanwhile() {
+        let tasks = book(100);
+        let ids: Vec<String> = (0..7)
+            .map(|_| {
+                tasks.open("alice", &message("c1"), None, None).unwrap()["id"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        tasks.open("bob", &message("c1"), None, None).unwrap();
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        let mut pages = 0;
+        loop {
+            let page = tasks.list("alice", None, 3, &token).unwrap();
+            assert_eq!(page["totalSize"], 7, "{page}");
+            seen.extend(
+                page["tasks"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()),
+            );
+            pages += 1;
+            if pages == 1 {
+                // A task changed after the first page was read moves to the top, not into a
+                // later page a second time.
+                tasks.finish(
+                    &seen[2],
+                    &json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "done"}]}}),
+                );
+            }
+            token = page["nextPageToken"].as_str().unwrap().to_owned();
+            if token.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(pages, 3, "3 + 3 + 1");
+        let mut sorted = seen.clone();
+        sorted.sort();
+        sorted.dedup();
+        let mut expected = ids.clone();
+        expected.sort();
+        assert_eq!((seen.len(), sorted), (7, expected), "every task once: {seen:?}");
+        let refused = tasks.list("alice", None, 3, "not-a-token").unwrap_err();
+        assert_eq!(refused.jsonrpc_code(), -32602, "{refused:?}");
     }
 
     fn pushed_book(
