@@ -1317,7 +1317,8 @@ fn reserved_port() -> (tokio::net::TcpSocket, u16) {
 }
 
 /// A webhook on the `reserved` port that records every POST and answers 200, or the status its
-/// query's `answer` names.
+/// query's `answer` names, or the n-th of its `answers` (`503,200`) to the n-th POST for its
+/// `task`, the last one from then on.
 async fn webhook(reserved: tokio::net::TcpSocket) -> (Taken, tokio::task::JoinHandle<()>) {
     use axum::extract::{Query, State};
     use axum::http::HeaderMap;
@@ -1328,13 +1329,22 @@ async fn webhook(reserved: tokio::net::TcpSocket) -> (Taken, tokio::task::JoinHa
                   headers: HeaderMap,
                   body: String| async move {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        taken.lock().unwrap().push(json!({
+        let mut taken = taken.lock().unwrap();
+        let before =
+            taken.iter().filter(|t| t["task"].as_str() == query.get("task").map(String::as_str)).count();
+        taken.push(json!({
             "task": query.get("task"),
             "token": header("x-a2a-notification-token"),
             "authorization": header("authorization"),
+            "notification": header("silpgate-notification-id"),
             "body": serde_json::from_str::<Value>(&body).unwrap_or(Value::String(body)),
         }));
-        let answer = query.get("answer").and_then(|a| a.parse().ok()).unwrap_or(200);
+        let scripted = query.get("answers").map(|list| {
+            let answers: Vec<&str> = list.split(',').collect();
+            answers[before.min(answers.len() - 1)].to_owned()
+        });
+        let answer =
+            scripted.or_else(|| query.get("answer").cloned()).and_then(|a| a.parse().ok()).unwrap_or(200);
         axum::http::StatusCode::from_u16(answer).unwrap()
     };
     let app = axum::Router::new().route("/hook", axum::routing::post(record)).with_state(taken.clone());
@@ -1600,6 +1610,97 @@ async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_d
         assert_eq!(notification["task"], refused_task.as_str(), "{notification}");
     }
     assert_eq!(of("refused").len(), 2, "a refusal is not retried: {:?}", of("refused"));
+    let _ = channel.queue_delete(push_queue.as_str().into(), Default::default()).await;
+    let _ = connection.close(200, "done".into()).await;
+}
+
+/// The push courier's answers to a webhook, black-box: one that fails in ways that may pass
+/// (503, 429, 408) is sent the same notification again, with the same
+/// `Silpgate-Notification-Id`, until it takes it, and the next follows; a redirect is a
+/// refusal, never followed (POSTed once, dead-lettered); one that never takes a notification
+/// has it given up `a2a.push_give_up_secs` after its change, and dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_push_courier_retries_what_may_pass_refuses_redirects_and_gives_up_in_time() {
+    let agent = PythonServer::start("a2a_agent.py");
+    let names = Names::new("a2a-push-answers");
+    let dir = broker::temp_dir("a2a-push-answers");
+    let (hook_socket, hook_port) = reserved_port();
+    let push_queue = format!("{}.push", names.inbound());
+    let push = format!(
+        "[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{push_queue}\"\n\
+         push_retry_initial_ms = 50\npush_retry_max_ms = 200\npush_give_up_secs = 2\n"
+    );
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
+    let rest = format!("{push}{}{route}", a2a_agent(agent.port));
+    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (taken, _server) = webhook(hook_socket).await;
+    let hook = format!("http://127.0.0.1:{hook_port}/hook");
+    // A task for each webhook, each to be sent its two changes (the answer, the completion).
+    let webhooks = [("flaky", "answers=503,429,408,200"), ("moved", "answer=302"), ("down", "answer=500")];
+    for (which, answers) in webhooks {
+        let send = json!({"message": {"messageId": format!("m-{which}"), "role": "ROLE_USER",
+            "contextId": format!("push-{which}"), "parts": [{"text": "slow job"}]},
+            "configuration": {"returnImmediately": true}});
+        let (status, task) =
+            post_with(&daemon.http, "/a2a/message:send", send.to_string().as_bytes(), "").await;
+        assert_eq!(status, 200, "{task}");
+        let id = task["task"]["id"].as_str().unwrap().to_owned();
+        let config = json!({"id": which, "url": format!("{hook}?task={which}&{answers}")}).to_string();
+        let configs = format!("/a2a/tasks/{id}/pushNotificationConfigs");
+        let (status, created) = post_with(&daemon.http, &configs, config.as_bytes(), "").await;
+        assert_eq!(status, 200, "{created}");
+    }
+    let of = |which: &str| -> Vec<Value> {
+        taken.lock().unwrap().iter().filter(|t| t["task"] == which).cloned().collect()
+    };
+    let (connection, channel) = broker::channel().await;
+    // Four notifications are dead-lettered (moved's two, down's two); a message that is not
+    // NLIP, dead-lettered by the intake once they are, marks the end.
+    let dead = broker::collect(&channel, &names.dead(), gateway::LONG, |got| got.len() >= 4).await;
+    let marker = lapin::BasicProperties::default().with_message_id("end-marker".into());
+    broker::publish_all(
+        &channel,
+        &names.inbound_exchange(),
+        vec![(names.inbound(), b"not json".to_vec(), marker)],
+    )
+    .await;
+    let later =
+        broker::collect_until_end(&channel, &names.dead(), gateway::LONG, |r| r.message_id == "end-marker")
+            .await;
+    assert_eq!(later.len(), 1, "nothing dead-lettered but the four: {later:?}");
+    let dead_for = |which: &str| {
+        dead.iter()
+            .filter(|d| {
+                serde_json::from_slice::<Value>(&d.body).unwrap()["url"]
+                    .as_str()
+                    .is_some_and(|u| u.contains(&format!("task={which}")))
+            })
+            .count()
+    };
+    let counts: Vec<usize> = ["flaky", "moved", "down"].iter().map(|w| dead_for(w)).collect();
+    assert_eq!(counts, [0, 2, 2], "dead letters by webhook: {dead:?}");
+
+    // moved: each notification POSTed once, its redirect never followed.
+    assert_eq!(of("moved").len(), 2, "{:?}", of("moved"));
+    // down: retried until given up, 2 s after each change.
+    let down = of("down");
+    assert!(down.len() >= 4, "down was tried again before it was given up: {down:?}");
+    // flaky: the first notification four times under one id, then the second once.
+    let deadline = Instant::now() + gateway::LONG;
+    while of("flaky").len() < 5 {
+        assert!(Instant::now() < deadline, "flaky: {:?}", of("flaky"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let flaky: Vec<String> =
+        of("flaky").iter().map(|t| t["notification"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(!flaky[0].is_empty(), "each POST carries Silpgate-Notification-Id: {flaky:?}");
+    assert!(
+        flaky[..4].iter().all(|id| *id == flaky[0]),
+        "one notification, sent again under its id: {flaky:?}"
+    );
+    assert_ne!(flaky[4], flaky[0], "then the next notification: {flaky:?}");
+    assert_eq!(flaky.len(), 5, "nothing sent twice once taken: {flaky:?}");
     let _ = channel.queue_delete(push_queue.as_str().into(), Default::default()).await;
     let _ = connection.close(200, "done".into()).await;
 }

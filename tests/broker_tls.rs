@@ -21,6 +21,11 @@ fn broker_ca() -> String {
     ca
 }
 
+/// The broker's TLS listener, in this binary's virtual host.
+fn tls_url() -> String {
+    format!("amqps://guest:guest@localhost:5671/{}", broker::vhost())
+}
+
 /// `names`' configuration on `url`, with `extra` in its `[amqp]` section.
 fn config_on(names: &Names, dir: &std::path::Path, url: &str, extra: &str) -> String {
     let config = names.config(&dir.join("store"), extra, true);
@@ -65,8 +70,8 @@ fn amqps_to_rabbitmq_relays_when_the_broker_is_verified_against_ca_file() {
     let ca = broker_ca();
     let names = Names::new("tls-verified");
     let dir = broker::temp_dir("tls-verified");
-    let url = "amqps://guest:guest@localhost:5671/%2f";
-    let daemon = Daemon::start(&config_on(&names, &dir, url, &format!("ca_file = \"{ca}\"")), &dir);
+    let url = tls_url();
+    let daemon = Daemon::start(&config_on(&names, &dir, &url, &format!("ca_file = \"{ca}\"")), &dir);
     daemon.wait_ready(Duration::from_secs(30));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -91,7 +96,7 @@ fn amqps_to_a_broker_whose_certificate_does_not_verify_never_connects() {
     let names = Names::new("tls-unverified");
     let dir = broker::temp_dir("tls-unverified");
     // The system's roots do not know the test CA.
-    let daemon = Daemon::start(&config_on(&names, &dir, "amqps://guest:guest@localhost:5671/%2f", ""), &dir);
+    let daemon = Daemon::start(&config_on(&names, &dir, &tls_url(), ""), &dir);
     daemon.wait_logged("Cannot connect to a broker node", 1, Duration::from_secs(30));
     assert_ne!(daemon.readyz(), 200, "not ready on a broker it could not verify");
     let log = daemon.log_text();
@@ -104,12 +109,7 @@ fn a_missing_ca_file_stops_the_start_saying_which() {
     let names = Names::new("tls-no-ca");
     let dir = broker::temp_dir("tls-no-ca");
     let missing = dir.join("no-such-ca.pem");
-    let config = config_on(
-        &names,
-        &dir,
-        "amqps://guest:guest@localhost:5671/%2f",
-        &format!("ca_file = \"{}\"", missing.display()),
-    );
+    let config = config_on(&names, &dir, &tls_url(), &format!("ca_file = \"{}\"", missing.display()));
     let path = dir.join("silpgate.toml");
     std::fs::write(&path, config).unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"));

@@ -57,11 +57,11 @@ fn logged(daemon: &Daemon, text: &str) -> usize {
     daemon.log_text().matches(text).count()
 }
 
-/// An owner killed with SIGKILL: its standby serves the partitions at once, and does not hand
-/// them back to the dead member while that member's heartbeats have not yet expired (they
-/// last 5 s): the broker says at once that its connection is gone.
+/// An owner killed with SIGKILL: its standby serves the partitions once the broker says the
+/// owner's connection is gone, and does not hand them back to the dead member while that
+/// member's heartbeats have not yet expired (they last 5 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_owner_is_taken_over_within_a_second_and_handed_nothing_back() {
+async fn a_killed_owner_is_taken_over_on_the_brokers_word_and_handed_nothing_back() {
     let _serial = SERIAL.lock().await;
     within_limit("killed owner", async {
         let mut cluster = Instances::new("fault-kill");
@@ -101,8 +101,10 @@ async fn a_killed_owner_is_taken_over_within_a_second_and_handed_nothing_back() 
         assert_eq!(handed_back, 0, "b handed partitions back to the dead a:\n{}", b.log_text());
         assert!(logged(b, "A cluster member's connection is gone") >= 1, "b heard from the broker that a is gone");
         eprintln!("the last message published after the kill arrived {latest:?} after it (published within {published:?})");
-        // 1 s is the aim (0.9 s measured on two loaded cores); the bound leaves room for a slow CI.
-        assert!(latest < Duration::from_millis(1500) + published, "served soon after the kill: {latest:?}");
+        // That b took over on the broker's word, not at the heartbeats' expiry, is the log line
+        // above; how soon is benches/cluster.rs's to measure (about 1 s, docs/cluster.md). The
+        // bound is ten times that, only so that a stall fails here rather than at the test's limit.
+        assert!(latest < Duration::from_secs(10) + published, "served after the kill: {latest:?}");
         let status = cluster.status("b");
         assert_eq!(status["members"], serde_json::json!(["b"]), "{status}");
         assert_eq!(status["owned"].as_array().map(Vec::len), Some(usize::from(PARTITIONS)), "{status}");
@@ -654,6 +656,16 @@ async fn ready_means_the_members_are_known_and_the_status_shows_every_owner() {
             let status: serde_json::Value = serde_json::from_str(&status).unwrap();
             assert_eq!(owners(&status), expected, "{status}");
         }
+        // The broker's and the members' alert metrics of docs/operations.md say the same, with
+        // their labels.
+        for member in [&a, &b] {
+            assert_eq!(metric(member, "silpgate_cluster_members"), 2.0);
+            assert_eq!(metric(member, "silpgate_broker_connected"), 1.0);
+            assert_eq!(metric(member, "silpgate_broker_holding"), 0.0);
+            assert_eq!(metric(member, "silpgate_broker_node{node=\"127.0.0.1:5672\"}"), 1.0);
+        }
+        assert!(metric(&a, "silpgate_broker_connection_losses_total") >= 1.0, "a lost its broker once");
+        assert_eq!(metric(&b, "silpgate_broker_connection_losses_total"), 0.0);
 
         // b leaves: once it has taken the SIGTERM its listener takes no new connection, so its
         // probe fails and never says ready again.
@@ -669,6 +681,16 @@ async fn ready_means_the_members_are_known_and_the_status_shows_every_owner() {
         assert!(status.success());
     })
     .await;
+}
+
+/// The value `daemon`'s `/metrics` gives the series `series` (a name, or a name with its
+/// labels as Prometheus writes them); 0 when it is not there.
+fn metric(daemon: &Daemon, series: &str) -> f64 {
+    let (_, text) = daemon.get("/metrics");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .next()
+        .unwrap_or(0.0)
 }
 
 /// The partitions' owners a `/cluster` status names, in partition order.

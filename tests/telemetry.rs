@@ -44,6 +44,10 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
                 .with_message_id(format!("m-{i}").into())
                 .with_content_type("application/json".into())
                 .with_delivery_mode(2);
+            // Every other one names its sender, which the broker checks.
+            if i % 2 == 0 {
+                properties = properties.with_user_id("guest".into());
+            }
             if let Some((trace, span)) = upstream.get(i) {
                 let mut headers = FieldTable::default();
                 let traceparent = format!("00-{trace}-{span}-01");
@@ -126,6 +130,8 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
         assert_eq!(process["attributes"]["silpgate.route"], "to-sink");
         assert_eq!(process["attributes"]["silp.intent"], "!CANCEL");
         assert_eq!(process["kind"], 5, "a consumer span");
+        let sender = if i % 2 == 0 { Value::from("amqp:guest") } else { Value::Null };
+        assert_eq!(process["attributes"]["enduser.id"], sender, "{id}: the principal on its span");
         traces.insert(process["trace_id"].as_str().unwrap().to_owned());
         match upstream.get(i) {
             Some((trace, span)) => {

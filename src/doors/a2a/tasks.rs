@@ -715,6 +715,21 @@ mod tests {
     }
 
     #[test]
+    fn a_task_is_forgotten_once_its_ttl_has_passed_since_it_last_changed_and_makes_room() {
+        let tasks =
+            TaskBook::load(None, &A2aConfig { max_tasks: 1, task_ttl_secs: 0, ..A2aConfig::default() }, None)
+                .unwrap();
+        let first = tasks.open("alice", &message("c1"), None, None).unwrap();
+        let id = first["id"].as_str().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(tasks.get("alice", id, None).unwrap_err().jsonrpc_code(), -32001, "expired");
+        assert_eq!(tasks.list("alice", None, 50, "").unwrap()["totalSize"], 0, "not listed once expired");
+        // Still working, but expired: it no longer holds the one place there is.
+        let second = tasks.open("alice", &message("c1"), None, None);
+        assert!(second.is_ok(), "{second:?}");
+    }
+
+    #[test]
     fn pages_of_tasks_follow_one_another_to_the_last_whatever_changes_meanwhile() {
         let tasks = book(100);
         let ids: Vec<String> = (0..7)
