@@ -58,7 +58,8 @@ pub(crate) fn delivery_span(
         server.address = broker.host.as_str(),
         server.port = broker.port,
         silpgate.transport = "amqp",
-        silpgate.source = queue
+        silpgate.source = queue,
+        enduser.id = ::tracing::field::Empty
     );
     telemetry::adopt(&span, telemetry::extract(delivery.properties.headers().as_ref()));
     span
@@ -569,6 +570,9 @@ impl Pipeline {
                 self.broker_principal(sender)
             },
         };
+        if let Some(principal) = &origin.principal {
+            job.span.record("enduser.id", principal.subject.as_str());
+        }
         // The agent's answer goes to the sender's reply addresses, written for the sender.
         let answers = (!envelope.replies.is_empty()).then(|| {
             Arc::new(ReplyAddresses {
