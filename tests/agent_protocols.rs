@@ -1504,19 +1504,8 @@ async fn a2a_push_notifications_reach_a_webhook_that_was_down_across_a_restart_e
 /// refuses a notification for good (HTTP 400) has it dead-lettered, once, not retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_dead_lettered() {
-    let agent = PythonServer::start("a2a_agent.py");
-    let names = Names::new("a2a-push-old");
-    let dir = broker::temp_dir("a2a-push-old");
-    let (hook_socket, hook_port) = reserved_port();
-    let push_queue = format!("{}.push", names.inbound());
-    let push =
-        format!("[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{push_queue}\"\n");
-    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
-    let rest = format!("{push}{}{route}", a2a_agent(agent.port));
-    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
-    let daemon = gateway::start(&config, &dir, true).await;
-    let (taken, _server) = webhook(hook_socket).await;
-    let hook = format!("http://127.0.0.1:{hook_port}/hook");
+    let PushRig { _agent, names, daemon, taken, _server, hook, push_queue } =
+        push_rig("a2a-push-old", "").await;
     let rpc = |method: &str, params: Value| {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
     };
@@ -1592,18 +1581,7 @@ async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_d
     let (connection, channel) = broker::channel().await;
     // Its two changes (the answer, the completion): each POSTed once, each dead-lettered.
     let dead = broker::collect(&channel, &names.dead(), gateway::LONG, |got| got.len() >= 2).await;
-    // A message that is not NLIP, dead-lettered by the intake, marks the end of the dead
-    // letters: a third one left by the courier before it would be seen.
-    let marker = lapin::BasicProperties::default().with_message_id("end-marker".into());
-    broker::publish_all(
-        &channel,
-        &names.inbound_exchange(),
-        vec![(names.inbound(), b"not json".to_vec(), marker)],
-    )
-    .await;
-    let later =
-        broker::collect_until_end(&channel, &names.dead(), gateway::LONG, |r| r.message_id == "end-marker")
-            .await;
+    let later = dead_letters_to_the_end(&channel, &names).await;
     assert_eq!((dead.len(), later.len()), (2, 1), "both notifications dead-lettered, once: {later:?}");
     for letter in &dead {
         let notification: Value = serde_json::from_slice(&letter.body).unwrap();
@@ -1621,21 +1599,9 @@ async fn a2a_push_configs_over_0_3_and_http_json_and_a_refused_notification_is_d
 /// has it given up `a2a.push_give_up_secs` after its change, and dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_push_courier_retries_what_may_pass_refuses_redirects_and_gives_up_in_time() {
-    let agent = PythonServer::start("a2a_agent.py");
-    let names = Names::new("a2a-push-answers");
-    let dir = broker::temp_dir("a2a-push-answers");
-    let (hook_socket, hook_port) = reserved_port();
-    let push_queue = format!("{}.push", names.inbound());
-    let push = format!(
-        "[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{push_queue}\"\n\
-         push_retry_initial_ms = 50\npush_retry_max_ms = 200\npush_give_up_secs = 2\n"
-    );
-    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
-    let rest = format!("{push}{}{route}", a2a_agent(agent.port));
-    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
-    let daemon = gateway::start(&config, &dir, true).await;
-    let (taken, _server) = webhook(hook_socket).await;
-    let hook = format!("http://127.0.0.1:{hook_port}/hook");
+    let retries = "push_retry_initial_ms = 50\npush_retry_max_ms = 200\npush_give_up_secs = 2\n";
+    let PushRig { _agent, names, daemon, taken, _server, hook, push_queue } =
+        push_rig("a2a-push-answers", retries).await;
     // A task for each webhook, each to be sent its two changes (the answer, the completion).
     let webhooks = [("flaky", "answers=503,429,408,200"), ("moved", "answer=302"), ("down", "answer=500")];
     for (which, answers) in webhooks {
@@ -1655,19 +1621,9 @@ async fn the_push_courier_retries_what_may_pass_refuses_redirects_and_gives_up_i
         taken.lock().unwrap().iter().filter(|t| t["task"] == which).cloned().collect()
     };
     let (connection, channel) = broker::channel().await;
-    // Four notifications are dead-lettered (moved's two, down's two); a message that is not
-    // NLIP, dead-lettered by the intake once they are, marks the end.
+    // Four notifications are dead-lettered (moved's two, down's two).
     let dead = broker::collect(&channel, &names.dead(), gateway::LONG, |got| got.len() >= 4).await;
-    let marker = lapin::BasicProperties::default().with_message_id("end-marker".into());
-    broker::publish_all(
-        &channel,
-        &names.inbound_exchange(),
-        vec![(names.inbound(), b"not json".to_vec(), marker)],
-    )
-    .await;
-    let later =
-        broker::collect_until_end(&channel, &names.dead(), gateway::LONG, |r| r.message_id == "end-marker")
-            .await;
+    let later = dead_letters_to_the_end(&channel, &names).await;
     assert_eq!(later.len(), 1, "nothing dead-lettered but the four: {later:?}");
     let dead_for = |which: &str| {
         dead.iter()
@@ -1703,6 +1659,51 @@ async fn the_push_courier_retries_what_may_pass_refuses_redirects_and_gives_up_i
     assert_eq!(flaky.len(), 5, "nothing sent twice once taken: {flaky:?}");
     let _ = channel.queue_delete(push_queue.as_str().into(), Default::default()).await;
     let _ = connection.close(200, "done".into()).await;
+}
+
+/// A silpgate in front of the A2A agent `a2a_agent.py`, its A2A door pushing through
+/// `push_queue` to webhooks at `hook` (listening, recording what it takes), with `a2a` more
+/// settings of its `[a2a]` section.
+struct PushRig {
+    _agent: PythonServer,
+    names: Names,
+    daemon: Daemon,
+    taken: Taken,
+    _server: tokio::task::JoinHandle<()>,
+    hook: String,
+    push_queue: String,
+}
+
+async fn push_rig(test: &str, a2a: &str) -> PushRig {
+    let agent = PythonServer::start("a2a_agent.py");
+    let names = Names::new(test);
+    let dir = broker::temp_dir(test);
+    let (hook_socket, hook_port) = reserved_port();
+    let push_queue = format!("{}.push", names.inbound());
+    let push = format!(
+        "[a2a]\npush_origins = [\"http://127.0.0.1:{hook_port}\"]\npush_queue = \"{push_queue}\"\n{a2a}"
+    );
+    let route = "[[routes]]\nname = \"to-agent\"\ndestination = \"agent\"\nmode = \"encode\"\n[routes.match]\nsource = \"a2a\"\n";
+    let rest = format!("{push}{}{route}", a2a_agent(agent.port));
+    let config = gateway::config(&names, &dir.join("store"), true, 30_000, &rest);
+    let daemon = gateway::start(&config, &dir, true).await;
+    let (taken, server) = webhook(hook_socket).await;
+    let hook = format!("http://127.0.0.1:{hook_port}/hook");
+    PushRig { _agent: agent, names, daemon, taken, _server: server, hook, push_queue }
+}
+
+/// The dead letters that come from now on, up to an end marker: a message that is not NLIP,
+/// published to the inbound queue and dead-lettered by the intake. A dead letter the courier
+/// leaves before it is seen; the marker is the last of those returned.
+async fn dead_letters_to_the_end(channel: &lapin::Channel, names: &Names) -> Vec<broker::Received> {
+    let marker = lapin::BasicProperties::default().with_message_id("end-marker".into());
+    broker::publish_all(
+        channel,
+        &names.inbound_exchange(),
+        vec![(names.inbound(), b"not json".to_vec(), marker)],
+    )
+    .await;
+    broker::collect_until_end(channel, &names.dead(), gateway::LONG, |r| r.message_id == "end-marker").await
 }
 
 /// A GET with `headers`: the status and the body as JSON.

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
-use support::broker::{self, BROKER, Daemon, Names, Received};
+use support::broker::{self, Daemon, Names, Received};
 use support::broker_cluster::{self, BrokerCluster, leader_of, move_leader, publish_paced, url, wait_count};
 use support::cluster::{
     Instances, PARTITIONS, a_fresh_instance_takes_over_after_the_kills, publish_in_chunks,
@@ -33,7 +33,7 @@ fn config(names: &Names, store: &Path, nodes: &[u8]) -> String {
     let urls: Vec<String> = nodes.iter().map(|&n| format!("\"{}\"", url(n))).collect();
     names
         .config(store, "prefetch = 128\nworkers = 16\n", true)
-        .replace(&format!("url = \"{BROKER}\"\n"), &format!("urls = [{}]\n", urls.join(", ")))
+        .replace(&format!("url = \"{}\"\n", broker::url()), &format!("urls = [{}]\n", urls.join(", ")))
 }
 
 fn messages(names: &Names, count: usize) -> Vec<(String, Vec<u8>, BasicProperties)> {
@@ -298,7 +298,10 @@ async fn cluster_mode_on_three_brokers_loses_nothing_when_instances_and_a_broker
         let mut cluster = Instances::new("bc-cluster");
         let every_node = |config: String| {
             let urls: Vec<String> = [1, 2, 3].iter().map(|&n| format!("\"{}\"", url(n))).collect();
-            config.replace(&format!("url = \"{BROKER}\"\n"), &format!("urls = [{}]\n", urls.join(", ")))
+            config.replace(
+                &format!("url = \"{}\"\n", broker::url()),
+                &format!("urls = [{}]\n", urls.join(", ")),
+            )
         };
         for name in ["a", "b", "c"] {
             cluster.start_with(name, every_node);

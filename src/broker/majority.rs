@@ -15,8 +15,7 @@
 //! queue that loses its majority alone shows as publish timeouts, retried like any other.
 
 use super::health::BrokerHealth;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Connection};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,14 +47,10 @@ pub(crate) async fn watch(
     health: Arc<BrokerHealth>,
 ) -> lapin::Result<tokio::task::JoinHandle<()>> {
     let channel = connection.create_channel().await?;
-    let mut arguments = FieldTable::default();
-    arguments.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-    arguments.insert("x-max-length".into(), AMQPValue::LongInt(1));
-    if let Some(size) = group_size {
-        arguments.insert("x-quorum-initial-group-size".into(), AMQPValue::LongLongInt(size.into()));
-    }
-    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-    channel.queue_declare(probe_queue.as_str().into(), durable, arguments).await?;
+    super::topology::Queue::quorum(&probe_queue, group_size)
+        .with("x-max-length", super::topology::Argument::Int(1))
+        .declare(&channel)
+        .await?;
     channel.confirm_select(ConfirmSelectOptions::default()).await?;
     Ok(tokio::spawn(async move {
         let named = name_queues(&queues);

@@ -77,11 +77,39 @@ fn text(s: &str) -> Argument {
 }
 
 fn quorum(name: &str, amqp: &AmqpConfig) -> Queue {
-    let mut arguments = Arguments::from([("x-queue-type", text("quorum"))]);
-    if let Some(size) = amqp.quorum_initial_group_size {
-        arguments.insert("x-quorum-initial-group-size", Argument::Int(size.into()));
+    Queue::quorum(name, amqp.quorum_initial_group_size)
+}
+
+impl Queue {
+    /// A quorum queue, over `initial_group_size` nodes when it is set (else all of them).
+    pub(crate) fn quorum(name: &str, initial_group_size: Option<u32>) -> Queue {
+        let mut arguments = Arguments::from([("x-queue-type", text("quorum"))]);
+        if let Some(size) = initial_group_size {
+            arguments.insert("x-quorum-initial-group-size", Argument::Int(size.into()));
+        }
+        Queue { name: name.to_owned(), arguments }
     }
-    Queue { name: name.to_owned(), arguments }
+
+    /// A classic queue: it lives on one node.
+    pub(crate) fn classic(name: &str) -> Queue {
+        Queue { name: name.to_owned(), arguments: Arguments::from([("x-queue-type", text("classic"))]) }
+    }
+
+    /// This queue with one more argument.
+    pub(crate) fn with(mut self, name: &'static str, value: Argument) -> Queue {
+        self.arguments.insert(name, value);
+        self
+    }
+
+    /// Declares this queue alone, durable, with its arguments as `declare` sends them for the
+    /// whole topology.
+    ///
+    /// # Errors
+    /// The broker's refusal, e.g. the queue exists with other arguments.
+    pub(crate) async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+        channel.queue_declare(self.name.as_str().into(), options, table(&self.arguments)).await.map(drop)
+    }
 }
 
 /// The A2A door's push queue: a quorum queue with a single active consumer (one lane order
@@ -213,8 +241,7 @@ impl Topology {
             channel.exchange_declare(x.name.as_str().into(), kind, durable, table(&x.arguments)).await?;
         }
         for queue in &self.queues {
-            let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-            channel.queue_declare(queue.name.as_str().into(), options, table(&queue.arguments)).await?;
+            queue.declare(channel).await?;
         }
         for (queue, exchange, routing_key) in &self.bindings {
             channel

@@ -111,15 +111,6 @@ pub enum ReplyQueueType {
     Classic,
 }
 
-impl ReplyQueueType {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ReplyQueueType::Quorum => "quorum",
-            ReplyQueueType::Classic => "classic",
-        }
-    }
-}
-
 impl Default for AmqpConfig {
     fn default() -> Self {
         AmqpConfig {

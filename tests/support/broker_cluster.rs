@@ -18,7 +18,11 @@ use std::time::{Duration, Instant};
 
 /// The nodes' AMQP addresses, by node number (1 is the local broker).
 pub fn url(node: u8) -> String {
-    format!("amqp://guest:guest@127.0.0.1:{}/%2f", 5671 + u16::from(node))
+    format!(
+        "amqp://guest:guest@127.0.0.1:{}/{}",
+        5671 + u16::from(node),
+        super::broker::url_path(super::broker::vhost())
+    )
 }
 
 /// The node number that listens on `port`.

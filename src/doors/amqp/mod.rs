@@ -38,10 +38,8 @@ use crate::intake::Intake;
 use crate::util::backoff::Backoff;
 use crate::util::shutdown::Shutdown;
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
-};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
+use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
 use std::sync::Arc;
 use std::time::Duration;
@@ -293,16 +291,13 @@ impl Amqp {
         // This instance's own reply queue is no part of the shared topology. A quorum queue by
         // default: a classic queue lives on one node, and while that node is down it can be
         // neither declared nor consumed, which would keep this instance off every other node.
-        let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-        let mut arguments = FieldTable::default();
-        let kind = self.amqp.reply_queue_type.as_str();
-        arguments.insert("x-queue-type".into(), AMQPValue::LongString(kind.into()));
-        if let (ReplyQueueType::Quorum, Some(size)) =
-            (self.amqp.reply_queue_type, self.amqp.quorum_initial_group_size)
-        {
-            arguments.insert("x-quorum-initial-group-size".into(), AMQPValue::LongLongInt(size.into()));
-        }
-        declare.queue_declare(self.reply_queue().as_str().into(), options, arguments).await?;
+        let reply_queue = match self.amqp.reply_queue_type {
+            ReplyQueueType::Quorum => {
+                topology::Queue::quorum(&self.reply_queue(), self.amqp.quorum_initial_group_size)
+            }
+            ReplyQueueType::Classic => topology::Queue::classic(&self.reply_queue()),
+        };
+        reply_queue.declare(&declare).await?;
         let _ = declare.close(200, "declared".into()).await;
         let consume = connection.create_channel().await?;
         consume.basic_qos(self.amqp.prefetch, BasicQosOptions { global: false }).await?;
