@@ -459,6 +459,21 @@ async fn agent_seen(port: u16) -> Value {
     serde_json::from_slice(&raw[split + 4..]).unwrap()
 }
 
+/// Waits until kept task `id` holds its agent's first report: silpgate has then read the
+/// agent's stream and knows the agent's own task, which there is nothing to cancel of before.
+async fn first_report(daemon: &Daemon, id: &str) {
+    let deadline = Instant::now() + gateway::LONG;
+    let get = json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": id}}).to_string();
+    loop {
+        let (_, task) = post_with(&daemon.http, "/a2a", get.as_bytes(), "").await;
+        if task["result"]["status"]["message"]["parts"][0]["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no report from the agent: {task}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A task canceled at the door while an A2A agent works on it is canceled at the agent too:
 /// the agent is sent `CancelTask`, and the door's task stays canceled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,11 +491,8 @@ async fn a_task_canceled_at_the_door_is_canceled_at_the_agent() {
     let (_, sent) = post_with(&daemon.http, "/a2a", send.as_bytes(), "").await;
     let id = sent["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("a task: {sent}")).to_owned();
     // The agent has begun (its first report comes after half a second).
+    first_report(&daemon, &id).await;
     let deadline = Instant::now() + gateway::LONG;
-    while !agent_seen(agent.port).await.to_string().contains("SendStreamingMessage") {
-        assert!(Instant::now() < deadline, "the agent was never reached");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let (_, canceled) =
         post_with(&daemon.http, "/a2a", rpc("CancelTask", json!({"id": id})).as_bytes(), "").await;
     assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
@@ -507,11 +519,7 @@ async fn a_task_cut_short_by_a_stop_is_canceled_at_the_agent() {
         "configuration": {"returnImmediately": true}}});
     let (_, sent) = post_with(&daemon.http, "/a2a", send.to_string().as_bytes(), "").await;
     let id = sent["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("a task: {sent}")).to_owned();
-    let deadline = Instant::now() + gateway::LONG;
-    while !agent_seen(agent.port).await.to_string().contains("SendStreamingMessage") {
-        assert!(Instant::now() < deadline, "the agent was never reached");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_report(&daemon, &id).await;
     let (stopped, _) = daemon.terminate(Duration::from_secs(40));
     assert!(stopped.success());
     // Told before the exit: no wait here.
