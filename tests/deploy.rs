@@ -198,7 +198,10 @@ fn config_definitions_lists_what_silpgate_declares_in_its_virtual_host() {
     let file = dir.join("silpgate.toml");
     let definitions = |text: &str| {
         std::fs::write(&file, text).unwrap();
-        std::process::Command::new(env!("CARGO_BIN_EXE_silpgate"))
+        // Bounded: `timeout` stops a hung command, and the status check fails (124).
+        std::process::Command::new("timeout")
+            .arg("60")
+            .arg(env!("CARGO_BIN_EXE_silpgate"))
             .args(["config", "definitions"])
             .arg(&file)
             .output()

@@ -36,8 +36,10 @@ pub fn vhost() -> &'static str {
             return "/".to_owned();
         }
         let vhost = format!("silpgate-test-{target}");
-        let made =
-            Command::new("rabbitmqctl").args(["add_vhost", &vhost]).output().expect("rabbitmqctl runs");
+        let made = Command::new("timeout")
+            .args([RABBITMQCTL_LIMIT, "rabbitmqctl", "add_vhost", &vhost])
+            .output()
+            .expect("rabbitmqctl runs");
         let said = String::from_utf8_lossy(&made.stderr);
         assert!(
             made.status.success() || said.contains("already exists"),
@@ -396,8 +398,16 @@ pub fn rabbitmqctl(args: &[&str]) -> String {
     run_rabbitmqctl(&scoped)
 }
 
+/// Seconds a `rabbitmqctl` call may take before `timeout` stops it and the test fails with its
+/// exit status (124).
+const RABBITMQCTL_LIMIT: &str = "60";
+
 fn run_rabbitmqctl(args: &[&str]) -> String {
-    let out = Command::new("rabbitmqctl").args(args).output().expect("rabbitmqctl runs");
+    let out = Command::new("timeout")
+        .args([RABBITMQCTL_LIMIT, "rabbitmqctl"])
+        .args(args)
+        .output()
+        .expect("rabbitmqctl runs");
     assert!(out.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
