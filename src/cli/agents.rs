@@ -24,9 +24,9 @@ use crate::nlip::{self, Encoding, Message};
 use crate::websocket::{Dialer, frame_of, message_of};
 use clap::Subcommand;
 use futures_util::{SinkExt, StreamExt};
+use lapin::ExchangeKind;
 use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{ConnectionProperties, ExchangeKind};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -134,22 +134,9 @@ async fn check_amqp(config: &Config, name: &str, agent: &AmqpReach) -> Result<St
     let amqp = config.amqp.as_ref().ok_or("it is reached over AMQP and no [amqp] section is configured")?;
     let addresses = crate::broker::addresses::Addresses::of(amqp)?;
     // Any node of the list will do: the first that answers is asked.
-    let mut failures = Vec::new();
-    let mut reached = None;
-    for (_, address) in addresses.round() {
-        let connecting = address.connect(ConnectionProperties::default());
-        match tokio::time::timeout(timeout, connecting).await {
-            Ok(Ok(connection)) => {
-                reached = Some(connection);
-                break;
-            }
-            Ok(Err(e)) => failures.push(format!("broker {}: {e}", address.node)),
-            Err(_) => {
-                failures.push(format!("broker {}: no answer within {} ms", address.node, timeout.as_millis()))
-            }
-        }
-    }
-    let connection = reached.ok_or_else(|| failures.join("; "))?;
+    let connection = crate::broker::supervise::connect_any(&addresses, timeout)
+        .await
+        .map_err(|e| format!("broker: {e}"))?;
     let channel = connection.create_channel().await.map_err(|e| format!("broker: {e}"))?;
     let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
     let found = match &agent.queue {

@@ -21,6 +21,7 @@ use super::push::Notification;
 use super::tasks::TaskBook;
 use crate::broker::addresses::Addresses;
 use crate::broker::publish::{Publication, Publisher};
+use crate::broker::supervise::{Client, Ended, Reached, supervise};
 use crate::broker::topology::Topology;
 use crate::config::{A2aConfig, AmqpConfig};
 use crate::util::backoff::Backoff;
@@ -31,7 +32,7 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, ConfirmSelectOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,8 +48,8 @@ const PREFETCH: u16 = 1000;
 /// Notifications published at once, confirmed together.
 const BATCH: usize = 64;
 
-/// Why one connection's work ended.
-type Ended = String;
+/// Why one connection's work ended: it is always lost (the courier stops only on shutdown).
+type Lost = String;
 
 /// The courier, ready to run.
 pub(crate) struct Courier {
@@ -117,104 +118,70 @@ impl Courier {
         Ok(Courier { outgoing, delivery, amqp })
     }
 
-    /// Runs until `shutdown`, reconnecting to the broker whenever it goes away. What is
-    /// unfinished then stays in the records (not yet published) or in the queue (not yet
-    /// taken), for the next start.
-    pub(crate) async fn run(mut self, mut shutdown: Shutdown) {
-        let mut addresses = match Addresses::of(&self.amqp) {
+    /// Runs until `shutdown`, reconnecting to the broker whenever it goes away ([`supervise`]).
+    /// What is unfinished then stays in the records (not yet published) or in the queue (not
+    /// yet taken), for the next start.
+    pub(crate) async fn run(mut self, shutdown: Shutdown) {
+        let addresses = match Addresses::of(&self.amqp) {
             Ok(addresses) => addresses,
             Err(e) => return warn!(error = %e, "Push notifications cannot reach the broker."),
         };
-        let mut backoff = Backoff::new(
+        let backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
             Duration::from_millis(self.amqp.reconnect_max_ms),
         );
-        loop {
-            let connected = tokio::select! {
-                connected = connect(&mut addresses) => connected,
-                () = shutdown.stopped() => return,
-            };
-            let ended = match connected {
-                Ok(connection) => {
-                    backoff.reset();
-                    let ended = tokio::select! {
-                        ended = self.serve(&connection) => Some(ended),
-                        () = shutdown.stopped() => None,
-                    };
-                    let _ = connection.close(200, "silpgate's push courier is done".into()).await;
-                    ended
-                }
-                Err(e) => Some(e),
-            };
-            let Some(why) = ended else { return };
-            let delay = backoff.next_delay();
-            warn!(error = %why, retry_in_ms = delay.as_millis() as u64, "Push notifications: no broker; retrying.");
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = shutdown.stopped() => return,
-            }
-        }
-    }
-
-    /// Declares the queue, then publishes and delivers until the connection fails.
-    async fn serve(&mut self, connection: &Connection) -> Ended {
-        let setup = async {
-            let declare = connection.create_channel().await?;
-            // As the topology (and definitions.json) describes them.
-            Topology::push_courier(&self.outgoing.queue, &self.amqp).declare(&declare).await?;
-            let _ = declare.close(200, "declared".into()).await;
-            let publish = connection.create_channel().await?;
-            publish.confirm_select(ConfirmSelectOptions::default()).await?;
-            let consume = connection.create_channel().await?;
-            consume.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
-            let tag = format!("silpgate-{}-a2a-push", std::process::id());
-            let queue = self.outgoing.queue.as_str().into();
-            let consumer = consume.basic_consume(
-                queue,
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            );
-            Ok::<_, lapin::Error>((publish, consumer.await?))
-        };
-        let (publish, consumer) = match setup.await {
-            Ok(opened) => opened,
-            Err(e) => return format!("declaring or consuming {}: {e}", self.outgoing.queue),
-        };
-        info!(queue = %self.outgoing.queue, "Push notifications: connected to the broker.");
-        let publisher = Publisher::new(publish, self.outgoing.confirm_timeout);
-        tokio::select! {
-            ended = self.outgoing.publish(&publisher) => ended,
-            ended = deliver(self.delivery.clone(), consumer) => ended,
-        }
+        // The courier never ends fatally: its state is the queue and the task records.
+        let _ = supervise("push notifications", &mut self, addresses, backoff, shutdown).await;
     }
 }
 
-/// A connection to one of `addresses`, tried in turn.
-async fn connect(addresses: &mut Addresses) -> Result<Connection, String> {
-    let mut failures = Vec::new();
-    let mut reached = None;
-    for (index, address) in addresses.round() {
-        let connecting = address.connect(ConnectionProperties::default());
-        match tokio::time::timeout(Duration::from_secs(10), connecting).await {
-            Ok(Ok(connection)) => {
-                reached = Some((index, connection));
-                break;
-            }
-            Ok(Err(e)) => failures.push(format!("{}: {e}", address.node)),
-            Err(_) => failures.push(format!("{}: no connection within 10s", address.node)),
+impl Client for Courier {
+    type Opened = (Channel, lapin::Consumer);
+
+    /// Declares the queue and opens a confirm-mode channel and the queue's consumer.
+    async fn open(&mut self, connection: &Connection) -> lapin::Result<(Channel, lapin::Consumer)> {
+        let declare = connection.create_channel().await?;
+        // As the topology (and definitions.json) describes them.
+        Topology::push_courier(&self.outgoing.queue, &self.amqp).declare(&declare).await?;
+        let _ = declare.close(200, "declared".into()).await;
+        let publish = connection.create_channel().await?;
+        publish.confirm_select(ConfirmSelectOptions::default()).await?;
+        let consume = connection.create_channel().await?;
+        consume.basic_qos(PREFETCH, BasicQosOptions { global: false }).await?;
+        let tag = format!("silpgate-{}-a2a-push", std::process::id());
+        let queue = self.outgoing.queue.as_str().into();
+        let consumer = consume.basic_consume(
+            queue,
+            tag.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        );
+        Ok((publish, consumer.await?))
+    }
+
+    /// Publishes and delivers until the connection fails.
+    async fn serve(
+        &mut self,
+        _connection: &Connection,
+        (publish, consumer): (Channel, lapin::Consumer),
+        _reached: &Reached,
+        mut shutdown: Shutdown,
+    ) -> Ended {
+        info!(queue = %self.outgoing.queue, "Push notifications: connected to the broker.");
+        let publisher = Publisher::new(publish, self.outgoing.confirm_timeout);
+        tokio::select! {
+            lost = self.outgoing.publish(&publisher) => Ended::Lost(lost),
+            lost = deliver(self.delivery.clone(), consumer) => Ended::Lost(lost),
+            () = shutdown.stopped() => Ended::Shutdown,
         }
     }
-    let (index, connection) = reached.ok_or_else(|| failures.join("; "))?;
-    addresses.connected(index);
-    Ok(connection)
 }
 
 impl Outgoing {
     /// Publishes what the book writes, in its order, a batch at a time; each batch confirmed
     /// leaves the records. Returns when the channel fails, keeping the batch for the next
     /// connection.
-    async fn publish(&mut self, publisher: &Publisher) -> Ended {
+    async fn publish(&mut self, publisher: &Publisher) -> Lost {
         loop {
             if self.unconfirmed.is_empty() {
                 let Some(first) = self.written.recv().await else {
@@ -263,7 +230,7 @@ struct Lane {
 
 /// Sorts the queue's deliveries into lanes until the consumer ends. The lanes' tasks end
 /// with it: what they held goes back to the queue with the channel.
-async fn deliver(webhooks: Arc<Webhooks>, mut consumer: lapin::Consumer) -> Ended {
+async fn deliver(webhooks: Arc<Webhooks>, mut consumer: lapin::Consumer) -> Lost {
     let mut lanes: HashMap<String, Lane> = HashMap::new();
     let mut running = tokio::task::JoinSet::new();
     while let Some(delivery) = consumer.next().await {

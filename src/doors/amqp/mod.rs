@@ -23,10 +23,13 @@ pub(crate) mod marks;
 pub(crate) mod worker;
 
 use crate::broker::addresses::{Addresses, Node};
-use crate::broker::ending::{Ending, Endings};
+use crate::broker::ending::Endings;
 use crate::broker::health::BrokerHealth;
 use crate::broker::link::{BrokerLink, Link};
 use crate::broker::reply_rule::ReplyRule;
+// A stopping connection's cancels, closes and helpers wait at most BROKER_GOODBYE each: nothing
+// is acknowledged after the workers stop, and the broker requeues what is left.
+use crate::broker::supervise::{BROKER_GOODBYE, Client, Ended, Reached, goodbye, supervise};
 use crate::broker::{majority, properties, publish, topology};
 use crate::cluster::Cluster;
 use crate::cluster::connection::{ClusterSide, REBALANCE_TICK};
@@ -40,7 +43,7 @@ use crate::util::shutdown::Shutdown;
 use futures_util::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ConfirmSelectOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, ConnectionProperties};
+use lapin::{Channel, Connection};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -48,24 +51,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 use worker::{Job, Pipeline};
 
-/// How long a stopping connection waits for the broker's part of a goodbye (a cancel, a close)
-/// and for its own helpers to finish: nothing is acknowledged after the workers stop, and the
-/// broker requeues what is left when the connection goes, so a goodbye never needs to wait
-/// longer, and a broker that does not answer must not keep the process from exiting.
-const BROKER_GOODBYE: Duration = Duration::from_secs(5);
-
-/// How long one broker node may take to accept a connection before the next one is tried: a
-/// node that is down refuses at once, one that is unreachable would otherwise hold the
-/// connection attempt for the system's TCP timeout (minutes).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// How long the workers of a lost connection may take to finish: whatever they still do needs
 /// the dead connection, and they find that out within milliseconds unless they wait on it.
 const LOST_DRAIN: Duration = Duration::from_secs(1);
-
-/// A connection that lasted less than this before it was lost does not earn an immediate
-/// reconnection: a node that accepts and then drops every connection must not be hammered.
-const STEADY: Duration = Duration::from_secs(5);
 
 /// A request to declare the queues of the agents given (a reload adds agents): on a channel of
 /// its own, so that a refusal closes nothing in use; answered with the broker's refusal, if any.
@@ -99,39 +87,12 @@ pub(crate) struct Amqp {
     declares: tokio::sync::Mutex<Option<mpsc::Receiver<Declare>>>,
 }
 
-/// A connection made: the channels it serves through, and the node it reached.
-struct Connected {
-    connection: Connection,
-    consume: Channel,
-    publish: Channel,
-    node: Node,
-    /// The broker user it authenticated as.
-    user: String,
-}
-
 /// A task that lives as long as the connection it serves.
 struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// How one connection ended.
-enum Ended {
-    Shutdown,
-    Lost(String),
-    /// The store is damaged: stop, with why.
-    Fatal(String),
-}
-
-impl From<Ending> for Ended {
-    fn from(why: Ending) -> Self {
-        match why {
-            Ending::Broken(why) => Ended::Lost(why),
-            Ending::StoreDamaged(why) => Ended::Fatal(why),
-        }
     }
 }
 
@@ -185,102 +146,25 @@ impl Amqp {
     }
 
     /// Runs until `shutdown` turns true (then drains and returns `Ok`), reconnecting whenever
-    /// the broker goes away: at once to the next address after a working connection is lost,
-    /// with backoff once every address of a round has failed.
+    /// the broker goes away ([`supervise`]).
     ///
     /// # Errors
     /// [`AmqpError::StoreDamaged`] when a message hit a damaged store;
     /// [`AmqpError::BadAddress`] when a broker address (from the environment) is not a URI.
-    pub(crate) async fn run(self, mut shutdown: Shutdown) -> Result<(), AmqpError> {
-        let mut addresses = Addresses::of(&self.amqp).map_err(AmqpError::BadAddress)?;
-        let mut backoff = Backoff::new(
+    pub(crate) async fn run(mut self, shutdown: Shutdown) -> Result<(), AmqpError> {
+        let addresses = Addresses::of(&self.amqp).map_err(AmqpError::BadAddress)?;
+        let backoff = Backoff::new(
             Duration::from_millis(self.amqp.reconnect_initial_ms),
             Duration::from_millis(self.amqp.reconnect_max_ms),
         );
-        loop {
-            if shutdown.is_stopping() {
-                break;
-            }
-            let ended = match self.connect(&mut addresses).await {
-                Ok(Connected { connection, consume, publish, node, user }) => {
-                    info!(broker = %node, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
-                    if self.config.auth.broker_roles.contains_key(&user) {
-                        // What silpgate's own user publishes is believed as another instance's
-                        // word (forwarded principals, reply places): a producer must not have it.
-                        warn!(user = %user, "silpgate's own broker user is given producer roles ([auth.broker_roles]): producers that share it can pose as a silpgate instance; give silpgate a broker user of its own (docs/security.md).");
-                    }
-                    backoff.reset();
-                    let since = std::time::Instant::now();
-                    let ended =
-                        self.consume(&connection, &consume, publish, (&node, user), shutdown.clone()).await;
-                    // `consume` has closed it unless it gave up while setting up.
-                    self.close(&connection).await;
-                    match ended {
-                        Ended::Lost(reason) if since.elapsed() >= STEADY && addresses.len() > 1 => {
-                            crate::metrics::get().broker_reconnects.inc();
-                            warn!(broker = %node, error = %reason, "Broker connection lost; trying the next node at once.");
-                            continue;
-                        }
-                        Ended::Lost(reason) => {
-                            crate::metrics::get().broker_reconnects.inc();
-                            Ended::Lost(format!("{node}: {reason}"))
-                        }
-                        ended => ended,
-                    }
-                }
-                Err(e) => Ended::Lost(e),
-            };
-            match ended {
-                Ended::Shutdown => break,
-                Ended::Fatal(why) => return Err(AmqpError::StoreDamaged(why)),
-                Ended::Lost(reason) => {
-                    let delay = backoff.next_delay();
-                    warn!(brokers = ?addresses.nodes(), error = %reason, retry_in_ms = delay.as_millis() as u64, "No broker connection; retrying.");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = shutdown.stopped() => break,
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Tries each address of one round in turn. The error is text fit for the log: it names
-    /// nodes as `host:port` and never holds a URI.
-    async fn connect(&self, addresses: &mut Addresses) -> Result<Connected, String> {
-        let mut failures = Vec::with_capacity(addresses.len());
-        let mut reached = None;
-        for (index, address) in addresses.round() {
-            // Only the connection itself is bounded: declaring a cluster's topology on a busy
-            // broker may take longer, and is no sign of a dead node.
-            let connecting = address.connect(ConnectionProperties::default());
-            let opened = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-                Ok(Ok(connection)) => self.open(connection).await.map_err(|e| e.to_string()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
-            };
-            match opened {
-                Ok((connection, consume, publish)) => {
-                    let node = address.node.clone();
-                    let user = address.uri.authority.userinfo.username.clone();
-                    reached = Some((index, Connected { connection, consume, publish, node, user }));
-                    break;
-                }
-                Err(e) => failures.push(format!("{}: {e}", address.node)),
-            }
-            if let Some(failure) = failures.last() {
-                warn!(error = %failure, "Cannot connect to a broker node.");
-            }
-        }
-        let (index, connected) = reached.ok_or_else(|| failures.join("; "))?;
-        addresses.connected(index);
-        Ok(connected)
+        supervise("the AMQP door", &mut self, addresses, backoff, shutdown)
+            .await
+            .map_err(AmqpError::StoreDamaged)
     }
 
     /// Declares the topology on a new connection and opens a consuming and a confirm-mode
     /// channel.
-    async fn open(&self, connection: Connection) -> lapin::Result<(Connection, Channel, Channel)> {
+    async fn ready(&self, connection: &Connection) -> lapin::Result<(Channel, Channel)> {
         let declare = connection.create_channel().await?;
         let cluster = self.cluster.as_ref().map(|c| &c.config);
         // The agents as the last reload left them.
@@ -303,7 +187,7 @@ impl Amqp {
         consume.basic_qos(self.amqp.prefetch, BasicQosOptions { global: false }).await?;
         let publish = connection.create_channel().await?;
         publish.confirm_select(ConfirmSelectOptions::default()).await?;
-        Ok((connection, consume, publish))
+        Ok((consume, publish))
     }
 
     /// A cluster's forwarded front-door messages are answered on direct reply-to, which is
@@ -743,7 +627,35 @@ impl Amqp {
         if let Some(cluster) = &self.cluster {
             cluster.release_all();
         }
-        let _ = tokio::time::timeout(BROKER_GOODBYE, connection.close(200, "silpgate closing".into())).await;
+        goodbye(connection, "silpgate closing").await;
+    }
+}
+
+impl Client for Amqp {
+    type Opened = (Channel, Channel);
+
+    async fn open(&mut self, connection: &Connection) -> lapin::Result<(Channel, Channel)> {
+        self.ready(connection).await
+    }
+
+    async fn serve(
+        &mut self,
+        connection: &Connection,
+        (consume, publish): (Channel, Channel),
+        reached: &Reached,
+        shutdown: Shutdown,
+    ) -> Ended {
+        info!(broker = %reached.node, queues = ?self.amqp.inbound, "Connected to the broker; consuming.");
+        if self.config.auth.broker_roles.contains_key(&reached.user) {
+            // What silpgate's own user publishes is believed as another instance's word
+            // (forwarded principals, reply places): a producer must not have it.
+            warn!(user = %reached.user, "silpgate's own broker user is given producer roles ([auth.broker_roles]): producers that share it can pose as a silpgate instance; give silpgate a broker user of its own (docs/security.md).");
+        }
+        self.consume(connection, &consume, publish, (&reached.node, reached.user.clone()), shutdown).await
+    }
+
+    async fn close(&mut self, connection: &Connection) {
+        Amqp::close(self, connection).await;
     }
 }
 
