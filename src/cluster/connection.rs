@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// How often hand-overs are moved on and the share compared with the members.
 pub(crate) const REBALANCE_TICK: Duration = Duration::from_millis(250);
@@ -136,10 +136,11 @@ impl ClusterSide {
         if !self.ownership.consumes(partition) {
             // A waiting consumer dropped from this instance's share that the broker made active
             // just before: its channel is closed, so the broker has this delivery back.
+            debug!(partition = partition.index, message_id = ?parked.envelope.message_id, "A delivery of a partition let go of; the broker has it back.");
             return Ok(Vec::new());
         }
         if let Some(handover) = self.waiting.get_mut(&partition.index) {
-            let passed = handover.receive(parked);
+            let passed = handover.receive(parked).await?;
             let settled = handover.settled();
             let mut ready = self.hand_out(partition, passed);
             ready.extend(self.complete(partition, settled));
@@ -169,6 +170,10 @@ impl ClusterSide {
 
     /// Counts deliveries handed to the workers, each until its job is dropped.
     fn hand_out(&self, partition: Partition, mut ready: Vec<Parked>) -> Vec<Parked> {
+        if tracing::enabled!(tracing::Level::DEBUG) && !ready.is_empty() {
+            let ids: Vec<_> = ready.iter().map(|p| p.envelope.message_id.as_deref().unwrap_or("-")).collect();
+            debug!(partition = partition.index, ?ids, "Handed to the workers.");
+        }
         for parked in &mut ready {
             parked.in_flight = Some(self.cluster.dispatched(partition));
         }

@@ -11,6 +11,13 @@
 //! see [`put_back_in_order`]), and collects until they have all come again: behind whatever
 //! else of the previous owner's is still to come back.
 //!
+//! A message given fresh while it waits (one the broker had on its way when the put-back
+//! went out) is put back too, behind them, and waited for like them. Held instead, it would
+//! be handled in its turn, but the broker would know it as handed out before them: if this
+//! instance died before acknowledging them all, the broker would return it to the next owner
+//! ahead of older turns of its conversation (it returns a dead consumer's messages in the
+//! order it last handed them out).
+//!
 //! Meanwhile, redelivered messages that are not its own are the previous owner's, older than
 //! all it was given fresh and newer than those it was given before: they are handled at once.
 //! (A previous owner, or this instance's own lost connection, can have its messages returned
@@ -18,7 +25,7 @@
 //! turns of the same conversations.) Holding them would be wrong as well as slow: they would
 //! take up the prefetch window that its own need to come back through. Its own are handled
 //! once all have come back, in the order they were put back (RabbitMQ may return them in
-//! another), then anything delivered fresh meanwhile.
+//! another).
 //!
 //! The partition is served, and can be handed on, only once this is complete
 //! ([`super::Cluster::serve`]): handed on earlier, what it put back would go to the next
@@ -57,7 +64,7 @@ pub(crate) enum Handover {
     Settling(Settling),
 }
 
-/// Deliveries put back, and what has come since.
+/// Deliveries put back, as they come again.
 pub(crate) struct Settling {
     since: Instant,
     /// Where each put-back delivery stood, by identity (a message may come twice).
@@ -65,19 +72,20 @@ pub(crate) struct Settling {
     /// The put-back deliveries as they come again, in the order they were put back.
     ours: Vec<Option<Parked>>,
     missing: usize,
-    /// Delivered for the first time meanwhile: newer than all of ours.
-    fresh: Vec<Parked>,
 }
 
 impl Handover {
     /// Takes one delivery; returns the deliveries to handle now, in order.
-    pub(crate) fn receive(&mut self, parked: Parked) -> Vec<Parked> {
+    ///
+    /// # Errors
+    /// The channel failed (putting a fresh delivery back).
+    pub(crate) async fn receive(&mut self, parked: Parked) -> Result<Vec<Parked>, ClusterError> {
         match self {
             Handover::Parking(held) => {
                 held.push(parked);
-                Vec::new()
+                Ok(Vec::new())
             }
-            Handover::Settling(settling) => settling.receive(parked).into_iter().collect(),
+            Handover::Settling(settling) => Ok(settling.receive(parked).await?.into_iter().collect()),
         }
     }
 
@@ -106,13 +114,12 @@ impl Handover {
             positions,
             ours: std::iter::repeat_with(|| None).take(missing).collect(),
             missing,
-            fresh: Vec::new(),
         });
         Ok(now)
     }
 
     /// `Some` with the deliveries still to handle once everything put back has come again (or
-    /// it has waited too long): ours in the order they were put back, then the fresh ones.
+    /// it has waited too long), in the order they were put back.
     pub(crate) fn settled(&mut self) -> Option<Vec<Parked>> {
         let Handover::Settling(settling) = self else { return None };
         let overdue = settling.since.elapsed() >= SETTLE_LIMIT;
@@ -122,19 +129,23 @@ impl Handover {
         if overdue {
             warn!(missing = settling.missing, "Requeued deliveries did not all come back; serving anyway.");
         }
-        let mut ready: Vec<Parked> = settling.ours.drain(..).flatten().collect();
-        ready.append(&mut settling.fresh);
+        let ready: Vec<Parked> = settling.ours.drain(..).flatten().collect();
         tracing::debug!(ready = ?ready.iter().map(identity).collect::<Vec<_>>(), "Settled.");
         Some(ready)
     }
 }
 
 impl Settling {
-    /// Keeps a delivery that waits for the rest of ours; gives back one to handle now.
-    fn receive(&mut self, parked: Parked) -> Option<Parked> {
+    /// Keeps a delivery that waits for the rest of ours, or puts a fresh one back behind them;
+    /// gives back one to handle now.
+    async fn receive(&mut self, parked: Parked) -> Result<Option<Parked>, ClusterError> {
         if !parked.delivery.redelivered {
-            self.fresh.push(parked);
-            return None;
+            tracing::debug!(message_id = %identity(&parked), "Given fresh while settling: put back behind ours.");
+            self.positions.entry(identity(&parked)).or_default().push(self.ours.len());
+            self.ours.push(None);
+            self.missing += 1;
+            parked.delivery.acker.nack(BasicNackOptions { multiple: false, requeue: true }).await?;
+            return Ok(None);
         }
         let slot = self
             .positions
@@ -142,11 +153,11 @@ impl Settling {
             .and_then(|positions| positions.iter().copied().find(|&p| self.ours[p].is_none()));
         let Some(position) = slot else {
             tracing::debug!(message_id = %identity(&parked), "A previous owner's message, handled at once.");
-            return Some(parked);
+            return Ok(Some(parked));
         };
         self.ours[position] = Some(parked);
         self.missing -= 1;
-        None
+        Ok(None)
     }
 }
 

@@ -265,6 +265,7 @@ impl Ownership {
     pub(crate) fn hold(&mut self, partition: Partition, parked: Parked) -> Option<Parked> {
         match self.releases.get_mut(&partition.index) {
             Some(release) if matches!(release.step, Step::Quiescing | Step::Cancelled) => {
+                tracing::debug!(partition = partition.index, message_id = ?parked.envelope.message_id, "Held for the partition's hand-over.");
                 release.held.push(parked);
                 release.last_arrival = tokio::time::Instant::now();
                 None
