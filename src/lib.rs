@@ -19,6 +19,7 @@
 //! - [`cluster`]: cluster mode, state replication between instances through the broker.
 //!
 //! And: [`code`] (the error codes silpgate says, with their HTTP statuses, in one table),
+//! [`transport`] (the transports silpgate speaks, in and out, by one name each),
 //! [`principal`] (who sends a message, and who may reach which agent),
 //! [`config`] (the TOML configuration), [`cli`] (the command line), [`daemon`]
 //! (`silpgate run`), [`telemetry`] and [`metrics`], and [`util`], the ground floor.
@@ -43,5 +44,6 @@ pub(crate) mod reload;
 pub mod silp;
 pub mod store;
 pub(crate) mod telemetry;
+pub mod transport;
 pub mod util;
 pub(crate) mod websocket;

@@ -580,7 +580,7 @@ fn websocket_agent_and_stream_urls_are_checked_and_frames_default_to_cbor() {
     use silpgate::config::{Config, FrameEncoding, Reach};
     let frames = |config: &Config| match &config.agents[0].reach {
         Reach::WebSocket(reach) => reach.encoding,
-        other => panic!("a ws:// agent is reached over WebSocket, not {}", other.transport()),
+        other => panic!("a ws:// agent is reached over WebSocket, not {}", other.transport().as_str()),
     };
     let agent = |url: &str, extra: &str| {
         Config::parse(&format!("[[agents]]\nname = \"a\"\nfrontends = []\nurl = \"{url}\"\n{extra}"))

@@ -90,7 +90,7 @@ async fn check(config: &Config, agent: &AgentConfig) -> Checked {
         Reach::A2a(reach) => check_a2a(config, name, reach).await,
         Reach::Mcp(reach) => check_mcp(name, reach).await,
     };
-    let transport = agent.reach.transport();
+    let transport = agent.reach.transport().as_str();
     match result {
         Ok(detail) => Checked { reachable: true, transport, detail },
         Err(detail) => Checked { reachable: false, transport, detail },

@@ -8,6 +8,7 @@
 use super::{ConfigError, FrontendRule, frontends, is_loopback, optional_frontend_rule, optional_tokenizer};
 use crate::silp::Frontend;
 use crate::silp::tokens::Tokenizer;
+use crate::transport::Transport;
 use serde::Deserialize;
 use serde::de::Error as _;
 use std::path::PathBuf;
@@ -70,14 +71,14 @@ pub enum Reach {
 }
 
 impl Reach {
-    /// The transport's name, for logs and `agents check`.
-    pub fn transport(&self) -> &'static str {
+    /// The transport the agent is reached by.
+    pub fn transport(&self) -> Transport {
         match self {
-            Reach::Amqp(_) => "amqp",
-            Reach::Http(_) => "http",
-            Reach::WebSocket(_) => "websocket",
-            Reach::A2a(_) => "a2a",
-            Reach::Mcp(_) => "mcp",
+            Reach::Amqp(_) => Transport::Amqp,
+            Reach::Http(_) => Transport::Http,
+            Reach::WebSocket(_) => Transport::WebSocket,
+            Reach::A2a(_) => Transport::A2a,
+            Reach::Mcp(_) => Transport::Mcp,
         }
     }
 

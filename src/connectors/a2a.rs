@@ -888,8 +888,8 @@ fn echo_tokens(answer: &mut Message, request: &Message) {
 }
 
 impl Connector for A2aAgent {
-    fn transport(&self) -> &'static str {
-        "a2a"
+    fn transport(&self) -> crate::transport::Transport {
+        crate::transport::Transport::A2a
     }
 
     fn answers_in_call(&self) -> bool {

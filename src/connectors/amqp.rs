@@ -87,8 +87,8 @@ impl AmqpAgent {
 }
 
 impl Connector for AmqpAgent {
-    fn transport(&self) -> &'static str {
-        "amqp"
+    fn transport(&self) -> crate::transport::Transport {
+        crate::transport::Transport::Amqp
     }
 
     fn answers_in_call(&self) -> bool {

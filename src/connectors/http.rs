@@ -167,8 +167,8 @@ impl HttpAgent {
 }
 
 impl Connector for HttpAgent {
-    fn transport(&self) -> &'static str {
-        "http"
+    fn transport(&self) -> crate::transport::Transport {
+        crate::transport::Transport::Http
     }
 
     fn answers_in_call(&self) -> bool {

@@ -135,8 +135,8 @@ impl DeliveryError {
 
 /// Delivery to one agent over its transport.
 pub(crate) trait Connector: Send + Sync {
-    /// The transport, for metric labels and spans: `amqp`, `http`.
-    fn transport(&self) -> &'static str;
+    /// The transport the agent is reached by, for metric labels and spans.
+    fn transport(&self) -> crate::transport::Transport;
 
     /// Whether the agent answers a request in the call that delivers it (HTTP, A2A, MCP),
     /// rather than later, on its own time (AMQP, WebSocket).

@@ -149,8 +149,8 @@ impl WsAgent {
 }
 
 impl Connector for WsAgent {
-    fn transport(&self) -> &'static str {
-        "websocket"
+    fn transport(&self) -> crate::transport::Transport {
+        crate::transport::Transport::WebSocket
     }
 
     fn answers_in_call(&self) -> bool {

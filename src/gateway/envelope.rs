@@ -7,26 +7,7 @@ use crate::nlip::Message;
 use crate::silp::tokens::Tokenizer;
 use crate::silp::{Frontend, Notice};
 
-/// The transport a message arrived on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    Amqp,
-    Http,
-    WebSocket,
-    Cli,
-}
-
-impl Transport {
-    /// The `transport` label of metrics and spans.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Transport::Amqp => "amqp",
-            Transport::Http => "http",
-            Transport::WebSocket => "websocket",
-            Transport::Cli => "cli",
-        }
-    }
-}
+pub use crate::transport::Transport;
 
 /// Where an inbound message came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

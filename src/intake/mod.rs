@@ -513,7 +513,8 @@ impl Intake {
             let request_id = request.message_id.clone();
             let ids: Vec<String> = parcels.iter().map(|p| p.message_id.clone()).collect();
             let metrics = crate::metrics::get();
-            let labels = |result: &str| [agent.clone(), connector.transport().to_owned(), result.to_owned()];
+            let labels =
+                |result: &str| [agent.clone(), connector.transport().as_str().to_owned(), result.to_owned()];
             // A request someone waits for is bounded as a whole by the reply timeout: an agent
             // that answers in the call (HTTP, A2A, MCP) but slowly, or drips its answer, is cut there.
             let since = Instant::now();

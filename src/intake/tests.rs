@@ -54,8 +54,8 @@ impl Scripted {
 }
 
 impl Connector for Scripted {
-    fn transport(&self) -> &'static str {
-        "scripted"
+    fn transport(&self) -> crate::transport::Transport {
+        crate::transport::Transport::Http
     }
 
     fn answers_in_call(&self) -> bool {

@@ -234,8 +234,8 @@ impl McpAgent {
 }
 
 impl Connector for McpAgent {
-    fn transport(&self) -> &'static str {
-        "mcp"
+    fn transport(&self) -> crate::transport::Transport {
+        crate::transport::Transport::Mcp
     }
 
     fn answers_in_call(&self) -> bool {
