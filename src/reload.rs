@@ -6,9 +6,12 @@
 //! tokens, JWT and JWKS settings, allow rules, broker roles, MCP tool rules), the HTTP tokens
 //! (`http.tokens`, `http.tokens_env`), the per-client limits (`http.client_rate`,
 //! `http.client_burst`, `http.max_conversations_per_client`), the A2A door's task bounds
-//! (`a2a.max_tasks`, `max_tasks_per_client`, `task_ttl_secs`, `max_push_configs`) and the log
-//! filter (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it). Everything else is read at start only: a file
-//! that changes any other setting is refused, naming each, and nothing of it is applied.
+//! (`a2a.max_tasks`, `max_tasks_per_client`, `task_ttl_secs`, `max_push_configs`), where
+//! webhooks may be (`a2a.push_origins`, as long as push notifications stay on, or stay off:
+//! turning them on or off starts or stops the courier, at a restart) and the log filter
+//! (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it). Everything else is read at start
+//! only: a file that changes any other setting is refused, naming each, and nothing of it is
+//! applied.
 //!
 //! The file must pass what `silpgate config check` checks, the tokens and JWKS must load, and
 //! the broker must have declared a new AMQP agent's queue, before anything changes. Then the
@@ -35,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 /// Top-level sections a reload applies as a whole.
 const RELOADED_SECTIONS: [&str; 3] = ["agents", "routes", "auth"];
 /// Settings of other sections a reload applies.
-const RELOADED_KEYS: [&str; 10] = [
+const RELOADED_KEYS: [&str; 11] = [
     "http.tokens",
     "http.tokens_env",
     "http.client_rate",
@@ -45,8 +48,12 @@ const RELOADED_KEYS: [&str; 10] = [
     "a2a.max_tasks_per_client",
     "a2a.task_ttl_secs",
     "a2a.max_push_configs",
+    "a2a.push_origins",
     "telemetry.log_filter",
 ];
+
+/// What `a2a.push_origins` is called when a reload would turn push notifications on or off.
+const PUSH_ON_OR_OFF: &str = "a2a.push_origins (from none to some, or from some to none)";
 
 /// Why a reload was refused; the configuration in use stays as it was.
 #[derive(Debug, thiserror::Error)]
@@ -164,7 +171,12 @@ impl Reloader {
         let config = Config::from_file_text(path, &text)?;
         let before = self.file();
         let changed = changed_settings(&before.text, &text)?;
-        let needs_restart: Vec<String> = changed.iter().filter(|name| !applies(name)).cloned().collect();
+        let mut needs_restart: Vec<String> = changed.iter().filter(|name| !applies(name)).cloned().collect();
+        if changed.iter().any(|name| name == "a2a.push_origins")
+            && front.a2a_tasks.pushes() != config.a2a.pushes()
+        {
+            needs_restart.push(PUSH_ON_OR_OFF.to_owned());
+        }
         if !needs_restart.is_empty() {
             return Err(ReloadError::NeedsRestart(needs_restart));
         }

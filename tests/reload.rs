@@ -190,6 +190,13 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     let (status, body) = post_reload(&daemon.http, Some(ADMIN_TOKEN));
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("needs_restart") && body.contains("http.listen"), "{body}");
+    // Webhook origins reload, but turning push notifications on starts a courier: a restart.
+    let pushing =
+        config(&names, &store, &second_agent(&names)) + "\n[a2a]\npush_origins = [\"http://127.0.0.1:9\"]\n";
+    std::fs::write(&path, pushing).unwrap();
+    let (status, body) = post_reload(&daemon.http, Some(ADMIN_TOKEN));
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("a2a.push_origins (from none to some, or from some to none)"), "{body}");
     // Still the reloaded configuration: `two` goes to sink2.
     broker::publish_all(&channel, &names.inbound_exchange(), vec![message(&names, 100_002, Some("two"))])
         .await;
@@ -211,20 +218,20 @@ async fn a_reload_under_traffic_adds_an_agent_and_a_route_and_refuses_what_needs
     expected.extend(["m-100000".to_owned(), "m-100003".to_owned()]);
     let rest = ids_until(&channel, &names.sink(), |ids| ids.union(&in_sink).count() >= expected.len()).await;
     in_sink.extend(rest);
-    assert_eq!(in_sink, expected, "nothing lost or misrouted across three reloads");
+    assert_eq!(in_sink, expected, "nothing lost or misrouted across three reloads and three refusals");
     assert_eq!(broker::live_ready(&names.dead()).await, 0, "nothing dead-lettered");
     let metrics = daemon.get("/metrics").1;
     assert!(metrics.contains("silpgate_config_reloads_total{result=\"applied\"} 2"), "{metrics}");
-    assert!(metrics.contains("silpgate_config_reloads_total{result=\"refused\"} 2"), "{metrics}");
+    assert!(metrics.contains("silpgate_config_reloads_total{result=\"refused\"} 3"), "{metrics}");
     let digest = |text: &str| text.lines().find(|l| l.starts_with("silpgate_config_info")).map(str::to_owned);
     assert_eq!(digest(&metrics), digest(&digest_before), "the first file again, the first digest");
     // Under `warn`, neither the SIGHUP reload's line nor the three requests for a reload
-    // (each logged before its reload is applied) were written; the two refusals (warnings)
+    // (each logged before its reload is applied) were written; the three refusals (warnings)
     // were, and, back at `info`, the last reload's outcome.
     let log = daemon.log_text();
     assert_eq!(log.matches("Configuration reloaded.").count(), 1, "{log}");
     assert_eq!(log.matches("Configuration reload asked for.").count(), 0, "{log}");
-    assert_eq!(log.matches("Configuration reload refused").count(), 2, "{log}");
+    assert_eq!(log.matches("Configuration reload refused").count(), 3, "{log}");
     let (status, _) = daemon.terminate(Duration::from_secs(30));
     assert!(status.success());
     let _ = channel.queue_delete(sink2.as_str().into(), Default::default()).await;

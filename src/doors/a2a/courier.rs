@@ -72,6 +72,8 @@ struct Outgoing {
 struct Webhooks {
     client: reqwest::Client,
     config: A2aConfig,
+    /// Says where webhooks may be now (a reload may change it).
+    book: Arc<TaskBook>,
     /// The last notification each lane delivered. A crash between the broker's confirm and
     /// the record's trim puts a notification on the queue twice; the copy comes after the
     /// original, and is acknowledged without a second POST.
@@ -108,13 +110,13 @@ impl Courier {
             .build()
             .map_err(|e| format!("the webhooks' HTTP client: {e}"))?;
         let outgoing = Outgoing {
-            book,
+            book: book.clone(),
             written,
             unconfirmed: Vec::new(),
             queue: config.push_queue.clone(),
             confirm_timeout: Duration::from_millis(amqp.confirm_timeout_ms),
         };
-        let delivery = Arc::new(Webhooks { client, config, delivered: std::sync::Mutex::default() });
+        let delivery = Arc::new(Webhooks { client, config, book, delivered: std::sync::Mutex::default() });
         Ok(Courier { outgoing, delivery, amqp })
     }
 
@@ -333,8 +335,7 @@ impl Webhooks {
     /// One POST of `notification` to its webhook, carrying its id
     /// (`Silpgate-Notification-Id`) for a webhook that wants to tell a copy.
     async fn attempt(&self, notification: &Notification) -> Attempt {
-        let allowed = reqwest::Url::parse(&notification.url)
-            .is_ok_and(|url| super::push::at_allowed_origin(&url, &self.config.push_origins));
+        let allowed = reqwest::Url::parse(&notification.url).is_ok_and(|url| self.book.allows_webhook(&url));
         if !allowed {
             return Attempt::Refused("its URL is no longer at one of a2a.push_origins".into());
         }

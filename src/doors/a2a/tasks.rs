@@ -68,7 +68,8 @@ pub(crate) struct TaskBook {
     /// Where notifications go once written: the courier. None: push notifications are not
     /// offered.
     courier: Option<UnboundedSender<Notification>>,
-    push_origins: Vec<String>,
+    /// Where webhooks may be (`a2a.push_origins`); a reload may change them.
+    push_origins: std::sync::RwLock<Vec<String>>,
     /// The works on tasks under way ([`TaskBook::working`]), which a stop waits for.
     works: tokio::sync::watch::Sender<usize>,
 }
@@ -119,7 +120,7 @@ impl TaskBook {
             bounds: std::sync::RwLock::new(Bounds::of(config)),
             changes: tokio::sync::watch::Sender::new(0),
             courier,
-            push_origins: config.push_origins.clone(),
+            push_origins: std::sync::RwLock::new(config.push_origins.clone()),
             works: tokio::sync::watch::Sender::new(0),
         };
         let stored = book.records.as_ref().map(KeptRecords::all).transpose()?.unwrap_or_default();
@@ -153,10 +154,23 @@ impl TaskBook {
     }
 
     /// New bounds (`a2a.max_tasks`, `max_tasks_per_client`, `task_ttl_secs`,
-    /// `max_push_configs`), from the next request on: a reload. Tasks kept past a lowered
-    /// bound are forgotten as room is next made, the oldest finished first.
+    /// `max_push_configs`) and webhook origins (`a2a.push_origins`), from the next request
+    /// and the next notification on: a reload. Tasks kept past a lowered bound are forgotten
+    /// as room is next made, the oldest finished first; a notification whose webhook is no
+    /// longer at an allowed origin is dropped when its turn comes, with a warning.
     pub(crate) fn set_bounds(&self, config: &crate::config::A2aConfig) {
         *self.bounds.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Bounds::of(config);
+        config
+            .push_origins
+            .clone_into(&mut self.push_origins.write().unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    /// Whether a webhook at `url` is at one of the allowed origins now.
+    pub(super) fn allows_webhook(&self, url: &reqwest::Url) -> bool {
+        super::push::at_allowed_origin(
+            url,
+            &self.push_origins.read().unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
@@ -164,7 +178,7 @@ impl TaskBook {
     }
 
     /// True when push notification configs are taken.
-    pub(super) fn pushes(&self) -> bool {
+    pub(crate) fn pushes(&self) -> bool {
         self.courier.is_some()
     }
 
@@ -173,7 +187,8 @@ impl TaskBook {
         if !self.pushes() {
             return Err(Failure::PushNotSupported);
         }
-        PushConfig::read(config, &self.push_origins)
+        let origins = self.push_origins.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        PushConfig::read(config, &origins)
     }
 
     /// A new task for `owner`, working on `message` (the client's 1.0 message), notifying
@@ -770,6 +785,24 @@ mod tests {
         assert_eq!((seen.len(), sorted), (7, expected), "every task once: {seen:?}");
         let refused = tasks.list("alice", None, 3, "not-a-token").unwrap_err();
         assert_eq!(refused.jsonrpc_code(), -32602, "{refused:?}");
+    }
+
+    /// A reload's origins hold from the next push notification config and the next
+    /// notification on; the old ones no longer do.
+    #[test]
+    fn a_reload_moves_where_webhooks_may_be() {
+        let (book, _taken) = pushed_book(None);
+        let at = |url: &str| json!({ "url": url });
+        assert!(book.push_config(&at("https://hooks.example.com/a")).is_ok());
+        assert!(book.push_config(&at("https://elsewhere.example.com/a")).is_err());
+        let moved =
+            A2aConfig { push_origins: vec!["https://elsewhere.example.com".into()], ..A2aConfig::default() };
+        book.set_bounds(&moved);
+        assert!(book.push_config(&at("https://elsewhere.example.com/a")).is_ok());
+        let refused = book.push_config(&at("https://hooks.example.com/a")).unwrap_err();
+        assert!(format!("{refused:?}").contains("a2a.push_origins"), "{refused:?}");
+        let old = reqwest::Url::parse("https://hooks.example.com/a").unwrap();
+        assert!(!book.allows_webhook(&old), "a notification queued for the old origin is not sent");
     }
 
     fn pushed_book(
