@@ -8,8 +8,9 @@
 //! `http.client_burst`, `http.max_conversations_per_client`), the A2A door's task bounds
 //! (`a2a.max_tasks`, `max_tasks_per_client`, `task_ttl_secs`, `max_push_configs`), where
 //! webhooks may be (`a2a.push_origins`, as long as push notifications stay on, or stay off:
-//! turning them on or off starts or stops the courier, at a restart) and the log filter
-//! (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it). Everything else is read at start
+//! turning them on or off starts or stops the courier, at a restart), the log filter
+//! (`telemetry.log_filter`, unless `SILPGATE_LOG` sets it) and the share of traces exported
+//! (`telemetry.sample_ratio`, from the next trace on). Everything else is read at start
 //! only: a file that changes any other setting is refused, naming each, and nothing of it is
 //! applied.
 //!
@@ -38,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 /// Top-level sections a reload applies as a whole.
 const RELOADED_SECTIONS: [&str; 3] = ["agents", "routes", "auth"];
 /// Settings of other sections a reload applies.
-const RELOADED_KEYS: [&str; 11] = [
+const RELOADED_KEYS: [&str; 12] = [
     "http.tokens",
     "http.tokens_env",
     "http.client_rate",
@@ -50,6 +51,7 @@ const RELOADED_KEYS: [&str; 11] = [
     "a2a.max_push_configs",
     "a2a.push_origins",
     "telemetry.log_filter",
+    "telemetry.sample_ratio",
 ];
 
 /// What `a2a.push_origins` is called when a reload would turn push notifications on or off.
@@ -200,6 +202,7 @@ impl Reloader {
         front.clients.set(config.http.client_rate, config.http.client_burst);
         front.conversations.set_max(config.http.max_conversations_per_client);
         front.a2a_tasks.set_bounds(&config.a2a);
+        crate::telemetry::set_sample_ratio(config.telemetry.sample_ratio);
         if let Some(filter) = log_filter
             && !crate::telemetry::set_log_filter(filter)
         {

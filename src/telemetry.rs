@@ -23,6 +23,35 @@ static LOG_FILTER: std::sync::OnceLock<
     tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>,
 > = std::sync::OnceLock::new();
 
+/// The share of root spans exported (`telemetry.sample_ratio`), as `f64` bits: a reload may
+/// change it ([`set_sample_ratio`]), and every span's sampler reads it.
+static SAMPLE_RATIO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1.0f64.to_bits());
+
+/// Exports `ratio` of the traces that start here from the next span on (a reload). Traces
+/// that come in with a sampling decision keep it.
+pub(crate) fn set_sample_ratio(ratio: f64) {
+    SAMPLE_RATIO.store(ratio.to_bits(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Samples by trace id at the ratio [`SAMPLE_RATIO`] holds now.
+#[derive(Debug, Clone)]
+struct RatioNow;
+
+impl opentelemetry_sdk::trace::ShouldSample for RatioNow {
+    fn should_sample(
+        &self,
+        parent: Option<&opentelemetry::Context>,
+        trace_id: opentelemetry::trace::TraceId,
+        name: &str,
+        kind: &opentelemetry::trace::SpanKind,
+        attributes: &[opentelemetry::KeyValue],
+        links: &[opentelemetry::trace::Link],
+    ) -> opentelemetry_sdk::trace::SamplingResult {
+        let ratio = f64::from_bits(SAMPLE_RATIO.load(std::sync::atomic::Ordering::Relaxed));
+        Sampler::TraceIdRatioBased(ratio).should_sample(parent, trace_id, name, kind, attributes, links)
+    }
+}
+
 /// Checks `directives` as a log filter (`telemetry.log_filter`).
 ///
 /// # Errors
@@ -58,12 +87,11 @@ pub(crate) fn init(config: &TelemetryConfig) -> Result<Telemetry, String> {
                 .map_err(|e| format!("telemetry.otlp_endpoint {endpoint}: {e}"))?;
             let resource =
                 opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
+            set_sample_ratio(config.sample_ratio);
             Some(
                 SdkTracerProvider::builder()
                     .with_batch_exporter(exporter)
-                    .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                        config.sample_ratio,
-                    ))))
+                    .with_sampler(Sampler::ParentBased(Box::new(RatioNow)))
                     .with_resource(resource)
                     .build(),
             )
@@ -329,5 +357,20 @@ mod tests {
             let span = message_span!("amqp process", silpgate.transport = "amqp");
             assert!(!span.is_disabled(), "the exporter's layer was given no span");
         });
+    }
+
+    /// The sampler reads the ratio a reload sets, from the next span on.
+    #[test]
+    fn the_sampling_ratio_is_read_at_every_span() {
+        use opentelemetry::trace::{SpanKind, TraceId};
+        use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+        let decide = |id: u128| {
+            RatioNow.should_sample(None, TraceId::from(id), "span", &SpanKind::Server, &[], &[]).decision
+        };
+        let ids = [1u128, 7, u128::MAX / 3, u128::MAX];
+        set_sample_ratio(0.0);
+        assert!(ids.iter().all(|&id| decide(id) == SamplingDecision::Drop));
+        set_sample_ratio(1.0);
+        assert!(ids.iter().all(|&id| decide(id) == SamplingDecision::RecordAndSample));
     }
 }
