@@ -172,3 +172,64 @@ async fn spans_arrive_over_otlp_and_trace_context_crosses_the_bus() {
     }
     let _ = connection.close(200, "done".into()).await;
 }
+
+/// `telemetry.sample_ratio` reloads: at 0 no trace that starts here is exported, and after a
+/// SIGHUP with 1 every one is, from the next message on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_sample_ratio_holds_from_the_next_trace_on() {
+    let dir = broker::temp_dir("telemetry-ratio");
+    let spans_file = dir.join("spans.jsonl");
+    let (_sink, port) = support::otlp::start_sink(&spans_file);
+    let names = Names::new("trace-ratio");
+    let config = |ratio: &str| {
+        format!(
+            "{}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\nsample_ratio = {ratio}\n",
+            names.config(&dir.join("store"), "", true)
+        )
+    };
+    let daemon = Daemon::start(&config("0.0"), &dir);
+    daemon.wait_ready(Duration::from_secs(30));
+    let (connection, channel) = broker::channel().await;
+    let batch = |label: &str| -> Vec<(String, Vec<u8>, BasicProperties)> {
+        (0..5)
+            .map(|i| {
+                let properties = BasicProperties::default()
+                    .with_message_id(format!("{label}-{i}").into())
+                    .with_content_type("application/json".into());
+                (names.inbound(), broker::envelope(i, i, None), properties)
+            })
+            .collect()
+    };
+    broker::publish_all(&channel, &names.inbound_exchange(), batch("unsampled")).await;
+    let first = broker::collect(&channel, &names.sink(), Duration::from_secs(60), |got| got.len() == 5).await;
+    assert_eq!(first.len(), 5);
+
+    std::fs::write(dir.join("silpgate.toml"), config("1.0")).unwrap();
+    let pid = daemon.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !daemon.get("/metrics").1.contains("silpgate_config_reloads_total{result=\"applied\"} 1") {
+        assert!(std::time::Instant::now() < deadline, "the reload was not applied:\n{}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    broker::publish_all(&channel, &names.inbound_exchange(), batch("sampled")).await;
+    let second =
+        broker::collect(&channel, &names.sink(), Duration::from_secs(60), |got| got.len() == 5).await;
+    assert_eq!(second.len(), 5);
+
+    let (status, _) = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success());
+    let (_, spans) = support::otlp::received(&spans_file);
+    let processed = |label: &str| -> HashSet<String> {
+        spans
+            .iter()
+            .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with("process ")))
+            .filter_map(|s| s["attributes"]["messaging.message.id"].as_str())
+            .filter(|id| id.starts_with(&format!("{label}-")))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(processed("unsampled"), HashSet::new(), "at 0, nothing exported");
+    assert_eq!(processed("sampled").len(), 5, "at 1 after the reload, every message's trace");
+    let _ = connection.close(200, "done".into()).await;
+}
