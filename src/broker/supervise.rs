@@ -18,7 +18,7 @@ use tracing::warn;
 /// node that is down refuses at once, one that is unreachable would otherwise hold the attempt
 /// for the system's TCP timeout (minutes). Only the connection itself is bounded: declaring a
 /// cluster's topology on a busy broker may take longer, and is no sign of a dead node.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a goodbye (the broker's part of a close) may take: the broker puts back whatever
 /// was not acknowledged when the connection goes, so a broker that does not answer must not
@@ -70,7 +70,8 @@ pub(crate) trait Client {
         shutdown: Shutdown,
     ) -> Ended;
 
-    /// Says goodbye to a connection after its `serve`, or after a failed `open`.
+    /// Says goodbye to a connection after its `serve` (a connection that `open` could not
+    /// ready is closed by the supervisor itself).
     async fn close(&mut self, connection: &Connection) {
         goodbye(connection, "silpgate closing").await;
     }
