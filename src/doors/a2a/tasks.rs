@@ -187,8 +187,7 @@ impl TaskBook {
         if !self.pushes() {
             return Err(Failure::PushNotSupported);
         }
-        let origins = self.push_origins.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        PushConfig::read(config, &origins)
+        PushConfig::read(config, &self.push_origins.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// A new task for `owner`, working on `message` (the client's 1.0 message), notifying
